@@ -1,0 +1,163 @@
+// cli_test.cpp — the command line as scripts use it: exit codes, nothing written on bad input,
+// progress, show, determinism, and a killed run resumed without losing a finished point.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/common/json_reader.h"
+
+namespace cpbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+Run cpbench(const std::string& args) {
+  std::string cmd = std::string(CPBENCH_BINARY) + " " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cpbench_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write_spec(const std::string& name, json j) {
+    fs::path f = dir_ / (name + ".json");
+    std::ofstream(f) << j.dump(2);
+    return f;
+  }
+
+  json small_spec(int points) {
+    json seqs = json::array();
+    for (int i = 1; i <= points; ++i) seqs.push_back(i);
+    return {{"description", "cli test"},
+            {"hardware", "a100_80gb_dgx"},
+            {"model", "gpt_1.7b"},
+            {"workload", {{"dataset", "fixed_2048"}, {"global_batch_sequences", 8}}},
+            {"parallel", {{"num_gpus", 8}}},
+            {"strategies", {"analytical"}},
+            {"grid", {{"workload.global_batch_sequences", seqs}}},
+            {"metrics", {"params_b", "flops_per_iteration"}}};
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliTest, VersionHelpAndUsageErrors) {
+  EXPECT_EQ(cpbench("--version").code, 0);
+  auto help = cpbench("run --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("--resume"), std::string::npos);
+  EXPECT_EQ(cpbench("frobnicate").code, 2);
+  EXPECT_EQ(cpbench("run").code, 2);
+  EXPECT_EQ(cpbench("run x --jobs 0").code, 2);
+}
+
+TEST_F(CliTest, ListShowsRegisteredExperimentsButNotPresets) {
+  auto r = cpbench("list");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("megatron_ptdp/table1"), std::string::npos);
+  EXPECT_EQ(r.out.find("hardware/"), std::string::npos);
+  EXPECT_EQ(r.out.find("models/"), std::string::npos);
+}
+
+TEST_F(CliTest, BadSpecExitsTwoAndWritesNothing) {
+  json j = small_spec(2);
+  j["parallel"]["tpp"] = 2;
+  auto f = write_spec("bad", j);
+  auto r = cpbench("run " + f.string() + " --out " + (dir_ / "out").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(f.string() + ": /parallel/tpp: unknown key"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  EXPECT_EQ(cpbench("run no/such/experiment").code, 2);
+  EXPECT_EQ(cpbench("run " + f.string() + " --set parallel.tp").code, 2);
+}
+
+TEST_F(CliTest, RunWritesResultsAndShowPrintsThem) {
+  auto f = write_spec("ok", small_spec(3));
+  auto r = cpbench("run " + f.string() + " --out " + (dir_ / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[3/3]"), std::string::npos) << r.out;  // plain progress lines off a terminal
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "ok" / "results.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "ok" / "results.csv"));
+  auto show = cpbench("show " + (dir_ / "out" / "ok").string());
+  EXPECT_EQ(show.code, 0);
+  EXPECT_NE(show.out.find("flops_per_iteration"), std::string::npos) << show.out;
+  EXPECT_EQ(cpbench("show " + f.string()).code, 2);  // a spec is not a results file
+}
+
+TEST_F(CliTest, Table1ParamsReproduced) {
+  auto r = cpbench("run megatron_ptdp/table1 --out " + (dir_ / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = load_json_file(dir_ / "out" / "megatron_ptdp" / "table1" / "results.json");
+  ASSERT_TRUE(j.ok());
+  int params = 0;
+  for (const auto& c : (*j)["comparisons"]) {
+    if (c["metric"] != "params_b") continue;
+    ++params;
+    EXPECT_TRUE(c["pass"].get<bool>()) << c.dump();
+    EXPECT_LE(std::fabs(c["reproduced"].get<double>() - c["published"].get<double>()), 0.1) << c.dump();
+  }
+  EXPECT_EQ(params, 10);
+  auto show = cpbench("show " + (dir_ / "out" / "megatron_ptdp" / "table1" / "results.json").string());
+  EXPECT_NE(show.out.find("published vs reproduced"), std::string::npos);
+  EXPECT_NE(show.out.find("1T params_b"), std::string::npos) << show.out;
+}
+
+TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
+  // Enough points that the run is still going when it is killed.
+  auto f = write_spec("long", small_spec(1500));
+  fs::path out = dir_ / "out", results = out / "long" / "results.json";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(CPBENCH_BINARY, CPBENCH_BINARY, "run", f.c_str(), "--out", out.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  size_t seen = 0;
+  for (int i = 0; i < 2000 && seen < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto j = load_json_file(results);  // every state on disk parses: writes are atomic
+    if (j.ok()) seen = (*j)["points"].size();
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  auto killed = load_json_file(results);
+  ASSERT_TRUE(killed.ok()) << killed.error_str();
+  size_t finished = (*killed)["points"].size();
+  ASSERT_GT(finished, 0u);
+  ASSERT_LT(finished, 1500u) << "the run finished before it was killed; make it longer";
+
+  auto resumed = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  auto after = load_json_file(results);
+  ASSERT_EQ((*after)["points"].size(), 1500u);
+  for (size_t i = 0; i < finished; ++i) EXPECT_EQ((*after)["points"][i], (*killed)["points"][i]);
+
+  // A fresh run gives the same points: same spec and seed, same results.
+  ASSERT_EQ(cpbench("run " + f.string() + " --out " + (dir_ / "fresh").string()).code, 0);
+  auto fresh = load_json_file(dir_ / "fresh" / "long" / "results.json");
+  EXPECT_EQ((*fresh)["points"], (*after)["points"]);
+}
+
+}  // namespace
+}  // namespace cpbench

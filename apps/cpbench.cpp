@@ -1,0 +1,187 @@
+// cpbench.cpp — the command-line tool: list, run and show experiments.
+// Requires: CLI11; MPI when launched under mpirun (points of `run` are spread over the ranks).
+// Note: exit codes — 0 success; 1 a point ended in "error" or an I/O failure; 2 bad input (an
+// invalid spec, an unknown experiment, a bad flag), in which case nothing is written.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+
+#include "core/experiment/registry.h"
+#include "core/experiment/runner.h"
+#include "core/experiment/show.h"
+#include "core/experiment/spec.h"
+#include "core/strategies/strategy.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace cpbench;
+
+constexpr int kExitOk = 0, kExitFailed = 1, kExitBadInput = 2;
+
+// True when a launcher (mpirun, srun) started this process; MPI is initialised only then, so a
+// plain `cpbench run` needs no MPI runtime.
+bool under_mpi_launcher() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int mpi_rank() {
+  int on = 0, rank = 0;
+  MPI_Initialized(&on);
+  if (on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int report_errors(const Errors& errors) {
+  if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << errors.str() << "\n";
+  return kExitBadInput;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_sets(const std::vector<std::string>& sets, Errors& errors) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      errors.list.push_back({"command line", "--set " + s, "expected key=value, e.g. --set parallel.tp=2"});
+      continue;
+    }
+    out.emplace_back(s.substr(0, eq), s.substr(eq + 1));
+  }
+  return out;
+}
+
+struct RunArgs {
+  std::string experiment;
+  std::string out = "results";
+  std::vector<std::string> sets;
+  int jobs = 1;
+  bool resume = false, trace = false, dry_run = false;
+  std::string backend = "sim";
+};
+
+int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
+  auto ref = resolve_experiment(a.experiment, experiments_dir);
+  if (!ref) return report_errors(ref.errors());
+  Errors set_errors;
+  SpecOptions options{experiments_dir, parse_sets(a.sets, set_errors)};
+  if (!set_errors.list.empty()) return report_errors(set_errors);
+  auto spec = load_spec(ref->file, ref->name, options);
+  if (!spec) return report_errors(spec.errors());
+  if (a.dry_run) {
+    if (mpi_rank() == 0) {
+      std::cout << spec->name << ": " << spec->points.size() << " points\n";
+      for (const auto& p : spec->points) {
+        std::string why = check_parallel_config(p.parallel);
+        std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", "
+                  << p.workload.dataset_name << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp"
+                  << p.parallel.cp << " gpus " << p.parallel.num_gpus << "]" << (why.empty() ? "" : "  infeasible: " + why)
+                  << "\n";
+      }
+    }
+    return kExitOk;
+  }
+  RunOptions run{a.out, a.jobs, a.resume, a.trace};
+  auto results = run_experiment(*spec, run);
+  if (!results) {
+    if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
+    return results.errors().list.front().pointer == "/spec" ? kExitBadInput : kExitFailed;
+  }
+  if (mpi_rank() != 0) return kExitOk;
+  size_t errors = 0;
+  for (const auto& r : *results)
+    if (r && r->status == "error") {
+      ++errors;
+      std::cerr << "cpbench: point " << r->id << " failed: " << r->reason << "\n";
+    }
+  std::cerr << "cpbench: wrote " << (fs::path(a.out) / spec->name / "results.json").string() << "\n";
+  return errors ? kExitFailed : kExitOk;
+}
+
+int cmd_show(const std::string& file) {
+  fs::path path(file);
+  if (fs::is_directory(path)) path /= "results.json";
+  auto j = load_json_file(path);
+  if (!j) return report_errors(j.errors());
+  auto text = format_results(*j, path.string());
+  if (!text) return report_errors(text.errors());
+  std::cout << *text;
+  return kExitOk;
+}
+
+int cmd_list(bool show_strategies, const fs::path& experiments_dir) {
+  if (show_strategies) {
+    for (const auto& s : strategies()) std::printf("%-16s %s\n", s.name.c_str(), s.summary.c_str());
+    return kExitOk;
+  }
+  for (const auto& name : list_experiments(experiments_dir)) {
+    auto raw = load_json_file(experiments_dir / (name + ".json"));
+    std::string desc = raw && raw->is_object() ? raw->value("description", "") : "(unreadable: run it for details)";
+    std::printf("%-40s %s\n", name.c_str(), desc.c_str());
+  }
+  return kExitOk;
+}
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"cpbench — reproduce and compare parallelism strategies for LLM training on variable-length data"};
+  app.set_version_flag("--version", std::string("cpbench ") + CPBENCH_VERSION + " (" + CPBENCH_BUILD_TYPE + ")");
+  app.require_subcommand(1);
+  std::string experiments_dir = default_experiments_dir().string();
+  app.add_option("--experiments", experiments_dir, "folder of experiment specs and presets")->capture_default_str();
+
+  bool show_strategies = false;
+  auto* list = app.add_subcommand("list", "list the registered experiments (or strategies)");
+  list->add_flag("--strategies", show_strategies, "list the registered strategies instead");
+
+  RunArgs ra;
+  auto* run = app.add_subcommand("run", "run an experiment and write DIR/NAME/results.json and results.csv");
+  run->add_option("experiment", ra.experiment, "registered name (see `cpbench list`) or a spec file")->required();
+  run->add_option("--out", ra.out, "results folder")->capture_default_str();
+  run->add_option("--set", ra.sets, "override a per-point field for every point, e.g. parallel.tp=2 (repeatable)");
+  run->add_option("--jobs,-j", ra.jobs, "worker threads per process")->check(CLI::Range(1, 1024))->capture_default_str();
+  run->add_flag("--resume", ra.resume, "keep the finished points of an earlier run of the same spec");
+  run->add_flag("--trace", ra.trace, "write a Perfetto/Chrome timeline per point under DIR/NAME/traces/");
+  run->add_flag("--dry-run", ra.dry_run, "print the resolved points without running them");
+  run->add_option("--backend", ra.backend, "where plans are evaluated: sim (the cluster model)")
+      ->check(CLI::IsMember({"sim"}))
+      ->capture_default_str();
+
+  std::string show_file;
+  auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
+  show->add_option("file", show_file, "results.json, or the folder holding it")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+  if (*list) return cmd_list(show_strategies, experiments_dir);
+  if (*run) return cmd_run(ra, experiments_dir);
+  return cmd_show(show_file);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool mpi = under_mpi_launcher();
+  if (mpi) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  }
+  int code = run_cli(argc, argv);
+  if (mpi) {
+    // Every rank agrees on the exit code, so mpirun reports the failure once.
+    int worst = code;
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    code = worst;
+    MPI_Finalize();
+  }
+  return code;
+}

@@ -1,0 +1,34 @@
+#include "core/experiment/metrics.h"
+
+namespace cpbench {
+
+const std::vector<MetricInfo>& known_metrics() {
+  static const std::vector<MetricInfo> m = {
+      {"params_b", "B", "model parameters, billions"},
+      {"flops_per_iteration", "FLOP", "model FLOPs of one iteration by the spec's flops_definition"},
+      {"tokens_per_iteration", "tokens", "tokens in the global batch (unpadded)"},
+      {"step_time_s", "s", "time of one training iteration"},
+      {"tflops_per_gpu", "TFLOP/s", "flops_per_iteration / step_time_s / num_gpus"},
+      {"aggregate_pflops", "PFLOP/s", "flops_per_iteration / step_time_s over all GPUs"},
+      {"mfu", "fraction", "tflops_per_gpu / peak dense 16-bit TFLOP/s"},
+      {"tokens_per_s_per_gpu", "tokens/s", "tokens_per_iteration / step_time_s / num_gpus"},
+      {"peak_memory_gib", "GiB", "largest memory of any GPU"},
+      {"weights_optimizer_gib", "GiB", "weights, gradients and optimizer state per GPU"},
+      {"activation_memory_gib", "GiB", "activations held at the peak, per GPU"},
+      {"bubble_fraction", "fraction", "pipeline idle time / step time"},
+      {"exposed_comm_s", "s", "communication time not hidden under compute"},
+      {"comm_bytes", "B", "bytes sent per iteration, all ranks"},
+      {"compute_imbalance", "ratio", "max / mean compute time across ranks"},
+      {"padding_fraction", "fraction", "padding tokens / real tokens"},
+      {"plan_time_ms", "ms", "wall time of the planner for one iteration"},
+  };
+  return m;
+}
+
+const MetricInfo* find_metric(const std::string& name) {
+  for (const auto& m : known_metrics())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,53 @@
+#include "core/experiment/registry.h"
+
+#include <algorithm>
+
+namespace cpbench {
+
+namespace fs = std::filesystem;
+
+namespace {
+bool is_preset_folder(const fs::path& rel) {
+  auto first = rel.begin()->string();
+  return first == "hardware" || first == "models" || first == "datasets";
+}
+}  // namespace
+
+fs::path default_experiments_dir() { return fs::path(CPBENCH_SOURCE_DIR) / "experiments"; }
+
+std::vector<std::string> list_experiments(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); ++it) {
+    if (!it->is_regular_file() || it->path().extension() != ".json") continue;
+    fs::path rel = fs::relative(it->path(), dir);
+    if (is_preset_folder(rel)) continue;
+    names.push_back(rel.replace_extension().generic_string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Expected<SpecRef> resolve_experiment(const std::string& arg, const fs::path& dir) {
+  fs::path as_file(arg);
+  if (as_file.extension() == ".json" || fs::is_regular_file(as_file)) {
+    if (!fs::is_regular_file(as_file)) return Error{arg, "", "no such spec file"};
+    std::error_code ec;
+    fs::path rel = fs::relative(fs::canonical(as_file), fs::canonical(dir, ec), ec);
+    bool inside = !ec && !rel.empty() && *rel.begin() != "..";
+    std::string name = inside ? fs::path(rel).replace_extension().generic_string() : as_file.stem().string();
+    return SpecRef{as_file, name};
+  }
+  fs::path file = dir / (arg + ".json");
+  if (!fs::is_regular_file(file) || is_preset_folder(fs::path(arg))) {
+    std::string hint;
+    for (const auto& n : list_experiments(dir))
+      if (n.find(arg) != std::string::npos) hint += (hint.empty() ? " (did you mean: " : ", ") + n;
+    if (!hint.empty()) hint += ")";
+    return Error{arg, "", "no registered experiment of that name under " + dir.string() + hint +
+                              "; `cpbench list` shows them"};
+  }
+  return SpecRef{file, arg};
+}
+
+}  // namespace cpbench

@@ -1,0 +1,28 @@
+// registry.h — the experiment registry is the experiments/ folder: a spec's name is its path
+// under experiments/ without ".json"; presets (hardware/, models/, datasets/) are not experiments.
+// Requires: nothing but the file system. Note: `run` accepts a registered name or any spec file.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/common/expected.h"
+
+namespace cpbench {
+
+// The experiments/ folder of the source tree this binary was built from.
+std::filesystem::path default_experiments_dir();
+
+// Registered experiment names, sorted.
+std::vector<std::string> list_experiments(const std::filesystem::path& experiments_dir);
+
+struct SpecRef {
+  std::filesystem::path file;
+  std::string name;  // registry name, or the file's stem for a spec outside experiments/
+};
+
+// A registered name ("megatron_ptdp/table1") or a path to a spec file.
+Expected<SpecRef> resolve_experiment(const std::string& name_or_file, const std::filesystem::path& experiments_dir);
+
+}  // namespace cpbench

@@ -1,0 +1,245 @@
+#include "core/experiment/results.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <set>
+#include <sstream>
+
+#include <unistd.h>
+
+namespace cpbench {
+namespace {
+
+std::string run_command(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, f)) out += buf;
+  pclose(f);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+json point_json(const PointConfig& p, const PointResult& r) {
+  json j;
+  j["id"] = p.id;
+  if (!p.case_name.empty()) j["case"] = p.case_name;
+  j["params"] = p.params;
+  j["strategy"] = p.label;
+  j["status"] = r.status;
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  json m = json::object();
+  for (const auto& [k, v] : r.metrics) m[k] = number_or_null(v);
+  j["metrics"] = m;
+  return j;
+}
+
+std::optional<double> metric_of(const Spec& spec, const PointResults& results, const Selector& s,
+                                const std::string& metric, std::string* note) {
+  for (size_t i = 0; i < spec.points.size(); ++i) {
+    if (!s.matches(spec.points[i])) continue;
+    if (!results[i]) {
+      *note = spec.points[i].id + " has not run";
+      return std::nullopt;
+    }
+    if (results[i]->status != "ok") {
+      *note = spec.points[i].id + " is " + results[i]->status + ": " + results[i]->reason;
+      return std::nullopt;
+    }
+    auto it = results[i]->metrics.find(metric);
+    if (it == results[i]->metrics.end()) {
+      *note = spec.points[i].id + " did not report " + metric;
+      return std::nullopt;
+    }
+    return it->second;
+  }
+  *note = "no point selected";
+  return std::nullopt;
+}
+
+json selector_json(const Selector& s) {
+  json j = json::object();
+  if (!s.case_name.empty()) j["case"] = s.case_name;
+  if (!s.strategy.empty()) j["strategy"] = s.strategy;
+  if (!s.params.empty()) j["params"] = s.params;
+  return j;
+}
+
+void judge(const PublishedValue& pv, Comparison& c) {
+  if (!c.reproduced) return;
+  double rep = *c.reproduced;
+  if (pv.published != 0) c.rel_error = (rep - pv.published) / pv.published;
+  if (pv.judge_direction) {
+    c.pass = (rep > 1) == (pv.published > 1);
+    c.note = "judged on direction (which side of 1)";
+  } else if (pv.tolerance_abs >= 0) {
+    c.pass = std::fabs(rep - pv.published) <= pv.tolerance_abs;
+  } else if (pv.tolerance_rel >= 0 && c.rel_error) {
+    c.pass = std::fabs(*c.rel_error) <= pv.tolerance_rel;
+  }
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+std::string format_double(double x) {
+  if (!std::isfinite(x)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", x);
+  return buf;
+}
+
+}  // namespace
+
+Provenance current_provenance(uint64_t seed) {
+  Provenance p;
+  std::string src = CPBENCH_SOURCE_DIR;
+  p.git_commit = run_command("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
+  if (p.git_commit.empty()) p.git_commit = "unknown";
+  p.dirty = !run_command("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+  p.build_type = CPBENCH_BUILD_TYPE;
+  p.cpbench_version = CPBENCH_VERSION;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  p.host = host;
+  std::time_t now = std::time(nullptr);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  p.started_utc = ts;
+  p.seed = seed;
+  return p;
+}
+
+std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults& results) {
+  std::vector<Comparison> out;
+  for (const auto& pv : spec.published) {
+    if (pv.kind == "ratio") {
+      Comparison c{pv.label, pv.metric, pv.kind, pv.published, {}, {}, {}, "", json::object()};
+      c.select = {{"numerator", selector_json(pv.select)}, {"denominator", selector_json(pv.denominator)}};
+      std::string note;
+      auto num = metric_of(spec, results, pv.select, pv.metric, &note);
+      auto den = num ? metric_of(spec, results, pv.denominator, pv.metric, &note) : std::nullopt;
+      if (num && den && *den != 0) c.reproduced = *num / *den;
+      else c.note = note.empty() ? "denominator is zero" : note;
+      judge(pv, c);
+      out.push_back(std::move(c));
+      continue;
+    }
+    // A value: one comparison per selected point (several when a grid or strategies fan out).
+    for (size_t i = 0; i < spec.points.size(); ++i) {
+      const auto& p = spec.points[i];
+      if (!pv.select.matches(p)) continue;
+      Selector exact{p.case_name, p.label, p.params};
+      Comparison c{pv.label, pv.metric, pv.kind, pv.published, {}, {}, {}, "", selector_json(exact)};
+      std::string note;
+      c.reproduced = metric_of(spec, results, exact, pv.metric, &note);
+      if (!c.reproduced) c.note = note;
+      judge(pv, c);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+json results_to_json(const Spec& spec, const Provenance& prov, const PointResults& results) {
+  json j;
+  j["schema_version"] = kResultsSchemaVersion;
+  j["experiment"] = spec.name;
+  j["spec"] = spec.resolved;
+  j["provenance"] = {{"git_commit", prov.git_commit}, {"dirty", prov.dirty}, {"build_type", prov.build_type},
+                     {"host", prov.host}, {"started_utc", prov.started_utc},
+                     {"cpbench_version", prov.cpbench_version}, {"seed", prov.seed}};
+  json points = json::array();
+  for (size_t i = 0; i < spec.points.size(); ++i)
+    if (results[i]) points.push_back(point_json(spec.points[i], *results[i]));
+  j["points"] = points;
+  json comps = json::array();
+  for (const auto& c : compute_comparisons(spec, results)) {
+    json cj = {{"label", c.label}, {"metric", c.metric}, {"kind", c.kind}, {"published", c.published},
+               {"reproduced", c.reproduced ? number_or_null(*c.reproduced) : json(nullptr)},
+               {"rel_error", c.rel_error ? number_or_null(*c.rel_error) : json(nullptr)},
+               {"pass", c.pass ? json(*c.pass) : json(nullptr)}, {"select", c.select}};
+    if (!c.note.empty()) cj["note"] = c.note;
+    comps.push_back(cj);
+  }
+  j["comparisons"] = comps;
+  return j;
+}
+
+std::string results_to_csv(const Spec& spec, const PointResults& results) {
+  // Columns: identity, grid axes, status, the spec's metrics first, then any others sorted.
+  std::vector<std::string> axes;
+  if (!spec.points.empty())
+    for (const auto& [k, v] : spec.points.front().params.items()) axes.push_back(k);
+  std::vector<std::string> metrics = spec.metrics;
+  std::set<std::string> extra;
+  for (const auto& r : results)
+    if (r)
+      for (const auto& [k, v] : r->metrics)
+        if (std::find(metrics.begin(), metrics.end(), k) == metrics.end()) extra.insert(k);
+  metrics.insert(metrics.end(), extra.begin(), extra.end());
+
+  std::ostringstream out;
+  out << "id,case";
+  for (const auto& a : axes) out << ',' << csv_escape(a);
+  out << ",strategy,status,reason";
+  for (const auto& m : metrics) out << ',' << m;
+  out << '\n';
+  for (size_t i = 0; i < spec.points.size(); ++i) {
+    if (!results[i]) continue;
+    const auto& p = spec.points[i];
+    const auto& r = *results[i];
+    out << csv_escape(p.id) << ',' << csv_escape(p.case_name);
+    for (const auto& a : axes) {
+      const json& v = p.params[a];
+      out << ',' << csv_escape(v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    out << ',' << csv_escape(p.label) << ',' << r.status << ',' << csv_escape(r.reason);
+    for (const auto& m : metrics) {
+      auto it = r.metrics.find(m);
+      out << ',' << (it == r.metrics.end() ? "" : format_double(it->second));
+    }
+    out << '\n';
+  }
+  return out.str();
+}
+
+Status write_results(const std::filesystem::path& dir, const Spec& spec, const Provenance& prov,
+                     const PointResults& results) {
+  auto s = write_file_atomic(dir / "results.json", results_to_json(spec, prov, results).dump(2) + "\n");
+  if (!s) return s;
+  return write_file_atomic(dir / "results.csv", results_to_csv(spec, results));
+}
+
+Expected<PointResults> load_finished_points(const std::filesystem::path& results_json, const Spec& spec) {
+  PointResults out(spec.points.size());
+  if (!std::filesystem::exists(results_json)) return out;
+  auto j = load_json_file(results_json);
+  if (!j) return j.errors();
+  if (!j->contains("spec") || (*j)["spec"] != spec.resolved)
+    return Error{results_json.string(), "/spec",
+                 "--resume: this results file was written for a different spec (or other --set values); "
+                 "run without --resume to replace it, or choose another --out"};
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < spec.points.size(); ++i) index[spec.points[i].id] = i;
+  for (const auto& pj : j->value("points", json::array())) {
+    auto it = index.find(pj.value("id", ""));
+    std::string status = pj.value("status", "");
+    if (it == index.end() || (status != "ok" && status != "infeasible")) continue;  // errors re-run
+    PointResult r{it->first, status, pj.value("reason", ""), {}};
+    for (const auto& [k, v] : pj.value("metrics", json::object()).items())
+      if (v.is_number()) r.metrics[k] = v.get<double>();
+    out[it->second] = r;
+  }
+  return out;
+}
+
+}  // namespace cpbench

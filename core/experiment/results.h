@@ -1,0 +1,66 @@
+// results.h — the results contract (DESIGN.md, schema_version 1): one record per point, written
+// as results.json and results.csv from the same structs, atomically after every finished point.
+// Requires: spec.h. Points are always written in the spec's expansion order, whatever order
+// they finished in, so the same spec and seed give the same file (provenance timestamps aside).
+// Note: --resume reads back the finished points of an earlier run of the same resolved spec.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/experiment/spec.h"
+
+namespace cpbench {
+
+inline constexpr int kResultsSchemaVersion = 1;
+
+struct PointResult {
+  std::string id;
+  std::string status;  // "ok" | "infeasible" | "error"
+  std::string reason;
+  std::map<std::string, double> metrics;
+};
+
+struct Provenance {
+  std::string git_commit;
+  bool dirty = false;
+  std::string build_type;
+  std::string host;
+  std::string started_utc;
+  std::string cpbench_version;
+  uint64_t seed = 1;
+};
+
+// What the running binary and its source tree are (git read at run time from the source dir).
+Provenance current_provenance(uint64_t seed);
+
+struct Comparison {
+  std::string label, metric, kind;
+  double published = 0;
+  std::optional<double> reproduced;  // empty when a point it needs is not ok
+  std::optional<double> rel_error;   // (reproduced − published) / published
+  std::optional<bool> pass;          // empty when the spec states no tolerance
+  std::string note;                  // why there is no reproduction, or what was judged
+  json select;                       // the selector(s) used, for readers
+};
+
+// results[i] belongs to spec.points[i]; an empty slot is a point not run yet.
+using PointResults = std::vector<std::optional<PointResult>>;
+
+std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults& results);
+
+json results_to_json(const Spec& spec, const Provenance& prov, const PointResults& results);
+std::string results_to_csv(const Spec& spec, const PointResults& results);
+
+// Writes DIR/results.json and DIR/results.csv atomically.
+Status write_results(const std::filesystem::path& dir, const Spec& spec, const Provenance& prov,
+                     const PointResults& results);
+
+// Finished points (ok or infeasible) of an earlier results.json for the same resolved spec;
+// an error when the file belongs to a different spec (nothing is overwritten then).
+Expected<PointResults> load_finished_points(const std::filesystem::path& results_json, const Spec& spec);
+
+}  // namespace cpbench

@@ -1,0 +1,201 @@
+#include "core/experiment/runner.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include "core/experiment/metrics.h"
+#include "core/strategies/strategy.h"
+
+namespace cpbench {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kTagPoint = 7301;
+
+std::string sanitize(const std::string& id) {
+  std::string s;
+  for (char c : id) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') ? c : '_';
+  return s;
+}
+
+json result_to_wire(size_t index, const PointResult& r) {
+  return {{"index", index}, {"id", r.id}, {"status", r.status}, {"reason", r.reason}, {"metrics", r.metrics}};
+}
+
+std::pair<size_t, PointResult> result_from_wire(const json& j) {
+  PointResult r{j["id"], j["status"], j["reason"], j["metrics"].get<std::map<std::string, double>>()};
+  return {j["index"].get<size_t>(), r};
+}
+
+// Progress on stderr: a bar with points done/total and ETA on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(std::string name, size_t total, size_t already_done)
+      : name_(std::move(name)), total_(total), done_(already_done), tty_(isatty(STDERR_FILENO)),
+        start_(std::chrono::steady_clock::now()), start_done_(already_done) {}
+
+  void point_done(const std::string& id, const std::string& status) {
+    ++done_;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    size_t ran = done_ - start_done_;
+    double eta = ran ? elapsed / ran * (total_ - done_) : 0;
+    if (tty_) {
+      constexpr int kWidth = 30;
+      int filled = total_ ? static_cast<int>(kWidth * done_ / total_) : kWidth;
+      std::fprintf(stderr, "\r%s [%s%s] %zu/%zu  ETA %.0fs ", name_.c_str(), std::string(filled, '#').c_str(),
+                   std::string(kWidth - filled, '.').c_str(), done_, total_, eta);
+      if (done_ == total_) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "%s: [%zu/%zu] %s %s (ETA %.0fs)\n", name_.c_str(), done_, total_, id.c_str(),
+                   status.c_str(), eta);
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string name_;
+  size_t total_, done_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  size_t start_done_;
+};
+
+}  // namespace
+
+PointResult run_point(const PointConfig& point, const fs::path& trace_path) {
+  PointResult r{point.id, "ok", "", {}};
+  if (auto why = check_parallel_config(point.parallel); !why.empty()) {
+    r.status = "infeasible";
+    r.reason = why;
+    return r;
+  }
+  const StrategyInfo* strategy = find_strategy(point.strategy);
+  if (!strategy) {
+    r.status = "error";
+    r.reason = "unknown strategy " + point.strategy;
+    return r;
+  }
+  try {
+    const auto& w = point.workload;
+    GlobalBatch batch = make_global_batch(
+        w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed});
+    StrategyInput in{point.cluster, point.model, point.parallel, batch, point.flops_definition, trace_path};
+    StrategyOutcome out = strategy->run(in);
+    r.status = out.status;
+    r.reason = out.reason;
+    r.metrics = std::move(out.metrics);
+    for (const auto& [k, v] : r.metrics) {
+      if (!find_metric(k)) {
+        r.status = "error";
+        r.reason = "strategy " + point.strategy + " reported unknown metric " + k;
+      }
+    }
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = std::string("exception: ") + e.what();
+  }
+  return r;
+}
+
+Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options) {
+  int mpi_on = 0, rank = 0, size = 1;
+  MPI_Initialized(&mpi_on);
+  if (mpi_on) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+  const fs::path dir = options.out_dir / spec.name;
+  PointResults results(spec.points.size());
+  // Every rank reads the same file, so all agree on which points remain.
+  if (options.resume) {
+    auto loaded = load_finished_points(dir / "results.json", spec);
+    if (!loaded) return loaded.errors();
+    results = *loaded;
+  }
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (!results[i]) todo.push_back(i);
+  std::vector<size_t> mine;
+  for (size_t k = 0; k < todo.size(); ++k)
+    if (static_cast<int>(k % size) == rank) mine.push_back(todo[k]);
+
+  Provenance prov = current_provenance(spec.seed);
+  std::optional<Progress> progress;
+  if (rank == 0) {
+    progress.emplace(spec.name, spec.points.size(), spec.points.size() - todo.size());
+    if (auto s = write_results(dir, spec, prov, results); !s) return s.errors();
+  }
+
+  // Worker threads evaluate this rank's points; only the main thread touches MPI and the files.
+  std::mutex mu;
+  std::deque<std::pair<size_t, PointResult>> finished;
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next++) < mine.size();) {
+      size_t i = mine[k];
+      fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
+      PointResult r = run_point(spec.points[i], trace);
+      std::lock_guard<std::mutex> lock(mu);
+      finished.emplace_back(i, std::move(r));
+    }
+  };
+  int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
+
+  size_t local_left = mine.size();
+  size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
+  Status io_status = ok_status();
+  auto record = [&](size_t i, PointResult r) {
+    std::string status = r.status;
+    results[i] = std::move(r);
+    if (io_status) io_status = write_results(dir, spec, prov, results);
+    progress->point_done(spec.points[i].id, status);
+  };
+  while (local_left > 0 || remote_left > 0) {
+    bool idle = true;
+    std::deque<std::pair<size_t, PointResult>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      batch.swap(finished);
+    }
+    for (auto& [i, r] : batch) {
+      idle = false;
+      --local_left;
+      if (rank == 0) {
+        record(i, std::move(r));
+      } else {
+        std::string wire = result_to_wire(i, r).dump();
+        MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
+        results[i] = std::move(r);
+      }
+    }
+    while (rank == 0 && remote_left > 0) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kTagPoint, MPI_COMM_WORLD, &flag, &st);
+      if (!flag) break;
+      int count = 0;
+      MPI_Get_count(&st, MPI_CHAR, &count);
+      std::string wire(count, '\0');
+      MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      auto [i, r] = result_from_wire(json::parse(wire));
+      --remote_left;
+      idle = false;
+      record(i, std::move(r));
+    }
+    if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (auto& t : threads) t.join();
+  if (!io_status) return io_status.errors();
+  return results;
+}
+
+}  // namespace cpbench

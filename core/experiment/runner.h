@@ -1,0 +1,30 @@
+// runner.h — runs the points of a spec: threads within a process (--jobs), points spread over MPI
+// ranks when launched under mpirun, results written by rank 0 after every finished point.
+// Requires: MPI initialised by the caller when running under a launcher (apps/ does it).
+// Note: a strategy that throws turns its point into status "error"; the sweep goes on.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "core/experiment/results.h"
+#include "core/experiment/spec.h"
+
+namespace cpbench {
+
+struct RunOptions {
+  std::filesystem::path out_dir;  // results go to out_dir/<spec name>/
+  int jobs = 1;                   // worker threads per process
+  bool resume = false;            // skip points an earlier run of the same spec finished
+  bool trace = false;             // write a timeline per point under out_dir/<name>/traces/
+};
+
+// Evaluates one point: checks the layout, samples the batch, runs the strategy.
+PointResult run_point(const PointConfig& point, const std::filesystem::path& trace_path);
+
+// Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
+// ranks return their own share. Errors are I/O or --resume mismatches, never a failing point.
+Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options);
+
+}  // namespace cpbench

@@ -1,0 +1,127 @@
+#include "core/experiment/show.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace cpbench {
+namespace {
+
+std::string fmt(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+std::string cell(const json& v) {
+  if (v.is_null()) return "-";
+  if (v.is_number()) return fmt(v.get<double>());
+  if (v.is_boolean()) return v.get<bool>() ? "yes" : "NO";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+// A fixed-width table: text columns left-aligned, numbers right-aligned.
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  auto numeric = [](const std::string& s) {
+    return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-' || s[0] == '+');
+  };
+  std::ostringstream out;
+  auto line = [&](const std::vector<std::string>& r) {
+    for (size_t c = 0; c < r.size(); ++c) {
+      std::string pad(width[c] - r[c].size(), ' ');
+      out << (c ? "  " : "") << (numeric(r[c]) && c > 0 ? pad + r[c] : r[c] + pad);
+    }
+    out << '\n';
+  };
+  line(header);
+  std::vector<std::string> rule;
+  for (size_t w : width) rule.push_back(std::string(w, '-'));
+  line(rule);
+  for (const auto& r : rows) line(r);
+  return out.str();
+}
+
+}  // namespace
+
+Expected<std::string> format_results(const json& j, const std::string& file) {
+  if (!j.is_object() || j.value("schema_version", 0) != 1)
+    return Error{file, "/schema_version", "expected a cpbench results file with schema_version 1"};
+  std::ostringstream out;
+  const json& spec = j.value("spec", json::object());
+  out << "# " << j.value("experiment", "?") << " — " << spec.value("description", "") << "\n";
+  const json& prov = j.value("provenance", json::object());
+  out << "# commit " << prov.value("git_commit", "?").substr(0, 12) << (prov.value("dirty", false) ? " (dirty)" : "")
+      << ", " << prov.value("build_type", "?") << ", seed " << prov.value("seed", 0) << ", "
+      << prov.value("started_utc", "?") << "\n\n";
+
+  // Points: case, grid axes, strategy, status, then the spec's metrics.
+  std::vector<std::string> metrics;
+  for (const auto& m : spec.value("metrics", json::array())) metrics.push_back(m.get<std::string>());
+  std::vector<std::string> axes;
+  bool has_case = false;
+  for (const auto& p : j.value("points", json::array())) {
+    has_case |= p.contains("case");
+    for (const auto& [k, v] : p.value("params", json::object()).items())
+      if (std::find(axes.begin(), axes.end(), k) == axes.end()) axes.push_back(k);
+  }
+  std::vector<std::string> header;
+  if (has_case) header.push_back("case");
+  header.insert(header.end(), axes.begin(), axes.end());
+  header.push_back("strategy");
+  header.push_back("status");
+  header.insert(header.end(), metrics.begin(), metrics.end());
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> reasons;
+  for (const auto& p : j.value("points", json::array())) {
+    std::vector<std::string> r;
+    if (has_case) r.push_back(p.value("case", ""));
+    for (const auto& a : axes) r.push_back(cell(p.value("params", json::object()).value(a, json(nullptr))));
+    r.push_back(p.value("strategy", ""));
+    r.push_back(p.value("status", ""));
+    for (const auto& m : metrics) r.push_back(cell(p.value("metrics", json::object()).value(m, json(nullptr))));
+    rows.push_back(r);
+    if (p.value("status", "") != "ok") reasons.push_back(p.value("id", "") + ": " + p.value("reason", ""));
+  }
+  out << table(header, rows);
+  for (const auto& r : reasons) out << "  " << r << "\n";
+
+  const json& comps = j.value("comparisons", json::array());
+  if (!comps.empty()) {
+    out << "\npublished vs reproduced\n";
+    std::vector<std::vector<std::string>> crow;
+    std::map<std::string, std::pair<double, int>> mean_abs;  // metric -> (Σ|err|, n)
+    int passed = 0, judged = 0;
+    for (const auto& c : comps) {
+      const json& err = c.value("rel_error", json(nullptr));
+      std::string err_s = err.is_number() ? fmt(100 * err.get<double>()) + "%" : "-";
+      if (err.is_number()) {
+        auto& [sum, n] = mean_abs[c.value("metric", "")];
+        sum += std::fabs(err.get<double>());
+        ++n;
+      }
+      const json& pass = c.value("pass", json(nullptr));
+      if (pass.is_boolean()) {
+        ++judged;
+        passed += pass.get<bool>();
+      }
+      crow.push_back({c.value("label", ""), c.value("metric", ""), cell(c.value("published", json(nullptr))),
+                      cell(c.value("reproduced", json(nullptr))), err_s, cell(pass), c.value("note", "")});
+    }
+    out << table({"label", "metric", "published", "reproduced", "rel.err", "pass", "note"}, crow);
+    for (const auto& [metric, se] : mean_abs)
+      out << "mean |rel.err| of " << metric << ": " << fmt(100 * se.first / se.second) << "% over " << se.second
+          << " values\n";
+    if (judged) out << passed << "/" << judged << " within the spec's tolerance\n";
+  }
+  return out.str();
+}
+
+}  // namespace cpbench

@@ -1,0 +1,504 @@
+#include "core/experiment/spec.h"
+
+#include <set>
+
+#include "core/experiment/metrics.h"
+#include "core/strategies/strategy.h"
+
+namespace cpbench {
+namespace {
+
+namespace fs = std::filesystem;
+using Origins = std::map<std::string, Error>;
+
+// Keys of a spec that describe one point; cases, grid axes, strategy entries and --set may
+// override them. Every other top-level key describes the experiment as a whole.
+const std::vector<std::string> kPointKeys = {"hardware", "model", "workload", "parallel",
+                                             "flops_definition"};
+
+bool is_point_key(const std::string& k) {
+  for (const auto& p : kPointKeys)
+    if (p == k) return true;
+  return false;
+}
+
+std::vector<std::string> split_dotted(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '.') {
+      parts.push_back(path.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  return parts;
+}
+
+std::string pointer_of_path(const std::vector<std::string>& parts) {
+  std::string p;
+  for (const auto& s : parts) p = json_pointer_append(p, s);
+  return p;
+}
+
+void forget_origins_under(Origins& origins, const std::string& ptr) {
+  for (auto it = origins.lower_bound(ptr + "/"); it != origins.end() && it->first.rfind(ptr + "/", 0) == 0;)
+    it = origins.erase(it);
+}
+
+// Applies `patch` onto `target`: objects merge key by key, anything else replaces. Records, for
+// every value it replaces, where the new value was written.
+void merge_into(json& target, const json& patch, const std::string& target_ptr, const Error& patch_at,
+                Origins& origins) {
+  for (const auto& [k, v] : patch.items()) {
+    std::string tp = json_pointer_append(target_ptr, k);
+    Error at{patch_at.file, json_pointer_append(patch_at.pointer, k), ""};
+    if (v.is_object() && target.contains(k) && target[k].is_object()) {
+      merge_into(target[k], v, tp, at, origins);
+    } else {
+      target[k] = v;
+      forget_origins_under(origins, tp);
+      origins[tp] = at;
+    }
+  }
+}
+
+// Sets a dotted path ("parallel.tp") inside a point; "" on success, else why not.
+std::string set_dotted(json& point, const std::string& path, const json& value, const Error& at,
+                       Origins& origins) {
+  auto parts = split_dotted(path);
+  for (const auto& p : parts)
+    if (p.empty()) return "\"" + path + "\" is not a dotted path like \"parallel.tp\"";
+  if (!is_point_key(parts[0]))
+    return "\"" + parts[0] + "\" is not a per-point key (expected hardware, model, workload, parallel or flops_definition)";
+  json* node = &point;
+  std::vector<std::string> walked;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    walked.push_back(parts[i]);
+    json& next = (*node)[parts[i]];
+    if (next.is_null()) next = json::object();
+    if (!next.is_object())
+      return "cannot set \"" + path + "\": " + pointer_of_path(walked) + " is " + json_type_name(next) +
+             ", not an object (name a preset's field only after writing the preset inline)";
+    node = &next;
+  }
+  (*node)[parts.back()] = value;
+  std::string ptr = pointer_of_path(parts);
+  forget_origins_under(origins, ptr);
+  origins[ptr] = at;
+  return "";
+}
+
+std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+std::vector<std::string> preset_names(const fs::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Loads presets by name once per spec, and remembers the ones used for the resolved spec.
+class Presets {
+ public:
+  explicit Presets(fs::path dir) : dir_(std::move(dir)) {}
+
+  template <class T, class LoadFn, class ParseFn>
+  T resolve(JsonObject& o, const std::string& key, const std::string& kind, std::map<std::string, Expected<T>>& cache,
+            LoadFn load, ParseFn parse, const fs::path& inline_base, std::string* name_out) {
+    const json* v = o.raw(key);
+    if (!v) {
+      o.error(key, "missing required key \"" + key + "\" (a " + kind + " preset name or an object)");
+      return T{};
+    }
+    if (v->is_object()) {
+      if (name_out) *name_out = "inline";
+      JsonObject sub(*v, o.pointer_of(key), o.diag());
+      return parse(sub, inline_base);
+    }
+    if (!v->is_string()) {
+      o.error(key, "expected a " + kind + " preset name or an object, got " + json_type_name(*v));
+      return T{};
+    }
+    std::string name = v->get<std::string>();
+    if (name_out) *name_out = name;
+    fs::path file = dir_ / kind_folder(kind) / (name + ".json");
+    if (name.find('/') != std::string::npos || !fs::exists(file)) {
+      std::string known;
+      for (const auto& n : preset_names(dir_ / kind_folder(kind))) known += (known.empty() ? "" : ", ") + n;
+      o.error(key, "unknown " + kind + " preset \"" + name + "\" (known: " + known + ")");
+      return T{};
+    }
+    auto it = cache.find(name);
+    if (it == cache.end()) {
+      it = cache.emplace(name, load(file)).first;
+      auto raw = load_json_file(file);
+      if (raw) used_[kind_folder(kind)][name] = *raw;
+    }
+    if (!it->second) {
+      o.diag().add(it->second.errors());
+      return T{};
+    }
+    return *it->second;
+  }
+
+  json used() const { return used_; }
+  std::map<std::string, Expected<ClusterSpec>> hardware;
+  std::map<std::string, Expected<ModelShape>> models;
+  std::map<std::string, Expected<LengthProfile>> datasets;
+
+ private:
+  static std::string kind_folder(const std::string& kind) {
+    return kind == "hardware" ? "hardware" : kind == "model" ? "models" : "datasets";
+  }
+  fs::path dir_;
+  json used_ = json::object();
+};
+
+WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& spec_dir) {
+  WorkloadConfig wl;
+  wl.dataset = presets.resolve<LengthProfile>(
+      w, "dataset", "dataset", presets.datasets, [](const fs::path& f) { return load_length_profile(f); },
+      [](JsonObject& o, const fs::path& base) { return parse_length_profile(o, base); }, spec_dir,
+      &wl.dataset_name);
+  constexpr int64_t kMaxTokens = int64_t{1} << 50;
+  wl.global_batch_sequences = w.integer_or("global_batch_sequences", 0, 1, 1 << 30);
+  wl.global_batch_tokens = w.integer_or("global_batch_tokens", 0, 1, kMaxTokens);
+  if ((wl.global_batch_sequences > 0) == (wl.global_batch_tokens > 0) && w.diag().ok())
+    w.error("global_batch_sequences", "give exactly one of global_batch_sequences and global_batch_tokens");
+  wl.min_length = w.integer_or("min_length", wl.dataset.min_length, 1, kMaxTokens);
+  wl.max_length = w.integer_or("max_length", wl.dataset.max_length, 1, kMaxTokens);
+  if (wl.min_length > wl.max_length && w.diag().ok())
+    w.error("max_length", "expected max_length ≥ min_length (" + std::to_string(wl.min_length) + "), got " +
+                              std::to_string(wl.max_length));
+  wl.seed = static_cast<uint64_t>(w.integer_or("seed", 1, 0, INT64_MAX));
+  w.finish();
+  return wl;
+}
+
+Selector parse_selector(JsonObject& o, const std::set<std::string>& cases, const std::set<std::string>& labels) {
+  Selector s;
+  s.case_name = o.string_or("case", "");
+  if (!s.case_name.empty() && !cases.count(s.case_name)) o.error("case", "no case is named \"" + s.case_name + "\"");
+  s.strategy = o.string_or("strategy", "");
+  if (!s.strategy.empty() && !labels.count(s.strategy))
+    o.error("strategy", "no strategy entry is labelled \"" + s.strategy + "\"");
+  if (const json* p = o.raw("params")) {
+    if (p->is_object()) s.params = *p;
+    else o.error("params", "expected an object of grid axis -> value, got " + json_type_name(*p));
+  }
+  return s;
+}
+
+void parse_tolerance(JsonObject& o, PublishedValue& pv) {
+  pv.tolerance_rel = o.number_or("rel", -1, 0, 1e9);
+  pv.tolerance_abs = o.number_or("abs", -1, 0, 1e30);
+  o.finish();
+}
+
+void check_metric(JsonObject& o, const std::string& key, const std::string& metric) {
+  if (!metric.empty() && !find_metric(metric)) o.error(key, "unknown metric \"" + metric + "\" (see docs/experiments.md)");
+}
+
+}  // namespace
+
+bool Selector::matches(const PointConfig& p) const {
+  if (!case_name.empty() && case_name != p.case_name) return false;
+  if (!strategy.empty() && strategy != p.label) return false;
+  for (const auto& [k, v] : params.items())
+    if (!p.params.contains(k) || p.params[k] != v) return false;
+  return true;
+}
+
+Expected<Spec> load_spec(const fs::path& file, const std::string& name, const SpecOptions& options) {
+  auto raw = load_json_file(file);
+  if (!raw) return raw.errors();
+  const std::string fname = file.string();
+  Diagnostics diag(fname);
+  JsonObject root(*raw, "", diag);
+  Spec spec;
+  spec.name = name;
+  spec.file = file;
+
+  root.string("description");
+  root.string_or("source", "");
+  if (auto plot = root.object_opt("plot")) {
+    plot->string_or("x", "");
+    if (const json* y = plot->raw("y"); y && !y->is_array()) plot->error("y", "expected an array of metric names");
+    plot->choice_or("kind", "line", {"line", "bar"});
+    plot->boolean_or("logx", false);
+    plot->boolean_or("logy", false);
+    plot->string_or("series", "");
+    plot->finish();
+  }
+
+  // The base point: the per-point keys of the spec itself.
+  json base = json::object();
+  Origins base_origins;
+  for (const auto& k : kPointKeys)
+    if (const json* v = root.raw(k)) base[k] = *v;
+
+  // --set key=value: applied to every point after cases, grid and strategy overrides.
+  json overrides = json::object();
+  for (const auto& [key, text] : options.sets) {
+    json v = json::parse(text, nullptr, false);
+    if (v.is_discarded()) v = text;  // a bare word is a string
+    overrides[key] = v;
+  }
+
+  // Strategies.
+  struct StrategyEntry { std::string name, label; json set; size_t index; };
+  std::vector<StrategyEntry> entries;
+  std::set<std::string> labels;
+  const json& strategies_json = root.array("strategies");
+  if (root.has("strategies") && strategies_json.empty()) root.error("strategies", "expected at least one strategy");
+  for (size_t i = 0; i < strategies_json.size(); ++i) {
+    std::string ptr = json_pointer_append("/strategies", i);
+    StrategyEntry e{"", "", json::object(), i};
+    if (strategies_json[i].is_string()) {
+      e.name = strategies_json[i].get<std::string>();
+    } else {
+      JsonObject so(strategies_json[i], ptr, diag);
+      e.name = so.string("name");
+      e.label = so.string_or("label", "");
+      if (const json* s = so.raw("set")) {
+        if (s->is_object()) e.set = *s;
+        else so.error("set", "expected an object of dotted path -> value");
+      }
+      so.finish();
+    }
+    if (e.label.empty()) e.label = e.name;
+    if (!e.name.empty() && !find_strategy(e.name)) {
+      std::string known;
+      for (const auto& s : strategies()) known += (known.empty() ? "" : ", ") + s.name;
+      diag.error(strategies_json[i].is_string() ? ptr : json_pointer_append(ptr, "name"),
+                 "unknown strategy \"" + e.name + "\" (known: " + known + ")");
+    }
+    if (!labels.insert(e.label).second)
+      diag.error(ptr, "two strategy entries are labelled \"" + e.label + "\"; give each a distinct \"label\"");
+    entries.push_back(std::move(e));
+  }
+
+  // Cases: overrides of the base point, each named; a case may carry published values.
+  struct CaseEntry { std::string name; json patch; json published; size_t index; };
+  std::vector<CaseEntry> cases;
+  std::set<std::string> case_names;
+  if (const json* cj = root.raw("cases")) {
+    if (!cj->is_array() || cj->empty()) {
+      root.error("cases", "expected a non-empty array of objects");
+    } else {
+      for (size_t i = 0; i < cj->size(); ++i) {
+        std::string ptr = json_pointer_append("/cases", i);
+        const json& c = (*cj)[i];
+        if (!c.is_object()) {
+          diag.error(ptr, "expected an object, got " + json_type_name(c));
+          continue;
+        }
+        CaseEntry e{"", json::object(), json::object(), i};
+        for (const auto& [k, v] : c.items()) {
+          if (k == "name") {
+            if (v.is_string() && !v.get<std::string>().empty()) e.name = v.get<std::string>();
+            else diag.error(json_pointer_append(ptr, "name"), "expected a non-empty string");
+          } else if (k == "published") {
+            if (v.is_object()) e.published = v;
+            else diag.error(json_pointer_append(ptr, "published"), "expected an object of metric -> value");
+          } else if (is_point_key(k)) {
+            e.patch[k] = v;
+          } else {
+            diag.error(json_pointer_append(ptr, k), "unknown key \"" + k +
+                       "\" in a case (expected \"name\", \"published\", hardware, model, workload, parallel or flops_definition)");
+          }
+        }
+        if (!c.contains("name")) diag.error(ptr, "missing required key \"name\"");
+        if (!e.name.empty() && !case_names.insert(e.name).second)
+          diag.error(json_pointer_append(ptr, "name"), "two cases are named \"" + e.name + "\"");
+        cases.push_back(std::move(e));
+      }
+    }
+  }
+  if (cases.empty()) cases.push_back({"", json::object(), json::object(), 0});
+
+  // Grid: cartesian product of axes (dotted paths), expanded row-major in key order.
+  std::vector<std::pair<std::string, json>> axes;
+  if (auto grid = root.object_opt("grid")) {
+    for (const auto& [axis, values] : raw->at("grid").items()) {
+      grid->raw(axis);
+      if (!values.is_array() || values.empty()) grid->error(axis, "expected a non-empty array of values");
+      else axes.emplace_back(axis, values);
+    }
+    grid->finish();
+  }
+
+  // Metrics to report.
+  for (const auto& m : root.array("metrics")) {
+    if (!m.is_string() || !find_metric(m.get<std::string>())) {
+      diag.error("/metrics", "unknown metric " + m.dump() + " (see docs/experiments.md for the list)");
+      continue;
+    }
+    spec.metrics.push_back(m.get<std::string>());
+  }
+  const json* published_json = root.raw("published");
+  root.finish();
+  if (!diag.ok()) return diag.errors();
+
+  // Expand and resolve every point.
+  Presets presets(options.experiments_dir);
+  const fs::path spec_dir = file.parent_path();
+  size_t combos = 1;
+  for (const auto& a : axes) combos *= a.second.size();
+  for (const auto& c : cases) {
+    for (size_t g = 0; g < combos; ++g) {
+      for (const auto& st : entries) {
+        json point = base;
+        Origins origins;
+        merge_into(point, c.patch, "", Error{fname, json_pointer_append("/cases", c.index), ""}, origins);
+        PointConfig pc;
+        pc.case_name = c.name;
+        pc.params = json::object();
+        std::string id = c.name.empty() ? "" : "case=" + c.name;
+        size_t rest = g;
+        std::vector<size_t> idx(axes.size());
+        for (size_t a = axes.size(); a-- > 0;) {
+          idx[a] = rest % axes[a].second.size();
+          rest /= axes[a].second.size();
+        }
+        for (size_t a = 0; a < axes.size(); ++a) {
+          const auto& [axis, values] = axes[a];
+          const json& v = values[idx[a]];
+          Error at{fname, json_pointer_append(json_pointer_append("/grid", axis), idx[a]), ""};
+          if (auto why = set_dotted(point, axis, v, at, origins); !why.empty()) diag.error(at.pointer, why);
+          pc.params[axis] = v;
+          id += (id.empty() ? "" : "/") + axis + "=" + value_text(v);
+        }
+        for (const auto& [path, v] : st.set.items()) {
+          Error at{fname, json_pointer_append(json_pointer_append(json_pointer_append("/strategies", st.index), "set"), path), ""};
+          if (auto why = set_dotted(point, path, v, at, origins); !why.empty()) diag.error(at.pointer, why);
+        }
+        for (const auto& [path, v] : overrides.items()) {
+          Error at{"command line", "--set " + path, ""};
+          if (auto why = set_dotted(point, path, v, at, origins); !why.empty()) diag.add(Errors{{{"command line", "--set " + path, why}}});
+        }
+        pc.strategy = st.name;
+        pc.label = st.label;
+        pc.id = id + (id.empty() ? "" : "/") + "strategy=" + st.label;
+        if (!diag.ok()) return diag.errors();
+
+        Diagnostics pd(fname);
+        pd.set_origins(&origins);
+        JsonObject po(point, "", pd);
+        pc.cluster = presets.resolve<ClusterSpec>(
+            po, "hardware", "hardware", presets.hardware, [](const fs::path& f) { return load_hardware(f); },
+            [](JsonObject& o, const fs::path&) { return parse_hardware(o); }, spec_dir, nullptr);
+        pc.model = presets.resolve<ModelShape>(
+            po, "model", "model", presets.models, [](const fs::path& f) { return load_model(f); },
+            [](JsonObject& o, const fs::path&) { return parse_model(o); }, spec_dir, nullptr);
+        JsonObject wo = po.object("workload");
+        pc.workload = parse_workload(wo, presets, spec_dir);
+        JsonObject pa = po.object("parallel");
+        pc.parallel = parse_parallel_config(pa);
+        pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
+        po.finish();
+        if (!pd.ok()) {
+          // The same mistake shows in every point; report it once.
+          Errors unique;
+          std::set<std::string> seen;
+          for (const auto& e : pd.errors().list)
+            if (seen.insert(e.str()).second) unique.list.push_back(e);
+          return unique;
+        }
+        if (pc.workload.seed != 0 && spec.points.empty()) spec.seed = pc.workload.seed;
+        spec.points.push_back(std::move(pc));
+      }
+    }
+  }
+
+  // Published values: per case, and in the spec's "published" section.
+  for (const auto& c : cases) {
+    for (const auto& [metric, v] : c.published.items()) {
+      std::string ptr = json_pointer_append(json_pointer_append(json_pointer_append("/cases", c.index), "published"), metric);
+      if (!find_metric(metric)) diag.error(ptr, "unknown metric \"" + metric + "\"");
+      else if (!v.is_number()) diag.error(ptr, "expected a number, got " + json_type_name(v));
+      else spec.published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false});
+    }
+  }
+  std::map<std::string, PublishedValue> default_tolerance;
+  if (published_json) {
+    JsonObject pub(*published_json, "/published", diag);
+    pub.string_or("source", "");
+    if (auto tol = pub.object_opt("tolerance")) {
+      for (const auto& [metric, t] : published_json->at("tolerance").items()) {
+        tol->raw(metric);
+        if (!find_metric(metric)) tol->error(metric, "unknown metric \"" + metric + "\"");
+        JsonObject to(t, tol->pointer_of(metric), diag);
+        parse_tolerance(to, default_tolerance[metric]);
+      }
+      tol->finish();
+    }
+    if (pub.has("values")) {
+      const json& values = pub.array("values");
+      for (size_t i = 0; i < values.size(); ++i) {
+        JsonObject vo(values[i], json_pointer_append("/published/values", i), diag);
+        PublishedValue pv;
+        pv.kind = "value";
+        pv.metric = vo.string("metric");
+        check_metric(vo, "metric", pv.metric);
+        pv.published = vo.number("value", -1e300, 1e300);
+        pv.label = vo.string_or("label", pv.metric);
+        pv.select = parse_selector(vo, case_names, labels);
+        if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
+        vo.finish();
+        spec.published.push_back(pv);
+      }
+    }
+    if (pub.has("ratios")) {
+      const json& ratios = pub.array("ratios");
+      for (size_t i = 0; i < ratios.size(); ++i) {
+        JsonObject ro(ratios[i], json_pointer_append("/published/ratios", i), diag);
+        PublishedValue pv;
+        pv.kind = "ratio";
+        pv.metric = ro.string("metric");
+        check_metric(ro, "metric", pv.metric);
+        pv.published = ro.number("value", 0, 1e300);
+        pv.label = ro.string("label");
+        JsonObject num = ro.object("numerator");
+        pv.select = parse_selector(num, case_names, labels);
+        num.finish();
+        JsonObject den = ro.object("denominator");
+        pv.denominator = parse_selector(den, case_names, labels);
+        den.finish();
+        if (auto t = ro.object_opt("tolerance")) parse_tolerance(*t, pv);
+        pv.judge_direction = ro.choice_or("judge", "tolerance", {"tolerance", "direction"}) == "direction";
+        ro.finish();
+        spec.published.push_back(pv);
+      }
+    }
+    pub.finish();
+  }
+  // Every published value must select points that exist; a ratio needs exactly one of each.
+  for (size_t i = 0; i < spec.published.size(); ++i) {
+    auto& pv = spec.published[i];
+    if (pv.tolerance_rel < 0 && pv.tolerance_abs < 0 && default_tolerance.count(pv.metric)) {
+      pv.tolerance_rel = default_tolerance[pv.metric].tolerance_rel;
+      pv.tolerance_abs = default_tolerance[pv.metric].tolerance_abs;
+    }
+    auto count = [&](const Selector& s) {
+      size_t n = 0;
+      for (const auto& p : spec.points) n += s.matches(p);
+      return n;
+    };
+    size_t n = count(pv.select);
+    if (n == 0 || (pv.kind == "ratio" && (n != 1 || count(pv.denominator) != 1)))
+      diag.error("/published", "\"" + pv.label + "\": " +
+                 (pv.kind == "ratio" ? "numerator and denominator must each select exactly one point"
+                                     : "selects no point"));
+  }
+  if (!diag.ok()) return diag.errors();
+
+  spec.resolved = *raw;
+  if (!overrides.empty()) spec.resolved["overrides"] = overrides;
+  spec.resolved["presets"] = presets.used();
+  return spec;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,89 @@
+// spec.h — experiment specs: strict parsing, preset resolution, and expansion of
+// cases × grid × strategies into fully resolved points.
+// Requires: the hardware, model, workload, plan and strategies modules. Every error names the file
+// and the JSON pointer the user has to edit (a value set by a case, a grid axis or --set is traced
+// back to where it was written). The format is documented in docs/experiments.md.
+// Note: a spec that parses may still hold points that cannot run (sizes that do not divide, out of
+// memory); those become results with status "infeasible", not errors.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/common/json_reader.h"
+#include "core/hardware/hardware.h"
+#include "core/model/model.h"
+#include "core/plan/parallel_config.h"
+#include "core/workload/batch.h"
+#include "core/workload/length_profile.h"
+
+namespace cpbench {
+
+struct WorkloadConfig {
+  std::string dataset_name;        // preset name, or "inline"
+  LengthProfile dataset;
+  int64_t global_batch_sequences = 0;  // exactly one of these two is > 0
+  int64_t global_batch_tokens = 0;
+  int64_t min_length = 0;          // clamp applied to the sampled lengths
+  int64_t max_length = 0;
+  uint64_t seed = 1;
+};
+
+// One run of one strategy on one configuration.
+struct PointConfig {
+  std::string id;         // "case=1.7B/parallel.micro_batch_size=2/strategy=ptdp"
+  std::string case_name;  // "" when the spec has no cases
+  json params;            // grid axis -> value (an object; empty without a grid)
+  std::string strategy;   // registered strategy name
+  std::string label;      // the strategy entry's label (defaults to its name)
+  ClusterSpec cluster;
+  ModelShape model;
+  WorkloadConfig workload;
+  ParallelConfig parallel;
+  std::string flops_definition;  // "sc21" | "megatron" | "kwai"
+};
+
+// Picks points: every given field must match.
+struct Selector {
+  std::string case_name;  // "" = any
+  std::string strategy;   // label; "" = any
+  json params = json::object();  // subset of a point's params
+  bool matches(const PointConfig& p) const;
+};
+
+// A published number and how to compare the reproduction with it.
+struct PublishedValue {
+  std::string label;
+  std::string metric;
+  std::string kind;      // "value": a metric of the selected point(s); "ratio": numerator / denominator
+  double published = 0;
+  Selector select;       // the point(s) for "value"; the numerator for "ratio"
+  Selector denominator;  // "ratio" only
+  double tolerance_rel = -1;  // |rel_error| allowed; < 0 = not judged by tolerance
+  double tolerance_abs = -1;  // |reproduced − published| allowed
+  bool judge_direction = false;  // ratio: pass when on the same side of 1 as the published one
+};
+
+struct Spec {
+  std::string name;                 // registry name (path under experiments/ without .json)
+  std::filesystem::path file;
+  json resolved;                    // the spec as run: --set applied, presets it used inlined
+  std::vector<PointConfig> points;  // in expansion order: cases, then grid (row-major), strategies
+  std::vector<std::string> metrics; // what to report, in order
+  std::vector<PublishedValue> published;
+  uint64_t seed = 1;                // the base workload seed, for provenance
+};
+
+struct SpecOptions {
+  std::filesystem::path experiments_dir;                  // where presets live
+  std::vector<std::pair<std::string, std::string>> sets;  // --set key=value, applied last
+};
+
+// Loads, validates and expands a spec. On any error nothing is returned but the errors.
+Expected<Spec> load_spec(const std::filesystem::path& file, const std::string& name,
+                         const SpecOptions& options);
+
+}  // namespace cpbench

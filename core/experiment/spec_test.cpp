@@ -1,0 +1,196 @@
+// spec_test.cpp — spec parsing: a valid spec expands as documented; each kind of bad input is an
+// error that names the file and the JSON pointer to edit.
+#include "core/experiment/spec.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/experiment/registry.h"
+
+namespace cpbench {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cpbench_spec_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A small valid spec; `edit` changes it before it is written.
+  fs::path write(const std::function<void(json&)>& edit = [](json&) {}) {
+    json j = {
+        {"description", "test"},
+        {"hardware", "a100_80gb_dgx"},
+        {"model", "gpt_1.7b"},
+        {"workload", {{"dataset", "fixed_2048"}, {"global_batch_sequences", 64}}},
+        {"parallel", {{"num_gpus", 8}, {"tp", 2}}},
+        {"strategies", {"analytical", {{"name", "analytical"}, {"label", "tp4"}, {"set", {{"parallel.tp", 4}}}}}},
+        {"cases", {{{"name", "small"}}, {{"name", "big"}, {"model", "gpt_3.6b"}, {"published", {{"params_b", 3.6}}}}}},
+        {"grid", {{"parallel.micro_batch_size", {1, 2, 4}}}},
+        {"metrics", {"params_b"}},
+    };
+    edit(j);
+    fs::path f = dir_ / "spec.json";
+    std::ofstream(f) << j.dump(2);
+    return f;
+  }
+
+  Expected<Spec> load(const fs::path& f, std::vector<std::pair<std::string, std::string>> sets = {}) {
+    return load_spec(f, "test/spec", SpecOptions{default_experiments_dir(), std::move(sets)});
+  }
+
+  // The single error's text; fails the test when loading succeeded.
+  std::string error_of(const Expected<Spec>& s) {
+    EXPECT_FALSE(s.ok());
+    return s.ok() ? "" : s.error_str();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SpecTest, ValidSpecExpandsCasesGridAndStrategies) {
+  auto f = write();
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  ASSERT_EQ(spec->points.size(), 2u * 3u * 2u);
+  const auto& p0 = spec->points[0];
+  EXPECT_EQ(p0.id, "case=small/parallel.micro_batch_size=1/strategy=analytical");
+  EXPECT_EQ(p0.parallel.tp, 2);
+  EXPECT_EQ(p0.parallel.micro_batch_size, 1);
+  EXPECT_EQ(p0.model.hidden, 2304);
+  EXPECT_EQ(spec->points[1].label, "tp4");
+  EXPECT_EQ(spec->points[1].parallel.tp, 4);  // the strategy entry's set
+  const auto& last = spec->points.back();
+  EXPECT_EQ(last.case_name, "big");
+  EXPECT_EQ(last.model.hidden, 3072);
+  EXPECT_EQ(last.parallel.micro_batch_size, 4);
+  EXPECT_EQ(last.params["parallel.micro_batch_size"], 4);
+  // The case's published value becomes one comparison per selected point.
+  ASSERT_EQ(spec->published.size(), 1u);
+  EXPECT_EQ(spec->published[0].select.case_name, "big");
+  // The resolved spec carries the presets it used.
+  EXPECT_TRUE(spec->resolved["presets"]["models"].contains("gpt_3.6b"));
+}
+
+TEST_F(SpecTest, SetOverridesEveryPointAndIsRecorded) {
+  auto spec = load(write(), {{"parallel.num_gpus", "16"}, {"workload.seed", "7"}});
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  for (const auto& p : spec->points) {
+    EXPECT_EQ(p.parallel.num_gpus, 16);
+    EXPECT_EQ(p.workload.seed, 7u);
+  }
+  EXPECT_EQ(spec->resolved["overrides"]["parallel.num_gpus"], 16);
+}
+
+TEST_F(SpecTest, MisspelledTopLevelKey) {
+  auto f = write([](json& j) { j["metric"] = j["metrics"]; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /metric: unknown key \"metric\""), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, MisspelledKeyInsideACaseNamesTheCase) {
+  auto f = write([](json& j) { j["cases"][1]["parallel"] = {{"tpp", 2}}; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /cases/1/parallel/tpp: unknown key"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, WrongType) {
+  auto f = write([](json& j) { j["parallel"]["tp"] = "two"; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /parallel/tp: expected an integer"), std::string::npos) << e;
+  EXPECT_NE(e.find("got a string"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, ImpossibleValue) {
+  auto f = write([](json& j) { j["parallel"]["num_gpus"] = 0; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/parallel/num_gpus: expected an integer in [1,"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, WrongTypeFromAGridValueNamesTheGridEntry) {
+  auto f = write([](json& j) { j["grid"]["parallel.micro_batch_size"][2] = 2.5; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /grid/parallel.micro_batch_size/2: expected an integer"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, UnknownPreset) {
+  auto f = write([](json& j) { j["hardware"] = "a100_80gb_dgxx"; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /hardware: unknown hardware preset \"a100_80gb_dgxx\" (known: "), std::string::npos) << e;
+  EXPECT_NE(e.find("a100_80gb_dgx,"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, UnknownPresetInACase) {
+  auto f = write([](json& j) { j["cases"][0]["model"] = "gpt_9b"; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /cases/0/model: unknown model preset \"gpt_9b\""), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, InlinePresetErrorsPointInsideIt) {
+  auto f = write([](json& j) {
+    auto m = load_json_file(default_experiments_dir() / "models" / "gpt_1.7b.json");
+    (*m)["layerz"] = 3;
+    j["model"] = *m;
+  });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /model/layerz: unknown key"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, UnknownStrategy) {
+  auto f = write([](json& j) { j["strategies"][0] = "ringg"; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/strategies/0: unknown strategy \"ringg\" (known: analytical"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, UnknownMetric) {
+  auto f = write([](json& j) { j["metrics"] = {"tflops"}; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/metrics: unknown metric \"tflops\""), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, BadSetNamesTheCommandLine) {
+  auto e = error_of(load(write(), {{"parallel.tp", "\"x\""}}));
+  EXPECT_NE(e.find("command line: --set parallel.tp: expected an integer"), std::string::npos) << e;
+  e = error_of(load(write(), {{"metrics", "[]"}}));
+  EXPECT_NE(e.find("command line: --set metrics: \"metrics\" is not a per-point key"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, PublishedSelectorMustMatch) {
+  auto f = write([](json& j) {
+    j["published"] = {{"values", {{{"metric", "params_b"}, {"value", 1.7}, {"case", "medium"}}}}};
+  });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/published/values/0/case: no case is named \"medium\""), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, BatchSizeGivenTwice) {
+  auto f = write([](json& j) { j["workload"]["global_batch_tokens"] = 4096; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/workload/global_batch_sequences: give exactly one of"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, InvalidJsonNamesLineAndColumn) {
+  fs::path f = dir_ / "broken.json";
+  std::ofstream(f) << "{\n  \"description\": \"x\",\n  \"model\": ,\n}";
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": invalid JSON at line 3"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, EveryRegisteredExperimentLoads) {
+  auto names = list_experiments(default_experiments_dir());
+  ASSERT_FALSE(names.empty());
+  for (const auto& n : names) {
+    auto ref = resolve_experiment(n, default_experiments_dir());
+    ASSERT_TRUE(ref.ok()) << ref.error_str();
+    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}});
+    EXPECT_TRUE(spec.ok()) << n << ": " << spec.error_str();
+  }
+}
+
+}  // namespace
+}  // namespace cpbench

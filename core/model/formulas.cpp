@@ -1,0 +1,138 @@
+#include "core/model/formulas.h"
+
+namespace cpbench {
+
+// ---- Parameters -------------------------------------------------------------------------
+
+ParamCount param_count(const ModelShape& m, int64_t seq_length) {
+  const double h = static_cast<double>(m.hidden);
+  const double kv = static_cast<double>(m.kv_dim());
+  const double ffn = static_cast<double>(m.ffn_hidden);
+  const double norm = m.norm == "layernorm" ? 2 * h : h;  // LayerNorm has a bias, RMSNorm not
+
+  double attention = h * h + 2 * h * kv + h * h;  // Q, K, V (GQA narrows K and V), output
+  double mlp = (m.gated_mlp ? 3 : 2) * h * ffn;   // gate + up + down, or fc1 + fc2
+  if (m.bias) {
+    attention += h + 2 * kv + h;
+    mlp += (m.gated_mlp ? 2 * ffn : ffn) + h;
+  }
+
+  ParamCount p;
+  p.per_layer = attention + mlp + 2 * norm;
+  p.layers_total = static_cast<double>(m.layers) * p.per_layer;
+  p.embedding = static_cast<double>(m.vocab) * h;
+  p.position = m.position_embedding == "learned" ? static_cast<double>(seq_length) * h : 0;
+  p.output_layer = m.tied_embeddings ? 0 : static_cast<double>(m.vocab) * h;
+  p.final_norm = norm;
+  return p;
+}
+
+double params_exact(const ModelShape& m, int64_t seq_length) {
+  return param_count(m, seq_length).total();
+}
+
+double params_sc21(const ModelShape& m, int64_t seq_length) {
+  const double l = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  const double V = static_cast<double>(m.vocab), s = static_cast<double>(seq_length);
+  return 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+}
+
+// ---- FLOPs ------------------------------------------------------------------------------
+
+double linear_flops_per_token_per_layer(const ModelShape& m) {
+  const double h = static_cast<double>(m.hidden);
+  const double kv = static_cast<double>(m.kv_dim());
+  const double ffn = static_cast<double>(m.ffn_hidden);
+  const double weights = 2 * h * h + 2 * h * kv + (m.gated_mlp ? 3 : 2) * h * ffn;
+  return 2 * weights;
+}
+
+double attention_flops_per_layer(const ModelShape& m, double sum_sq_tokens, bool causal) {
+  // QKᵀ: 2·L·L·(a·d) and attention·V: 2·L·L·(a·d) with a·d = h; GQA shares K/V between query
+  // heads but every query head still does its own products.
+  const double full = 4 * static_cast<double>(m.hidden) * sum_sq_tokens;
+  return causal ? full / 2 : full;
+}
+
+double logits_flops_per_token(const ModelShape& m) {
+  return 2 * static_cast<double>(m.hidden) * static_cast<double>(m.vocab);
+}
+
+double flops_per_iteration_sc21(const ModelShape& m, int64_t batch, int64_t seq_length,
+                                bool full_recompute) {
+  const double B = static_cast<double>(batch), s = static_cast<double>(seq_length);
+  const double l = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  const double V = static_cast<double>(m.vocab);
+  if (full_recompute) return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+}
+
+double flops_varlen(const ModelShape& m, double sum_tokens, double sum_sq_tokens,
+                    Recompute recompute, bool causal) {
+  // Forward passes charged per layer: 1 forward + 2 (backward) + 1 if recomputed.
+  const double linear_passes = recompute == Recompute::full ? 4 : 3;
+  const double attention_passes = recompute == Recompute::none ? 3 : 4;
+  const double per_layer = linear_passes * linear_flops_per_token_per_layer(m) * sum_tokens +
+                           attention_passes * attention_flops_per_layer(m, sum_sq_tokens, causal);
+  // The output layer sits outside the checkpointed layers: never recomputed.
+  const double logits = 3 * logits_flops_per_token(m) * sum_tokens;
+  return static_cast<double>(m.layers) * per_layer + logits;
+}
+
+double flops_per_token_kwai(const ModelShape& m, int64_t seq_length) {
+  const double l = static_cast<double>(m.layers), h = static_cast<double>(m.hidden);
+  const double g = static_cast<double>(m.kv_heads), a = static_cast<double>(m.heads);
+  const double H = static_cast<double>(m.ffn_hidden), V = static_cast<double>(m.vocab);
+  const double s = static_cast<double>(seq_length);
+  return 6 * l * (2 * h * h + 2 * h * h * g / a + 3 * h * H) + 6 * h * V + 6 * l * s * h;
+}
+
+// ---- Memory -----------------------------------------------------------------------------
+
+double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
+                                  int tp, bool sequence_parallel, Recompute recompute) {
+  const double s = static_cast<double>(seq_length), b = static_cast<double>(micro_batch);
+  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
+  const double t = static_cast<double>(tp);
+  const double sbh = s * b * h;
+  // 5as²b: softmax output (2as²b), its dropout mask (as²b) and dropout output (2as²b).
+  const double scores = 5 * a * s / h;
+
+  switch (recompute) {
+    case Recompute::full:
+      return sequence_parallel ? 2 * sbh / t : 2 * sbh;
+    case Recompute::selective:
+      // The attention scores are recomputed; what remains is 34sbh, of which 24sbh is inside
+      // the TP regions and 10sbh (LayerNorms, dropouts, their inputs) is sharded only by SP.
+      return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24 / t);
+    case Recompute::none:
+      return sequence_parallel ? (sbh / t) * (34 + scores) : sbh * (10 + 24 / t + scores / t);
+  }
+  return 0;
+}
+
+double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
+                                       int tp, int cp, KwaiCheckpointing checkpointing) {
+  const double s = static_cast<double>(seq_length), b = static_cast<double>(micro_batch);
+  const double h = static_cast<double>(m.hidden), H = static_cast<double>(m.ffn_hidden);
+  const double gqa = static_cast<double>(m.kv_heads) / static_cast<double>(m.heads);
+  const double shard = s * b * h / (static_cast<double>(tp) * static_cast<double>(cp));
+  switch (checkpointing) {
+    case KwaiCheckpointing::none:
+      return (12 + 4 * gqa + 8 * H / h) * shard;
+    case KwaiCheckpointing::balanced:
+      // The element-wise outputs between GEMMs are recomputed, not kept: the two RMSNorm
+      // outputs (4sh) and the SwiGLU intermediates (4sH).
+      return (8 + 4 * gqa + 4 * H / h) * shard;
+    case KwaiCheckpointing::full:
+      return 2 * shard;
+  }
+  return 0;
+}
+
+double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer) {
+  if (!distributed_optimizer) return 18 * params_per_gpu;
+  return (6 + 12 / static_cast<double>(dp)) * params_per_gpu;
+}
+
+}  // namespace cpbench

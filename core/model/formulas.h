@@ -1,0 +1,113 @@
+// formulas.h — parameter counts, training FLOPs, activation memory and weight/optimizer memory
+// of a transformer, each in the form its paper publishes plus an exact count from the shapes.
+// Requires: model.h. All results are doubles (FLOPs of a 1T model overflow nothing, but sums of
+// squared lengths over a batch exceed int64 for long contexts).
+// Note: letters as in model.h. Activation memory assumes 16-bit activations (bytes, not elements).
+#pragma once
+
+#include <cstdint>
+
+#include "core/model/model.h"
+
+namespace cpbench {
+
+// What is recomputed in the backward pass. selective = Korthikanti et al.'s selective
+// recomputation: the attention core (QKᵀ, softmax, dropout, ·V) is recomputed, GEMM outputs kept.
+enum class Recompute { none, selective, full };
+
+// Kwai (ATC'24) checkpointing modes: balanced = "GEMM-last" recompute of the element-wise ops
+// between GEMMs (RMSNorm, SwiGLU), no GEMM or attention recomputed.
+enum class KwaiCheckpointing { none, balanced, full };
+
+// ---- Parameters -------------------------------------------------------------------------
+
+// Exact parameter count by part, for placing the embedding and output layer on pipeline stages.
+struct ParamCount {
+  double per_layer = 0;     // one transformer layer: attention, MLP, biases, its two norms
+  double embedding = 0;     // V·h word embedding
+  double position = 0;      // s·h learned position table (0 with RoPE)
+  double output_layer = 0;  // V·h when untied, 0 when tied to the embedding
+  double final_norm = 0;    // the norm after the last layer
+  double layers_total = 0;  // l · per_layer
+  double total() const { return layers_total + embedding + position + output_layer + final_norm; }
+};
+
+// Counted from the shapes: Q and output projections h·h each, K and V h·(g·h/a) each (GQA),
+// MLP 2·h·H or 3·h·H when gated, biases if `bias` (Q/K/V, out, MLP), LayerNorm 2h (weight and
+// bias) or RMSNorm h per norm, two norms per layer plus a final one.
+ParamCount param_count(const ModelShape& m, int64_t seq_length);
+double params_exact(const ModelShape& m, int64_t seq_length);
+
+// SC'21 closed form (Narayanan et al., SC'21, §5.1): P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)).
+// It assumes a GPT layer (MHA, H = 4h, biases, LayerNorm) and tied embeddings, and leaves out
+// the final LayerNorm: params_exact = params_sc21 + 2h for such shapes.
+double params_sc21(const ModelShape& m, int64_t seq_length);
+
+// ---- FLOPs ------------------------------------------------------------------------------
+// A multiply-add is 2 FLOPs. Backward costs twice the forward (gradients of inputs and weights).
+
+// Forward FLOPs of one layer's linear layers for one token: 2·(2h² + 2h·g·h/a + (2|3)·h·H).
+double linear_flops_per_token_per_layer(const ModelShape& m);
+// Forward FLOPs of one layer's attention core (QKᵀ and attention·V) for sequences with
+// Σ L² = sum_sq_tokens: 4·h·ΣL², halved when causal (L²/2 pairs, the convention of Kwai's MFU
+// and Megatron's causal FLOPs; the diagonal's L/2 is dropped).
+double attention_flops_per_layer(const ModelShape& m, double sum_sq_tokens, bool causal);
+// Forward FLOPs of the output layer (logits) for one token: 2·h·V.
+double logits_flops_per_token(const ModelShape& m);
+
+// SC'21 FLOPs per iteration (Narayanan et al., SC'21, §5.1), attention counted full (not
+// halved for the causal mask), biases/norms/softmax ignored:
+//   full_recompute: 96·B·s·l·h²·(1 + s/(6h) + V/(16lh))   (what Table 1's TFLOP/s uses)
+//   otherwise:      72·B·s·l·h²·(1 + s/(6h) + V/(12lh))   (Korthikanti et al.'s model FLOPs)
+double flops_per_iteration_sc21(const ModelShape& m, int64_t batch, int64_t seq_length,
+                                bool full_recompute);
+
+// FLOPs of one training iteration over a packed batch of variable-length sequences, Megatron's
+// accounting generalised to GQA and gated MLPs: linear layers and logits scale with
+// Σ L = sum_tokens, attention with Σ L² = sum_sq_tokens (each sequence attends only to itself).
+// Forward + backward = 3× forward; full recompute adds one forward of every layer (not of the
+// logits); selective adds one forward of the attention core only. causal = false counts full
+// attention, which is the SC'21 convention: with every L = s and B sequences,
+// flops_varlen(m, B·s, B·s², full, false) == flops_per_iteration_sc21(m, B, s, true) on GPTs.
+// Note: Korthikanti et al. publish hardware FLOPs with selective recompute as
+// 72BLsh²(1 + s/(3h) + V/(12hL)), which charges the attention core twice more (+2.7% on GPT-3);
+// here the recompute costs exactly one extra forward of QKᵀ and attention·V (+0.9% on GPT-3).
+double flops_varlen(const ModelShape& m, double sum_tokens, double sum_sq_tokens,
+                    Recompute recompute, bool causal);
+
+// Kwai's MFU FLOPs per token (Yuan et al., ATC'24; references/kwai.md), as published:
+//   6·l·(2h² + 2h²·g/a + 3·h·H) + 6·h·V + 6·l·s·h
+// (linear ×6 for forward + backward, causal attention as half of 12·l·s·h, recompute not
+// counted). The 3·h·H term assumes a gated MLP, as all of Kwai's models have.
+double flops_per_token_kwai(const ModelShape& m, int64_t seq_length);
+
+// ---- Memory -----------------------------------------------------------------------------
+
+// Activation bytes one layer keeps for the backward pass, Korthikanti et al. (arXiv 2205.05198)
+// Table 2, 16-bit activations, with dropout, for a GPT layer (MHA, H = 4h, LayerNorm):
+//   tp = 1, none:               s·b·h·(34 + 5as/h)
+//   TP, none:                   s·b·h·(10 + 24/t + 5as/(h·t))
+//   TP + SP, none:              (s·b·h/t)·(34 + 5as/h)
+//   TP, selective:              s·b·h·(10 + 24/t)
+//   TP + SP, selective:         34·s·b·h/t
+//   full:                       2·s·b·h (layer input only), 2·s·b·h/t with SP (the input lives
+//                               in the sequence-parallel region, sharded over t)
+// Breakdown: attention 11sbh + 5as²b, MLP 19sbh, two LayerNorms 4sbh. Requires tp >= 1.
+double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
+                                  int tp, bool sequence_parallel, Recompute recompute);
+
+// Kwai's per-layer activation bytes (Yuan et al., ATC'24; references/kwai.md): bf16,
+// FlashAttention, no dropout, SP over t and CP over c:
+//   none:     (12 + 4g/a + 8H/h)·s·b·h/(t·c)
+//   balanced: (8 + 4g/a + 4H/h)·s·b·h/(t·c)
+//   full:     2·s·b·h/(t·c) (the layer input only)
+double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch,
+                                       int64_t seq_length, int tp, int cp,
+                                       KwaiCheckpointing checkpointing);
+
+// Weights, gradients and Adam state with mixed precision (Korthikanti et al. §2; ZeRO):
+// 18 bytes per parameter (fp16 weight 2 + fp32 gradient 4 + fp32 master, momentum, variance
+// 12), or 6 + 12/d bytes when the distributed optimizer shards the 12 over d data-parallel ranks.
+double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer);
+
+}  // namespace cpbench

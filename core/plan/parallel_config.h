@@ -1,0 +1,43 @@
+// parallel_config.h — the step-level layout of a training iteration: TP, PP (schedule, virtual
+// chunks), DP, CP, micro-batch size, recompute and the overlap switches.
+// Requires: core/common/json_reader.h. dp is derived (num_gpus / (tp·pp·cp)); a layout whose sizes
+// do not divide is reported by `check_parallel_config` as a reason string (a point `infeasible`),
+// not as an input error: the JSON is valid, the configuration just cannot run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/common/json_reader.h"
+
+namespace cpbench {
+
+struct ParallelConfig {
+  int64_t num_gpus = 1;
+  int64_t tp = 1;                    // tensor-parallel size
+  int64_t pp = 1;                    // pipeline-parallel size (stages)
+  int64_t cp = 1;                    // context-parallel size
+  int64_t vp = 1;                    // model chunks per pipeline rank (interleaved 1F1B when > 1)
+  int64_t micro_batch_size = 1;      // sequences per micro-batch (b)
+  bool sequence_parallel = false;    // Megatron SP: norms/dropout split over the TP group
+  std::string recompute = "none";    // "none" | "selective" | "full" (activation checkpointing)
+  bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
+  bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass
+  bool distributed_optimizer = false;  // ZeRO-1 style optimizer-state sharding over DP
+  std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
+  int64_t max_seqlen_per_dp_cp_rank = 0;  // token cap per rank for packing / Dynamic-CP; 0 = unset
+  std::string dtype = "bf16";        // "bf16" | "fp16": both use the dense 16-bit tensor rate
+
+  int64_t model_parallel_size() const { return tp * pp * cp; }
+  // Data-parallel size; valid only when check_parallel_config() returned "".
+  int64_t dp() const { return num_gpus / model_parallel_size(); }
+};
+
+// Reads the "parallel" object of a spec. Impossible values (tp = 0, an unknown recompute mode)
+// are errors in o.diag(); sizes that do not divide are left to check_parallel_config.
+ParallelConfig parse_parallel_config(JsonObject& o);
+
+// "" when the layout can run; otherwise why not ("num_gpus 30 is not a multiple of tp·pp·cp = 8").
+std::string check_parallel_config(const ParallelConfig& p);
+
+}  // namespace cpbench

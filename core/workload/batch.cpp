@@ -1,0 +1,48 @@
+#include "core/workload/batch.h"
+
+#include <algorithm>
+
+#include "core/workload/sampling.h"
+
+namespace cpbench {
+
+int64_t GlobalBatch::total_tokens() const {
+  int64_t s = 0;
+  for (int64_t l : lengths) s += l;
+  return s;
+}
+
+double GlobalBatch::sum_sq() const {
+  double s = 0;
+  for (int64_t l : lengths) s += static_cast<double>(l) * static_cast<double>(l);
+  return s;
+}
+
+int64_t GlobalBatch::max_length() const {
+  return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+}
+
+GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& r) {
+  GlobalBatch batch;
+  if (r.sequences > 0) {
+    LengthSampler sampler(profile, r.seed, r.min_length, r.max_length, r.length_scale);
+    batch.lengths.reserve(static_cast<size_t>(r.sequences));
+    for (int64_t i = 0; i < r.sequences; ++i) batch.lengths.push_back(sampler.next());
+    return batch;
+  }
+  if (r.tokens <= 0) return batch;
+  // A sequence longer than the whole budget could never be placed: cap it at the budget.
+  int64_t max_len = std::min(r.max_length, r.tokens);
+  int64_t min_len = std::min(r.min_length, max_len);
+  LengthSampler sampler(profile, r.seed, min_len, max_len, r.length_scale);
+  int64_t total = 0;
+  for (;;) {
+    int64_t l = sampler.next();
+    if (total + l > r.tokens) break;
+    batch.lengths.push_back(l);
+    total += l;
+  }
+  return batch;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,38 @@
+// batch.h — one iteration's global batch: the sequence lengths every strategy plans for.
+// Requires: length_profile.h, sampling.h. A batch is either a number of sequences or a token
+// budget, drawn from a profile by seed; the same request always gives the same batch.
+// Note: by token budget, drawing stops before the first sequence that would overflow the budget
+// (that sequence is dropped, not cut), so total_tokens() ≤ tokens; the clamp is tightened to
+// max_length ≤ tokens so the first sequence always fits and a batch is never empty.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/workload/length_profile.h"
+
+namespace cpbench {
+
+struct GlobalBatch {
+  std::vector<int64_t> lengths;  // tokens of each sequence, in draw order
+
+  int64_t total_tokens() const;  // Σ L: what linear layers see
+  double sum_sq() const;         // Σ L²: what full (non-causal) attention scales with
+  int64_t max_length() const;    // 0 for an empty batch
+};
+
+struct BatchRequest {
+  int64_t sequences = 0;    // > 0: exactly this many sequences
+  int64_t tokens = 0;       // used when sequences == 0: a budget of tokens, see the header note
+  int64_t min_length = 1;   // clamp applied to every length (replaces the profile's clamp)
+  int64_t max_length = 1;
+  uint64_t seed = 1;
+  double length_scale = 1.0;  // multiplies each draw before clipping (DCP micro-benchmarks: 0.5–4×)
+};
+
+// Requires sequences > 0 or tokens > 0, and 1 ≤ min_length ≤ max_length. The lengths are the
+// stream of LengthSampler(profile, seed, min_length, max_length', length_scale), where max_length'
+// = min(max_length, tokens) in budget mode: batch i of a run should use its own seed.
+GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& request);
+
+}  // namespace cpbench

@@ -1,0 +1,87 @@
+// batch_test.cpp — global batches by sequence count and by token budget: exact counts, the
+// stopping rule at the budget boundary, determinism, and the batch statistics.
+#include "core/workload/batch.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "core/workload/sampling.h"
+
+namespace cpbench {
+namespace {
+
+LengthProfile lognormal_profile() {
+  LengthProfile p;
+  p.min_length = 256;
+  p.max_length = 131072;
+  p.distribution.kind = LengthKind::lognormal;
+  p.distribution.log_median = std::log(8192.0);
+  p.distribution.sigma = 1.1;
+  return p;
+}
+
+TEST(GlobalBatch, StatisticsAreExact) {
+  GlobalBatch b{{3, 1000, 7}};
+  EXPECT_EQ(b.total_tokens(), 1010);
+  EXPECT_DOUBLE_EQ(b.sum_sq(), 9 + 1e6 + 49);
+  EXPECT_EQ(b.max_length(), 1000);
+  EXPECT_EQ(GlobalBatch{}.max_length(), 0);
+}
+
+TEST(MakeGlobalBatch, BySequencesGivesExactlyThatManyFromTheSampleStream) {
+  auto p = lognormal_profile();
+  GlobalBatch b = make_global_batch(p, BatchRequest{2048, 0, 256, 131072, 17});
+  ASSERT_EQ(b.lengths.size(), 2048u);
+  EXPECT_EQ(b.lengths, sample_lengths(p, 17, 2048, 256, 131072));
+  EXPECT_EQ(make_global_batch(p, BatchRequest{2048, 0, 256, 131072, 17}).lengths, b.lengths);
+  EXPECT_NE(make_global_batch(p, BatchRequest{2048, 0, 256, 131072, 18}).lengths, b.lengths);
+}
+
+TEST(MakeGlobalBatch, ByTokensStopsBeforeTheFirstSequenceThatWouldOverflow) {
+  auto p = lognormal_profile();
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const int64_t budget = 131072;
+    GlobalBatch b = make_global_batch(p, BatchRequest{0, budget, 256, 65536, seed});
+    ASSERT_FALSE(b.lengths.empty());
+    EXPECT_LE(b.total_tokens(), budget);
+    // The batch is the stream's prefix, and the stream's next length would not have fit.
+    auto stream = sample_lengths(p, seed, b.lengths.size() + 1, 256, 65536);
+    EXPECT_TRUE(std::equal(b.lengths.begin(), b.lengths.end(), stream.begin()));
+    EXPECT_GT(b.total_tokens() + stream.back(), budget) << "seed " << seed;
+  }
+}
+
+TEST(MakeGlobalBatch, ByTokensCapsLengthsAtTheBudget) {
+  auto p = lognormal_profile();
+  // max_length 131072 > budget 4096: every sequence is capped at 4096, so the batch is never empty.
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    GlobalBatch b = make_global_batch(p, BatchRequest{0, 4096, 256, 131072, seed});
+    ASSERT_FALSE(b.lengths.empty());
+    EXPECT_LE(b.total_tokens(), 4096);
+    EXPECT_LE(b.max_length(), 4096);
+  }
+}
+
+TEST(MakeGlobalBatch, FixedLengthsFillTheBudgetByWholeSequences) {
+  LengthProfile p;
+  p.min_length = p.max_length = 2048;
+  p.distribution.kind = LengthKind::fixed;
+  p.distribution.length_tokens = 2048;
+  // 4 · 2048 = 8192 ≤ 10000 < 5 · 2048: four sequences, the fifth is dropped rather than cut.
+  GlobalBatch b = make_global_batch(p, BatchRequest{0, 10000, 2048, 2048, 1});
+  EXPECT_EQ(b.lengths, (std::vector<int64_t>{2048, 2048, 2048, 2048}));
+}
+
+TEST(MakeGlobalBatch, LengthScaleMultipliesBeforeClipping) {
+  auto p = lognormal_profile();
+  auto base = make_global_batch(p, BatchRequest{64, 0, 1, 1 << 30, 3});
+  BatchRequest doubled{64, 0, 1, 1 << 30, 3};
+  doubled.length_scale = 2.0;
+  auto scaled = make_global_batch(p, doubled);
+  for (size_t i = 0; i < base.lengths.size(); ++i)
+    EXPECT_NEAR(double(scaled.lengths[i]), 2.0 * double(base.lengths[i]), 1.0);  // each rounded once
+}
+
+}  // namespace
+}  // namespace cpbench

@@ -1,0 +1,49 @@
+// sampling.h — deterministic draws of sequence lengths from a LengthProfile.
+// Requires: length_profile.h, rng.h. Same profile, seed and clamp → the same lengths on every
+// platform (SplitMix64 and our own transforms; no std:: distribution).
+// Note: the stream is sequential, so the first k lengths of a draw of n > k equal a draw of k.
+// Each length is the continuous draw times `length_scale`, clipped to [min_length, max_length] and
+// rounded to the nearest whole token.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/workload/length_profile.h"
+#include "core/workload/rng.h"
+
+namespace cpbench {
+
+// Draws one length at a time. Each draw consumes: fixed 0 uniforms; lognormal 2 (Box–Muller);
+// pareto 1 (inverse CDF, x_m·U^(−1/alpha)); empirical 2 (a bin by count, then an integer inside
+// it); mixture 1 (the component) + the component's.
+class LengthSampler {
+ public:
+  // Requires 1 ≤ min_length ≤ max_length and length_scale > 0. The caller's clamp replaces the
+  // profile's (a workload may tighten it, or widen it when it scales lengths). The profile must
+  // outlive the sampler, unchanged.
+  LengthSampler(const LengthProfile& profile, uint64_t seed, int64_t min_length, int64_t max_length,
+                double length_scale = 1.0);
+
+  int64_t next();
+
+ private:
+  void build_tables(const LengthDistribution& d);
+  double draw(const LengthDistribution& d);
+  size_t pick(const LengthDistribution& d);
+
+  const LengthDistribution* dist_;
+  SplitMix64 rng_;
+  int64_t min_length_, max_length_;
+  double length_scale_;
+  // Cumulative weights (mixture) or counts (empirical) of each node, for a binary search.
+  std::unordered_map<const LengthDistribution*, std::vector<double>> cumulative_;
+};
+
+// n lengths clipped to [min_length, max_length]; the caller may tighten the profile's own clamp
+// (pass profile.min_length / profile.max_length to use it as is).
+std::vector<int64_t> sample_lengths(const LengthProfile& profile, uint64_t seed, size_t n, int64_t min_length,
+                                    int64_t max_length);
+
+}  // namespace cpbench

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Configures and builds cpbench into build/ (Release unless BUILD_TYPE says otherwise).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build_type=${BUILD_TYPE:-Release}
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE="$build_type" >/dev/null
+cmake --build "$root/build" -j "$(nproc)"

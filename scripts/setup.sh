@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian machine lacks to build, test and plot cpbench. Idempotent:
+# packages already present are not reinstalled, and apt-get update runs at most once.
+set -euo pipefail
+
+apt_pkgs=(cmake g++ make pkg-config
+          nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+          libopenmpi-dev openmpi-bin libmetis-dev libopenblas-dev)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# matplotlib draws the figures (scripts/plot.py); numpy comes with it.
+if ! python3 -c "import matplotlib" 2>/dev/null; then
+  echo "setup: installing matplotlib" >&2
+  python3 -m pip install --quiet matplotlib
+fi
