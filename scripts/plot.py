@@ -105,7 +105,8 @@ class Layout:
         hints = spec.get("plot") or {}
         grid = spec.get("grid") or {}
         cases = [c.get("name") for c in spec.get("cases") or []]
-        labels = [s.get("label", s.get("name")) for s in spec.get("strategies") or []]
+        labels = [s if isinstance(s, str) else s.get("label", s.get("name"))
+                  for s in spec.get("strategies") or []]
         known = {"case": cases, "strategy": labels,
                  **{axis: [hashable(x) for x in v] for axis, v in grid.items()}}
         dims = (["case"] if cases else []) + list(grid) + ["strategy"]
@@ -124,6 +125,7 @@ class Layout:
             self.kind = "bar"
         if self.kind == "line":
             self.x_values.sort()
+        self.logy = bool(hints.get("logy"))
         self.logx = hints.get("logx")
         # A sweep over >= 16x (four doublings of a sequence length) crowds a linear axis.
         if self.logx is None and self.kind == "line":
@@ -257,6 +259,8 @@ def plot_metric(results, metric):
             ax.set_xscale("log")
         ax.set_xticks(lay.x_values, [fmt(x) for x in lay.x_values])
         ax.minorticks_off()
+    if lay.logy:
+        ax.set_yscale("log")
     ax.grid(True, axis="y", alpha=0.3)
     _footer(fig, notes + reasons)
     return fig

@@ -168,6 +168,9 @@ json results_to_json(const Spec& spec, const Provenance& prov, const PointResult
                {"rel_error", c.rel_error ? number_or_null(*c.rel_error) : json(nullptr)},
                {"pass", c.pass ? json(*c.pass) : json(nullptr)}, {"select", c.select}};
     if (!c.note.empty()) cj["note"] = c.note;
+    // A value names its point at top level too, so readers (plot.py) place it without parsing selectors.
+    if (c.kind == "value")
+      for (const auto& [k, v] : c.select.items()) cj[k] = v;
     comps.push_back(cj);
   }
   j["comparisons"] = comps;
@@ -235,7 +238,8 @@ Expected<PointResults> load_finished_points(const std::filesystem::path& results
     std::string status = pj.value("status", "");
     if (it == index.end() || (status != "ok" && status != "infeasible")) continue;  // errors re-run
     PointResult r{it->first, status, pj.value("reason", ""), {}};
-    for (const auto& [k, v] : pj.value("metrics", json::object()).items())
+    const json metrics = pj.value("metrics", json::object());
+    for (const auto& [k, v] : metrics.items())
       if (v.is_number()) r.metrics[k] = v.get<double>();
     out[it->second] = r;
   }

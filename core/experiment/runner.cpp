@@ -85,7 +85,7 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path) {
   try {
     const auto& w = point.workload;
     GlobalBatch batch = make_global_batch(
-        w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed});
+        w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
     StrategyInput in{point.cluster, point.model, point.parallel, batch, point.flops_definition, trace_path};
     StrategyOutcome out = strategy->run(in);
     r.status = out.status;

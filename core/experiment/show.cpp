@@ -69,7 +69,8 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
   bool has_case = false;
   for (const auto& p : j.value("points", json::array())) {
     has_case |= p.contains("case");
-    for (const auto& [k, v] : p.value("params", json::object()).items())
+    const json params = p.value("params", json::object());
+    for (const auto& [k, v] : params.items())
       if (std::find(axes.begin(), axes.end(), k) == axes.end()) axes.push_back(k);
   }
   std::vector<std::string> header;

@@ -173,6 +173,7 @@ WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& s
     w.error("max_length", "expected max_length ≥ min_length (" + std::to_string(wl.min_length) + "), got " +
                               std::to_string(wl.max_length));
   wl.seed = static_cast<uint64_t>(w.integer_or("seed", 1, 0, INT64_MAX));
+  wl.length_scale = w.number_or("length_scale", 1.0, 1e-3, 1e3);
   w.finish();
   return wl;
 }

@@ -30,6 +30,7 @@ struct WorkloadConfig {
   int64_t min_length = 0;          // clamp applied to the sampled lengths
   int64_t max_length = 0;
   uint64_t seed = 1;
+  double length_scale = 1.0;       // multiplies every sampled length before the clamp (DCP's 0.5–4×)
 };
 
 // One run of one strategy on one configuration.

@@ -45,7 +45,8 @@ const char* mask_kind_name(MaskKind kind);
 //   shared_question:  Q = floor(f·L), a = (L−Q)/n; q < Q: causal; else [0, Q) ∪ [start of q's answer, q]
 //                     (answer j starts at Q + j·a; the last answer runs to the end)
 //   causal_blockwise: n_b = ceil(L/B), b = q/B; b = 0 or b = n_b−1: causal; else
-//                     [0, B) ∪ [max(B, q − k·B), q]
+//                     [0, B) ∪ [max(B, q − k·B), q]: the local window reaches k·B tokens back
+//                     from q, as DCP's code does, rather than to the start of block b − k
 KeyRanges mask_row(const MaskSpec& mask, int64_t L, int64_t q);
 
 // Number of allowed (q, k) pairs of a sequence of L tokens: closed form for full and causal,

@@ -1,0 +1,334 @@
+#include "core/cost/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+namespace cpbench {
+
+namespace {
+
+struct OpKeys {
+  const char* op;
+  std::vector<std::string> required;
+  std::vector<std::string> optional;
+};
+
+const std::vector<OpKeys>& op_table() {
+  static const std::vector<OpKeys> table = {
+      {"gemm", {"m", "n", "k"}, {"batch"}},
+      {"flash_attention_fwd", {"pairs", "heads", "head_dim", "mean_len"}, {}},
+      {"flash_attention_bwd", {"pairs", "heads", "head_dim", "mean_len"}, {}},
+      {"memory_bound", {"bytes"}, {}},
+      {"p2p_nvlink", {"bytes"}, {}},
+      {"p2p_network", {"bytes"}, {}},
+      {"p2p_pcie", {"bytes"}, {}},
+      {"all_reduce", {"bytes", "size", "ranks_per_node"}, {}},
+      {"all_gather", {"bytes", "size", "ranks_per_node"}, {}},
+      {"reduce_scatter", {"bytes", "size", "ranks_per_node"}, {}},
+      {"all_to_all", {"bytes", "size", "ranks_per_node"}, {}},
+      {"broadcast", {"bytes", "size", "ranks_per_node"}, {}},
+  };
+  return table;
+}
+
+const std::map<std::string, Collective>& collective_ops() {
+  static const std::map<std::string, Collective> ops = {
+      {"all_reduce", Collective::all_reduce},         {"all_gather", Collective::all_gather},
+      {"reduce_scatter", Collective::reduce_scatter}, {"all_to_all", Collective::all_to_all},
+      {"broadcast", Collective::broadcast}};
+  return ops;
+}
+
+int64_t as_int(const OpMeasurement& m, const std::string& key) {
+  return static_cast<int64_t>(std::llround(m.shape.at(key)));
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+bool parse_double(const std::string& text, double& out) {
+  std::istringstream in(text);
+  in >> out;
+  return in && in.eof() && std::isfinite(out);
+}
+
+// An op family and the constants it determines, fitted in this order; a constant is fitted by
+// the first family that has measurements sensitive to it.
+struct Family {
+  const char* name;
+  std::function<bool(const OpMeasurement&)> member;
+  std::vector<std::string> params;
+};
+
+bool crosses_nodes(const OpMeasurement& m) {
+  return m.shape.count("size") && m.shape.at("size") > m.shape.at("ranks_per_node");
+}
+
+std::vector<Family> families() {
+  auto op_is = [](std::set<std::string> ops) {
+    return [ops](const OpMeasurement& m) { return ops.count(m.op) > 0; };
+  };
+  auto collective_on = [](bool network) {
+    return [network](const OpMeasurement& m) {
+      if (collective_ops().count(m.op)) return crosses_nodes(m) == network;
+      return m.op == (network ? "p2p_network" : "p2p_nvlink");
+    };
+  };
+  return {
+      {"gemm", op_is({"gemm"}), {"gemm_peak_fraction", "gemm_tile_overhead_k", "kernel_overhead_us"}},
+      {"memory_bound", op_is({"memory_bound"}), {"hbm_efficiency", "kernel_overhead_us"}},
+      {"attention_fwd", op_is({"flash_attention_fwd"}),
+       {"attention_fwd_peak_fraction", "sfu_exp_rate_Tps", "attention_row_overhead_keys"}},
+      {"attention_bwd", op_is({"flash_attention_bwd"}),
+       {"attention_bwd_peak_fraction", "sfu_exp_rate_Tps", "attention_row_overhead_keys"}},
+      {"nvlink", collective_on(false),
+       {"nvlink_busbw_efficiency", "nvlink_step_latency_us", "nvlink_ll_step_latency_us"}},
+      {"network", collective_on(true),
+       {"network_busbw_efficiency", "network_step_latency_us", "network_ll_step_latency_us"}},
+      {"pcie", op_is({"p2p_pcie"}), {"pcie_efficiency", "pcie_latency_us"}},
+  };
+}
+
+const EfficiencyParamInfo& info_of(const std::string& key) {
+  for (const auto& info : efficiency_param_table())
+    if (key == info.key) return info;
+  return efficiency_param_table().front();  // unreachable: family keys are table keys
+}
+
+// Mean squared log error of the model with `params` over `data`.
+double log_loss(const ClusterSpec& cluster, const EfficiencyParams& params,
+                const std::vector<const OpMeasurement*>& data) {
+  const CostModel model(cluster, params);
+  double sum = 0;
+  for (const OpMeasurement* m : data) {
+    const double d = std::log(std::max(predict_time_s(model, *m), 1e-30)) - std::log(m->time_s);
+    sum += d * d;
+  }
+  return sum / double(data.size());
+}
+
+// Nelder–Mead minimization of f from x0 (standard coefficients 1, 2, 0.5, 0.5).
+std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f,
+                                std::vector<double> x0, double step, int max_evals) {
+  const size_t n = x0.size();
+  std::vector<std::vector<double>> simplex(n + 1, x0);
+  for (size_t i = 0; i < n; ++i) simplex[i + 1][i] += step;
+  std::vector<double> fx(n + 1);
+  for (size_t i = 0; i <= n; ++i) fx[i] = f(simplex[i]);
+  int evals = int(n) + 1;
+  auto along = [&](const std::vector<double>& c, const std::vector<double>& w, double t) {
+    std::vector<double> x(n);
+    for (size_t j = 0; j < n; ++j) x[j] = c[j] + t * (w[j] - c[j]);
+    return x;
+  };
+  while (evals < max_evals) {
+    std::vector<size_t> order(n + 1);
+    for (size_t i = 0; i <= n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return fx[a] < fx[b]; });
+    const size_t best = order.front(), worst = order.back(), second = order[n - 1];
+    if (fx[worst] - fx[best] < 1e-16) break;
+    std::vector<double> centroid(n, 0);
+    for (size_t i = 0; i <= n; ++i)
+      if (i != worst)
+        for (size_t j = 0; j < n; ++j) centroid[j] += simplex[i][j] / double(n);
+    const auto reflected = along(centroid, simplex[worst], -1);
+    const double fr = f(reflected);
+    ++evals;
+    if (fr < fx[best]) {
+      const auto expanded = along(centroid, simplex[worst], -2);
+      const double fe = f(expanded);
+      ++evals;
+      if (fe < fr) simplex[worst] = expanded, fx[worst] = fe;
+      else simplex[worst] = reflected, fx[worst] = fr;
+    } else if (fr < fx[second]) {
+      simplex[worst] = reflected, fx[worst] = fr;
+    } else {
+      const auto contracted = along(centroid, simplex[worst], 0.5);
+      const double fc = f(contracted);
+      ++evals;
+      if (fc < fx[worst]) {
+        simplex[worst] = contracted, fx[worst] = fc;
+      } else {
+        for (size_t i = 0; i <= n; ++i) {
+          if (i == best) continue;
+          simplex[i] = along(simplex[best], simplex[i], 0.5);
+          fx[i] = f(simplex[i]);
+          ++evals;
+        }
+      }
+    }
+  }
+  return simplex[std::min_element(fx.begin(), fx.end()) - fx.begin()];
+}
+
+// Fitting runs in log space (every constant is positive or a latency ≥ 0), clamped to bounds.
+double from_log(double u, const EfficiencyParamInfo& info) {
+  return std::clamp(std::exp(u), info.lo, info.hi);
+}
+double to_log(double v) { return std::log(std::max(v, 1e-3)); }
+
+std::string format_g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+}  // namespace
+
+std::string validate_measurement(const OpMeasurement& m) {
+  for (const auto& spec : op_table()) {
+    if (m.op != spec.op) continue;
+    for (const auto& key : spec.required)
+      if (!m.shape.count(key)) return "op \"" + m.op + "\" needs key \"" + key + "\"";
+    for (const auto& [key, value] : m.shape) {
+      const bool known = std::count(spec.required.begin(), spec.required.end(), key) ||
+                         std::count(spec.optional.begin(), spec.optional.end(), key);
+      if (!known) return "unknown key \"" + key + "\" for op \"" + m.op + "\"";
+      if (!(value > 0)) return "key \"" + key + "\" must be positive";
+    }
+    if (!(m.time_s > 0)) return "time_s must be positive";
+    return "";
+  }
+  std::string ops;
+  for (const auto& spec : op_table()) ops += (ops.empty() ? "" : ", ") + std::string(spec.op);
+  return "unknown op \"" + m.op + "\" (expected one of " + ops + ")";
+}
+
+double predict_time_s(const CostModel& model, const OpMeasurement& m) {
+  const auto& s = m.shape;
+  if (m.op == "gemm")
+    return model.gemm_s(as_int(m, "m"), as_int(m, "n"), as_int(m, "k"),
+                        s.count("batch") ? as_int(m, "batch") : 1);
+  if (m.op == "flash_attention_fwd")
+    return model.flash_attention_fwd_s(s.at("pairs"), as_int(m, "heads"), as_int(m, "head_dim"),
+                                       s.at("mean_len"));
+  if (m.op == "flash_attention_bwd")
+    return model.flash_attention_bwd_s(s.at("pairs"), as_int(m, "heads"), as_int(m, "head_dim"),
+                                       s.at("mean_len"));
+  if (m.op == "memory_bound") return model.memory_bound_s(s.at("bytes"));
+  if (m.op == "p2p_nvlink") return model.p2p_s(s.at("bytes"), Link::nvlink);
+  if (m.op == "p2p_network") return model.p2p_s(s.at("bytes"), Link::network);
+  if (m.op == "p2p_pcie") return model.p2p_s(s.at("bytes"), Link::pcie);
+  const auto it = collective_ops().find(m.op);
+  if (it == collective_ops().end()) return 0;
+  return model.collective_s(it->second, s.at("bytes"),
+                            {as_int(m, "size"), as_int(m, "ranks_per_node")});
+}
+
+Expected<std::vector<OpMeasurement>> load_measurements(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) return Error{file.string(), "", "cannot open the measurements file"};
+  Errors errors;
+  std::vector<OpMeasurement> out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string text = trim(line);
+    if (text.empty() || text[0] == '#' || (out.empty() && text == "op,shape,time_s")) continue;
+    auto fail = [&](const std::string& why) {
+      errors.list.push_back({file.string(), "", "line " + std::to_string(number) + ": " + why});
+    };
+    const auto c1 = text.find(','), c2 = text.rfind(',');
+    if (c1 == std::string::npos || c1 == c2) {
+      fail("expected op,key=value;key=value,time_s");
+      continue;
+    }
+    OpMeasurement m;
+    m.op = trim(text.substr(0, c1));
+    if (!parse_double(trim(text.substr(c2 + 1)), m.time_s)) {
+      fail("time_s is not a number: \"" + trim(text.substr(c2 + 1)) + "\"");
+      continue;
+    }
+    std::istringstream shape(text.substr(c1 + 1, c2 - c1 - 1));
+    std::string pair;
+    bool ok = true;
+    while (ok && std::getline(shape, pair, ';')) {
+      const auto eq = pair.find('=');
+      double value = 0;
+      if (eq == std::string::npos || !parse_double(trim(pair.substr(eq + 1)), value)) {
+        fail("expected key=value, got \"" + trim(pair) + "\"");
+        ok = false;
+      } else {
+        m.shape[trim(pair.substr(0, eq))] = value;
+      }
+    }
+    if (!ok) continue;
+    if (const std::string why = validate_measurement(m); !why.empty()) {
+      fail(why);
+      continue;
+    }
+    out.push_back(std::move(m));
+  }
+  if (!errors.list.empty()) return errors;
+  if (out.empty()) return Error{file.string(), "", "no measurements in the file"};
+  return out;
+}
+
+Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurement>& measurements,
+                                const std::string& measurements_file) {
+  Diagnostics diag("preset");
+  JsonObject o(preset, "", diag);
+  const ClusterSpec cluster = parse_hardware(o);
+  if (!diag.ok()) return diag.errors();
+  auto start = CostModel::create(cluster, "preset");
+  if (!start) return start.errors();
+  Errors bad;
+  for (size_t i = 0; i < measurements.size(); ++i)
+    if (const std::string why = validate_measurement(measurements[i]); !why.empty())
+      bad.list.push_back({measurements_file, "", "measurement " + std::to_string(i) + ": " + why});
+  if (!bad.list.empty()) return bad;
+
+  EfficiencyParams params = start->params();
+  std::set<std::string> fitted;
+  for (const Family& family : families()) {
+    std::vector<const OpMeasurement*> data;
+    for (const auto& m : measurements)
+      if (family.member(m)) data.push_back(&m);
+    if (data.empty()) continue;
+    // Constants not yet fitted that some measurement here responds to.
+    std::vector<const EfficiencyParamInfo*> free;
+    const double base = log_loss(cluster, params, data);
+    for (const auto& key : family.params) {
+      if (fitted.count(key)) continue;
+      const EfficiencyParamInfo& info = info_of(key);
+      bool sensitive = false;
+      for (double factor : {0.1, 0.5, 2.0, 10.0}) {
+        EfficiencyParams probe = params;
+        probe.*info.member = from_log(to_log(params.*info.member) + std::log(factor), info);
+        if (std::abs(log_loss(cluster, probe, data) - base) > 1e-12) sensitive = true;
+      }
+      if (sensitive) free.push_back(&info);
+    }
+    if (free.empty()) continue;
+    auto with = [&](const std::vector<double>& u) {
+      EfficiencyParams p = params;
+      for (size_t i = 0; i < free.size(); ++i) p.*free[i]->member = from_log(u[i], *free[i]);
+      return p;
+    };
+    auto loss = [&](const std::vector<double>& u) { return log_loss(cluster, with(u), data); };
+    std::vector<double> u;
+    for (const auto* info : free) u.push_back(to_log(params.*info->member));
+    // Restarts from the best point with a shrinking simplex escape NM's early collapse.
+    for (double step : {1.0, 0.3, 0.1, 0.03}) u = nelder_mead(loss, u, step, 600 * int(free.size()));
+    params = with(u);
+    const double rms = std::sqrt(loss(u));
+    for (const auto* info : free) {
+      fitted.insert(info->key);
+      params.sources[info->key] = "fitted by cpbench calibrate from " + measurements_file + " (" +
+                                  std::to_string(data.size()) + " measurements, rms log error " +
+                                  format_g(rms) + ")";
+    }
+  }
+  json out = preset;
+  out["efficiency"] = efficiency_to_json(params);
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,50 @@
+// calibrate.h — fits a preset's efficiency constants to measured op times (`cpbench calibrate`).
+// Requires: a preset JSON that parses as hardware with a complete "efficiency" object (its values
+// are the starting point and stay for every constant the measurements do not determine).
+// Note: least squares on log time, Nelder–Mead per op family; each fitted constant's source
+// becomes "fitted by cpbench calibrate from FILE (N measurements, rms log error x)".
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/common/expected.h"
+#include "core/cost/cost_model.h"
+
+namespace cpbench {
+
+// One measured op. `op` and the keys of `shape`:
+//   gemm                                     m, n, k, batch (optional, default 1)
+//   flash_attention_fwd, flash_attention_bwd pairs, heads, head_dim, mean_len
+//   memory_bound                             bytes
+//   p2p_nvlink, p2p_network, p2p_pcie        bytes
+//   all_reduce, all_gather, reduce_scatter,
+//   all_to_all, broadcast                    bytes, size, ranks_per_node
+struct OpMeasurement {
+  std::string op;
+  std::map<std::string, double> shape;
+  double time_s = 0;
+};
+
+// Measurements file, CSV, one op per line: `op,key=value;key=value,time_s`, e.g.
+//   gemm,m=8192;n=8192;k=8192,0.00441
+//   all_reduce,bytes=268435456;size=8;ranks_per_node=8,0.00205
+// An optional header line `op,shape,time_s`, blank lines and lines starting with '#' are
+// skipped. Errors name the file and the line; unknown ops and missing or unknown keys are errors.
+Expected<std::vector<OpMeasurement>> load_measurements(const std::filesystem::path& file);
+
+// The model's time for one measurement (the op and keys as above; checked by load_measurements).
+double predict_time_s(const CostModel& model, const OpMeasurement& m);
+
+// Checks op name and shape keys; "" when fine, else what is wrong.
+std::string validate_measurement(const OpMeasurement& m);
+
+// The preset with the fitted efficiency values. `measurements_file` names the data in the new
+// sources. Constants whose op family has no measurement, or that no measurement is sensitive
+// to (LL latency when every message is large, say), keep their value and source.
+Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurement>& measurements,
+                                const std::string& measurements_file = "measurements");
+
+}  // namespace cpbench

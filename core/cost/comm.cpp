@@ -1,0 +1,126 @@
+// comm.cpp — CostModel::p2p_s and CostModel::collective_s: α-β costs of NCCL's algorithms.
+// n = group size, r = ranks per node, N = nodes; S = bytes per rank (nccl-tests convention).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/cost/cost_model.h"
+
+namespace cpbench {
+
+namespace {
+
+// NCCL's protocols. Simple moves data at the link's bus bandwidth with the highest latency;
+// LL packs 4 bytes of data with a 4-byte flag in each 8-byte store, so it carries half the
+// bandwidth at the lowest latency (NCCL docs, NCCL_PROTO; src/device/prims_ll.h).
+enum class Protocol { simple, ll };
+constexpr double kLLBandwidthFraction = 0.5;
+
+// One phase of an algorithm: `steps` sequential steps on `link`, each waiting one step latency,
+// and `wire_bytes` per rank through a bottleneck of `bandwidth_Bps` (already scaled by the
+// Simple-protocol bus efficiency).
+struct Phase {
+  double steps;
+  double wire_bytes;
+  double bandwidth_Bps;
+  double latency_s;  // per step, of the protocol in use
+};
+
+double phases_s(const std::vector<Phase>& phases, Protocol proto) {
+  const double fraction = proto == Protocol::ll ? kLLBandwidthFraction : 1.0;
+  double t = 0;
+  for (const Phase& p : phases) t += p.steps * p.latency_s + p.wire_bytes / (p.bandwidth_Bps * fraction);
+  return t;
+}
+
+}  // namespace
+
+double CostModel::p2p_s(double bytes, Link link) const {
+  if (bytes <= 0) return 0;
+  const EfficiencyParams& e = params_;
+  switch (link) {
+    case Link::pcie:
+      return e.pcie_latency_us * 1e-6 +
+             bytes / (cluster_.pcie_bandwidth_GBps() * 1e9 * e.pcie_efficiency);
+    case Link::nvlink: {
+      const double bw = cluster_.nvlink_bandwidth_GBps() * 1e9 * e.nvlink_busbw_efficiency;
+      return std::min(phases_s({{1, bytes, bw, e.nvlink_step_latency_us * 1e-6}}, Protocol::simple),
+                      phases_s({{1, bytes, bw, e.nvlink_ll_step_latency_us * 1e-6}}, Protocol::ll));
+    }
+    case Link::network: {
+      const double bw = cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_busbw_efficiency;
+      return std::min(phases_s({{1, bytes, bw, e.network_step_latency_us * 1e-6}}, Protocol::simple),
+                      phases_s({{1, bytes, bw, e.network_ll_step_latency_us * 1e-6}}, Protocol::ll));
+    }
+  }
+  return 0;
+}
+
+double CostModel::collective_s(Collective kind, double bytes, const GroupPlacement& group) const {
+  const double n = double(std::max<int64_t>(1, group.size));
+  if (n <= 1 || bytes <= 0) return 0;
+  const double r = double(std::clamp<int64_t>(group.ranks_per_node, 1, group.size));
+  const double nodes = std::ceil(n / r);
+  const EfficiencyParams& e = params_;
+  const double nv_bw = cluster_.nvlink_bandwidth_GBps() * 1e9 * e.nvlink_busbw_efficiency;
+  const double net_bw =
+      cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_busbw_efficiency;
+  const double S = bytes;
+
+  double best = std::numeric_limits<double>::infinity();
+  for (Protocol proto : {Protocol::simple, Protocol::ll}) {
+    const bool ll = proto == Protocol::ll;
+    const double nv_lat = (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
+    const double net_lat = (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
+    // NCCL's ring through all n ranks. Across nodes it runs one channel per NIC, so a node
+    // boundary carries r NICs' worth; every step waits for the slowest hop.
+    const double ring_bw = nodes > 1 ? std::min(nv_bw, r * net_bw) : nv_bw;
+    const double ring_lat = nodes > 1 ? net_lat : nv_lat;
+    std::vector<std::vector<Phase>> algorithms;
+    switch (kind) {
+      case Collective::all_reduce:
+        // Ring: reduce-scatter then all-gather, 2(n−1) steps of S/n.
+        algorithms.push_back({{2 * (n - 1), 2 * (n - 1) / n * S, ring_bw, ring_lat}});
+        if (nodes > 1) {
+          // Hierarchical: intra-node reduce-scatter, r parallel inter-node rings of S/r over
+          // each rank's own NIC, intra-node all-gather.
+          algorithms.push_back({{r - 1, (r - 1) / r * S, nv_bw, nv_lat},
+                                {2 * (nodes - 1), 2 * (nodes - 1) / nodes * S / r, net_bw, net_lat},
+                                {r - 1, (r - 1) / r * S, nv_bw, nv_lat}});
+          // NCCL's double binary tree over nodes, a chain inside each node: log-depth latency,
+          // about 2·S through each node's links (reduce up, broadcast down).
+          const double depth = std::ceil(std::log2(nodes));
+          algorithms.push_back({{2 * depth, 0, ring_bw, net_lat},
+                                {2 * (r - 1), 2 * S, ring_bw, nv_lat}});
+        }
+        break;
+      case Collective::all_gather:
+      case Collective::reduce_scatter:
+        algorithms.push_back({{n - 1, (n - 1) / n * S, ring_bw, ring_lat}});
+        if (nodes > 1) {
+          // Inter-node phase on S/r chunks over each rank's NIC, intra-node phase on NVLink.
+          algorithms.push_back({{nodes - 1, (nodes - 1) / nodes * S / r, net_bw, net_lat},
+                                {r - 1, (r - 1) / r * S, nv_bw, nv_lat}});
+        }
+        break;
+      case Collective::broadcast:
+        // Pipelined ring (chain): S crosses every link once, n−1 hops of latency.
+        algorithms.push_back({{n - 1, S, ring_bw, ring_lat}});
+        break;
+      case Collective::all_to_all: {
+        // S/n to every peer, all at once: the on-node part over NVLink and the off-node part
+        // over this rank's NIC proceed concurrently; n−1 sends each pay a step latency.
+        const double nv_s = (r - 1) / n * S / nv_bw;
+        const double net_s = nodes > 1 ? (n - r) / n * S / net_bw : 0;
+        const double fraction = ll ? kLLBandwidthFraction : 1.0;
+        best = std::min(best, (n - 1) * ring_lat + std::max(nv_s, net_s) / fraction);
+        break;
+      }
+    }
+    for (const auto& phases : algorithms) best = std::min(best, phases_s(phases, proto));
+  }
+  return best;
+}
+
+}  // namespace cpbench

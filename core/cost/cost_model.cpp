@@ -1,0 +1,131 @@
+#include "core/cost/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace cpbench {
+
+namespace {
+
+std::string label_for(const ClusterSpec& cluster, const std::string& file) {
+  return file.empty() ? "hardware preset \"" + cluster.name + "\"" : file;
+}
+
+// Output tiles cuBLAS/CUTLASS choose from on sm80/sm90 (CUTLASS default GEMM configurations:
+// 256×128 and 128×256 for large problems, down to 64×64 for small ones).
+struct Tile {
+  int64_t m, n;
+};
+constexpr Tile kGemmTiles[] = {{256, 128}, {128, 256}, {128, 128}, {128, 64}, {64, 128}, {64, 64}};
+
+// Operand reuse of a tile: flops per byte loaded into shared memory per k step,
+// 2·tm·tn / (2 bytes · (tm + tn)). gemm_peak_fraction is measured on large problems, i.e. on the
+// largest tile; a smaller tile reuses operands less and is assumed bound by the same operand
+// bandwidth, so its rate scales with its reuse relative to the largest tile.
+double tile_reuse(const Tile& t) { return double(t.m) * t.n / double(t.m + t.n); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+CostModel::CostModel(const ClusterSpec& cluster, const std::string& file) : cluster_(cluster) {
+  Diagnostics diag(label_for(cluster, file));
+  JsonObject o(cluster.efficiency, "/efficiency", diag);
+  params_ = parse_efficiency(o);
+  if (!diag.ok()) status_ = diag.errors();
+}
+
+CostModel::CostModel(const ClusterSpec& cluster, EfficiencyParams params)
+    : cluster_(cluster), params_(std::move(params)) {}
+
+Expected<CostModel> CostModel::create(const ClusterSpec& cluster, const std::string& file) {
+  CostModel model(cluster, file);
+  if (!model.status().ok()) return model.status().errors();
+  return model;
+}
+
+double CostModel::gemm_s(int64_t m, int64_t n, int64_t k, int64_t batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0;
+  const double sm_count = cluster_.gpu.sm_count;
+  // One SM's tensor-core rate at the large-tile efficiency.
+  const double sm_rate = cluster_.gpu.peak_flops() * params_.gemm_peak_fraction / sm_count;
+  const double reuse_ref = tile_reuse(kGemmTiles[0]);
+  double compute_s = std::numeric_limits<double>::infinity();
+  for (const Tile& t : kGemmTiles) {
+    const double rate = sm_rate * std::min(1.0, tile_reuse(t) / reuse_ref);
+    const int64_t tiles = ceil_div(m, t.m) * ceil_div(n, t.n) * batch;
+    const double waves = std::ceil(tiles / sm_count);
+    const double tile_s = 2.0 * t.m * t.n * (k + params_.gemm_tile_overhead_k) / rate;
+    compute_s = std::min(compute_s, waves * tile_s);
+  }
+  const double bytes = 2.0 * batch * (double(m) * k + double(k) * n + double(m) * n);
+  const double memory_s = bytes / (cluster_.gpu.hbm_bandwidth_GBps * 1e9 * params_.hbm_efficiency);
+  return params_.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);
+}
+
+namespace {
+
+// FlashAttention-2 processes queries in tiles of 128 rows (kBlockM = 128 on sm80/sm90 for the
+// common head dims); one CTA per (query tile, head).
+constexpr double kAttentionQueryTile = 128;
+
+struct AttentionShape {
+  double pairs, heads, head_dim, mean_len;
+};
+
+// Seconds of one pass: `matmul_flops_per_pair` tensor-core flops and one exponential per pair,
+// the per-row overhead and the SM underfill of small grids, and an HBM floor for Q, K, V, O.
+double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const AttentionShape& a,
+                   double matmul_flops_per_pair, double peak_fraction, double io_tensors) {
+  if (a.pairs <= 0 || a.heads <= 0 || a.head_dim <= 0) return 0;
+  const double pair_heads = a.pairs * a.heads;
+  const double matmul_s = matmul_flops_per_pair * pair_heads / (c.gpu.peak_flops() * peak_fraction);
+  // FA2 runs the softmax exponentials on the SFUs between its two matmuls (no overlap), which
+  // is why small head dims reach a lower fraction of peak (Shah et al., FlashAttention-3, §1).
+  const double exp_s = pair_heads / (p.sfu_exp_rate_Tps * 1e12);
+  // A causal row sees L/2 keys on average; its fixed cost (the masked half of its diagonal
+  // tile, loading Q, rescaling and writing O) is amortized over them.
+  const double keys_per_row = std::max(1.0, a.mean_len / 2);
+  const double overhead = 1 + p.attention_row_overhead_keys / keys_per_row;
+  // Fewer CTAs than SMs leave SMs idle (continuous, so the time is monotone in pairs).
+  const double rows = a.pairs / keys_per_row;
+  const double ctas = rows / kAttentionQueryTile * a.heads;
+  const double fill = std::min(1.0, ctas / c.gpu.sm_count);
+  const double compute_s = (matmul_s + exp_s) * overhead / fill;
+  const double io_bytes = io_tensors * rows * a.heads * a.head_dim * 2;
+  const double memory_s = io_bytes / (c.gpu.hbm_bandwidth_GBps * 1e9 * p.hbm_efficiency);
+  return p.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);
+}
+
+}  // namespace
+
+double CostModel::flash_attention_fwd_s(double pairs, int64_t heads, int64_t head_dim,
+                                        double mean_len) const {
+  // QKᵀ and P·V: 2 matmuls of 2·head_dim flops per pair. Reads Q, K, V, writes O.
+  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len},
+                     4.0 * head_dim, params_.attention_fwd_peak_fraction, 4);
+}
+
+double CostModel::flash_attention_bwd_s(double pairs, int64_t heads, int64_t head_dim,
+                                        double mean_len) const {
+  // 2.5× the forward matmul flops; P is recomputed, so one exponential per pair again.
+  // Reads Q, K, V, O, dO, writes dQ, dK, dV.
+  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len},
+                     kAttentionBwdFlopsPerFwd * 4.0 * head_dim,
+                     params_.attention_bwd_peak_fraction, 8);
+}
+
+double CostModel::memory_bound_s(double bytes) const {
+  if (bytes <= 0) return 0;
+  return params_.kernel_overhead_us * 1e-6 +
+         bytes / (cluster_.gpu.hbm_bandwidth_GBps * 1e9 * params_.hbm_efficiency);
+}
+
+Expected<CostModel> load_cost_model(const std::filesystem::path& preset_file) {
+  auto cluster = load_hardware(preset_file);
+  if (!cluster) return cluster.errors();
+  return CostModel::create(*cluster, preset_file.string());
+}
+
+}  // namespace cpbench

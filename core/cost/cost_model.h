@@ -1,0 +1,87 @@
+// cost_model.h — seconds for the ops of a training iteration on one hardware preset: GEMM,
+// flash attention, memory-bound kernels, point-to-point transfers and NCCL-like collectives.
+// Requires: a ClusterSpec whose "efficiency" object parses (efficiency.h); build with
+// CostModel::create (errors name file and pointer) or the constructor and check status().
+// Note: one model per preset serves every experiment (DESIGN.md contract 1). Mechanisms, not
+// fitted curves: roofline, tile/wave quantization, SFU exponentials, α-β rings with NCCL's
+// LL/Simple protocols, hierarchical and tree algorithms; the constants are the preset's.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "core/common/expected.h"
+#include "core/cost/efficiency.h"
+#include "core/hardware/hardware.h"
+
+namespace cpbench {
+
+enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast };
+enum class Link { nvlink, network, pcie };
+
+// Where a communicator's ranks sit: `size` ranks, `ranks_per_node` of them on each node they use
+// (size <= ranks_per_node means one node). All ranks of every node communicate at the same time
+// in Megatron's layouts, so a rank's share of the network is the node's NIC bandwidth / GPUs per
+// node (ClusterSpec::network_bandwidth_GBps_per_gpu()).
+struct GroupPlacement {
+  int64_t size = 1;
+  int64_t ranks_per_node = 1;
+};
+
+// FlashAttention-2 backward does 5 matmuls per tile (recompute S = QKᵀ, dV, dP, dQ, dK) against
+// the forward's 2: 2.5× the forward matmul FLOPs (Dao 2023, FlashAttention-2, §3.1.2).
+inline constexpr double kAttentionBwdFlopsPerFwd = 2.5;
+
+class CostModel {
+ public:
+  // Parses cluster.efficiency; on bad input status() holds the errors (file = `file`, or
+  // "hardware preset <name>" when empty) and the parse's best-effort values are used.
+  explicit CostModel(const ClusterSpec& cluster, const std::string& file = "");
+  CostModel(const ClusterSpec& cluster, EfficiencyParams params);
+  // The checked way: errors instead of a model with bad constants.
+  static Expected<CostModel> create(const ClusterSpec& cluster, const std::string& file = "");
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const EfficiencyParams& params() const { return params_; }
+  const Status& status() const { return status_; }
+
+  // Dense 16-bit GEMM C[m,n] = A[m,k]·B[k,n], `batch` independent ones in one batched kernel:
+  // kernel overhead + max(compute, HBM traffic). Compute picks the fastest tile (as cuBLAS's
+  // heuristic does) among 256×128 … 64×64, one CTA per SM, a partial last wave costs a whole wave.
+  double gemm_s(int64_t m, int64_t n, int64_t k, int64_t batch = 1) const;
+
+  // Flash-style fused attention: `pairs` allowed (query,key) pairs per head summed over the
+  // batch's sequences (causal: L(L+1)/2 per sequence), `heads`, `head_dim`, `mean_len` the mean
+  // sequence length. Matmuls at attention_*_peak_fraction, one exponential per pair on the SFUs
+  // (not overlapped in FA2), per-row overhead amortized over the mean L/2 keys a causal row sees.
+  double flash_attention_fwd_s(double pairs, int64_t heads, int64_t head_dim,
+                               double mean_len) const;
+  double flash_attention_bwd_s(double pairs, int64_t heads, int64_t head_dim,
+                               double mean_len) const;
+
+  // Element-wise work moving `bytes` through HBM (norms, activations, softmax, dropout, residual
+  // adds, optimizer step): kernel overhead + bytes / (hbm bandwidth · hbm_efficiency).
+  double memory_bound_s(double bytes) const;
+
+  // One transfer of `bytes` over a link: latency + bytes / (bandwidth · efficiency), the faster
+  // of NCCL's LL and Simple protocols on NVLink and network; a copy engine on PCIe.
+  double p2p_s(double bytes, Link link) const;
+
+  // NCCL-like collective; `bytes` is the full buffer per rank (nccl-tests convention: the output
+  // of all-gather, the input of reduce-scatter). One node: ring on NVLink. Several: the fastest
+  // of NCCL's node-crossing ring, a hierarchical scheme (intra-node reduce-scatter, inter-node
+  // ring over ranks_per_node NICs in parallel, intra-node all-gather) and, for all-reduce, NCCL's
+  // tree; each with the faster protocol. size 1 → 0.
+  double collective_s(Collective kind, double bytes, const GroupPlacement& group) const;
+
+ private:
+  ClusterSpec cluster_;
+  EfficiencyParams params_;
+  Status status_ = ok_status();
+};
+
+// Loads a preset file and builds its model; errors name the file and the JSON pointer.
+Expected<CostModel> load_cost_model(const std::filesystem::path& preset_file);
+
+}  // namespace cpbench

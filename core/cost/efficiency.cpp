@@ -1,0 +1,74 @@
+#include "core/cost/efficiency.h"
+
+namespace cpbench {
+
+const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
+  using E = EfficiencyParams;
+  // Bounds are sanity limits; fractions cannot exceed 1 (a rate above the datasheet is a typo).
+  static const std::vector<EfficiencyParamInfo> table = {
+      {"gemm_peak_fraction", &E::gemm_peak_fraction, 0.01, 1, "large-tile GEMM rate / peak"},
+      {"gemm_tile_overhead_k", &E::gemm_tile_overhead_k, 0, 1e5, "per-tile fixed cost, in k"},
+      {"kernel_overhead_us", &E::kernel_overhead_us, 0, 1e4, "fixed cost per kernel, µs"},
+      {"hbm_efficiency", &E::hbm_efficiency, 0.01, 1, "achievable / nominal HBM bandwidth"},
+      {"attention_fwd_peak_fraction", &E::attention_fwd_peak_fraction, 0.01, 1,
+       "flash-attention fwd matmul rate / peak"},
+      {"attention_bwd_peak_fraction", &E::attention_bwd_peak_fraction, 0.01, 1,
+       "flash-attention bwd matmul rate / peak"},
+      {"sfu_exp_rate_Tps", &E::sfu_exp_rate_Tps, 1e-3, 1e6, "exponentials per s, 10^12"},
+      {"attention_row_overhead_keys", &E::attention_row_overhead_keys, 0, 1e5,
+       "per-query-row fixed cost, in keys"},
+      {"nvlink_busbw_efficiency", &E::nvlink_busbw_efficiency, 0.01, 1,
+       "NCCL Simple busbw / NVLink rate"},
+      {"nvlink_step_latency_us", &E::nvlink_step_latency_us, 0, 1e4, "Simple, per step, µs"},
+      {"nvlink_ll_step_latency_us", &E::nvlink_ll_step_latency_us, 0, 1e4, "LL, per step, µs"},
+      {"network_busbw_efficiency", &E::network_busbw_efficiency, 0.01, 1,
+       "NCCL Simple busbw / NIC rate"},
+      {"network_step_latency_us", &E::network_step_latency_us, 0, 1e4, "Simple, per step, µs"},
+      {"network_ll_step_latency_us", &E::network_ll_step_latency_us, 0, 1e4, "LL, per step, µs"},
+      {"pcie_efficiency", &E::pcie_efficiency, 0.01, 1, "copy bandwidth / PCIe rate"},
+      {"pcie_latency_us", &E::pcie_latency_us, 0, 1e4, "per copy, µs"},
+  };
+  return table;
+}
+
+EfficiencyParams parse_efficiency(JsonObject& o) {
+  EfficiencyParams p;
+  for (const auto& info : efficiency_param_table()) {
+    const json* v = o.raw(info.key);
+    if (!v) {
+      o.error(info.key, std::string("missing required key \"") + info.key + "\" (" +
+                            info.meaning + "): every cost-model constant lives in the preset");
+      continue;
+    }
+    if (!v->is_object()) {
+      o.error(info.key, "expected {\"value\": <number>, \"source\": \"<citation>\"}, got " +
+                            json_type_name(*v) + ": every cost-model constant cites its source");
+      continue;
+    }
+    JsonObject c(*v, o.pointer_of(info.key), o.diag());
+    p.*info.member = c.number("value", info.lo, info.hi);
+    const json* source = c.raw("source");
+    if (!source || !source->is_string() || source->get<std::string>().empty()) {
+      c.error("source", std::string(source ? "expected a non-empty string for" : "missing") +
+                            " \"source\": every cost-model constant cites a datasheet, a "
+                            "published measurement or a calibration file");
+    } else {
+      p.sources[info.key] = source->get<std::string>();
+    }
+    c.finish();
+  }
+  o.finish();
+  return p;
+}
+
+json efficiency_to_json(const EfficiencyParams& p) {
+  json out = json::object();
+  for (const auto& info : efficiency_param_table()) {
+    auto it = p.sources.find(info.key);
+    out[info.key] = {{"value", p.*info.member},
+                     {"source", it == p.sources.end() ? std::string() : it->second}};
+  }
+  return out;
+}
+
+}  // namespace cpbench

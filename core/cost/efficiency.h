@@ -1,0 +1,62 @@
+// efficiency.h — the calibrated constants of the cost model (what a GPU cluster really achieves
+// below its datasheet rates), read from a hardware preset's "efficiency" object.
+// Requires: core/common/json_reader.h. Every constant is {"value": x, "source": "..."}; all are
+// required (DESIGN.md contract 1: no hidden defaults in code, no per-experiment knobs).
+// Note: kEfficiencyParams is the one table of keys, bounds and meanings; the parser, the
+// calibrator and the docs all walk it, so a new constant is added in one place.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/common/json_reader.h"
+
+namespace cpbench {
+
+struct EfficiencyParams {
+  // GEMM (cuBLAS/CUTLASS, 16-bit inputs, fp32 accumulation).
+  double gemm_peak_fraction = 1;    // mainloop rate of the largest tile / tensor-core peak
+  double gemm_tile_overhead_k = 0;  // per-tile prologue + epilogue, in equivalent k elements
+  double kernel_overhead_us = 0;    // fixed cost of one kernel (launch + ramp + tail)
+  // Memory-bound kernels.
+  double hbm_efficiency = 1;  // achievable / nominal HBM bandwidth (STREAM-like)
+  // Flash attention (FlashAttention-2 style kernel).
+  double attention_fwd_peak_fraction = 1;  // tensor-core fraction of the fwd matmuls
+  double attention_bwd_peak_fraction = 1;  // same for the bwd matmuls
+  double sfu_exp_rate_Tps = 1e6;           // exponentials per second (10¹²) of the SFUs
+  double attention_row_overhead_keys = 0;  // per query row: masked tile waste + Q/O traffic
+  // Links: bus-bandwidth efficiency of the Simple protocol, per-step latency of Simple and LL.
+  double nvlink_busbw_efficiency = 1;
+  double nvlink_step_latency_us = 0;
+  double nvlink_ll_step_latency_us = 0;
+  double network_busbw_efficiency = 1;
+  double network_step_latency_us = 0;
+  double network_ll_step_latency_us = 0;
+  double pcie_efficiency = 1;
+  double pcie_latency_us = 0;
+
+  // key -> citation, for every constant read from a preset (empty for ideal()).
+  std::map<std::string, std::string> sources;
+
+  // Unit efficiency, zero latency and overhead, unbounded exp rate: the textbook formulas.
+  static EfficiencyParams ideal() { return EfficiencyParams{}; }
+};
+
+struct EfficiencyParamInfo {
+  const char* key;
+  double EfficiencyParams::*member;
+  double lo, hi;  // inclusive sanity bounds
+  const char* meaning;
+};
+
+// Every constant, in the order of the struct.
+const std::vector<EfficiencyParamInfo>& efficiency_param_table();
+
+// Reads the "efficiency" object (every key of the table, each sourced) and calls o.finish().
+EfficiencyParams parse_efficiency(JsonObject& o);
+
+// The object parse_efficiency reads, with each value and its source.
+json efficiency_to_json(const EfficiencyParams& p);
+
+}  // namespace cpbench

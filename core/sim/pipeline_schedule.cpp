@@ -1,0 +1,182 @@
+#include "core/sim/pipeline_schedule.h"
+
+#include <algorithm>
+
+namespace cpbench {
+
+namespace {
+
+// Megatron forward_backward_pipelining_without_interleaving: warm-up, steady 1F1B, cool-down.
+std::vector<PipeOp> one_f_one_b(int p, int m, int stage) {
+  const int warmup = std::min(p - stage - 1, m);
+  const int remaining = m - warmup;
+  std::vector<PipeOp> ops;
+  ops.reserve(2 * m);
+  for (int k = 0; k < warmup; ++k) ops.push_back({true, k, 0});
+  for (int k = 0; k < remaining; ++k) {
+    ops.push_back({true, warmup + k, 0});
+    ops.push_back({false, k, 0});
+  }
+  for (int k = remaining; k < m; ++k) ops.push_back({false, k, 0});
+  return ops;
+}
+
+// Megatron forward_backward_pipelining_with_interleaving; k counts the stage's virtual
+// micro-batches (m·v of them) in execution order.
+std::vector<PipeOp> interleaved(int p, int m, int v, int stage) {
+  const int total = m * v;
+  int warmup;
+  if (m == p) {
+    warmup = total;  // Megatron: "run all forward passes and then all backward passes"
+  } else {
+    warmup = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
+  }
+  const int remaining = total - warmup;
+  auto op = [&](int k, bool forward) {
+    const int in_group = k % (p * v);
+    int chunk = in_group / p;
+    if (!forward) chunk = v - 1 - chunk;
+    return PipeOp{forward, (k / (p * v)) * p + k % p, chunk};
+  };
+  std::vector<PipeOp> ops;
+  ops.reserve(2 * total);
+  for (int k = 0; k < warmup; ++k) ops.push_back(op(k, true));
+  for (int k = 0; k < remaining; ++k) {
+    ops.push_back(op(warmup + k, true));
+    ops.push_back(op(k, false));
+  }
+  for (int k = remaining; k < total; ++k) ops.push_back(op(k, false));
+  return ops;
+}
+
+}  // namespace
+
+Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int m, int v) {
+  auto fail = [&](const std::string& what) {
+    return Error{"", "", "pipeline schedule '" + kind + "' (p = " + std::to_string(p) + ", m = " +
+                             std::to_string(m) + ", v = " + std::to_string(v) + "): " + what};
+  };
+  if (kind != "gpipe" && kind != "1f1b" && kind != "interleaved")
+    return fail("unknown kind; expected one of \"gpipe\", \"1f1b\", \"interleaved\"");
+  if (p < 1 || m < 1 || v < 1) return fail("p, m and v must be >= 1");
+  if (kind != "interleaved" && v != 1) return fail("v (model chunks per stage) must be 1; use \"interleaved\"");
+  if (kind == "interleaved") {
+    if (v < 2) return fail("interleaving needs v >= 2 model chunks per stage; use \"1f1b\" for v = 1");
+    // Megatron-LM (SC'21 version) asserts this: micro-batches are issued in groups of p.
+    if (m % p != 0) return fail("the interleaved schedule needs m to be a multiple of p");
+  }
+  PipelineSchedule s(p);
+  for (int stage = 0; stage < p; ++stage) {
+    if (kind == "gpipe") {
+      for (int k = 0; k < m; ++k) s[stage].push_back({true, k, 0});
+      for (int k = 0; k < m; ++k) s[stage].push_back({false, k, 0});
+    } else if (kind == "1f1b") {
+      s[stage] = one_f_one_b(p, m, stage);
+    } else {
+      s[stage] = interleaved(p, m, v, stage);
+    }
+  }
+  return s;
+}
+
+PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedule,
+                                    const std::function<double(int stage, const PipeOp&)>& compute_s,
+                                    const std::function<double(int stage, const PipeOp&)>& p2p_s,
+                                    int first_device) {
+  const int p = static_cast<int>(schedule.size());
+  int m = 0, v = 0;
+  size_t n_ops = 0;
+  for (const auto& ops : schedule) {
+    n_ops += ops.size();
+    for (const PipeOp& op : ops) {
+      m = std::max(m, op.micro_batch + 1);
+      v = std::max(v, op.chunk + 1);
+    }
+  }
+  const int n_virtual = p * v;
+  // Dense lookup (forward?, virtual stage, micro-batch) -> task id; -1 when absent.
+  auto slot = [&](bool forward, int virtual_stage, int mb) {
+    return (static_cast<size_t>(forward ? 0 : 1) * n_virtual + virtual_stage) * m + mb;
+  };
+  std::vector<int> compute_id(2 * static_cast<size_t>(n_virtual) * m, -1);
+  std::vector<int> send_id(compute_id.size(), -1);
+  PipelineTasks ids;
+  ids.compute.resize(p);
+  ids.send.resize(p);
+  // The op that consumes this op's output, as (stage, virtual stage); stage -1 when none.
+  auto consumer = [&](int stage, const PipeOp& op) {
+    const int j = op.chunk * p + stage;
+    const int next = op.forward ? j + 1 : j - 1;
+    if (next < 0 || next >= n_virtual) return -1;
+    return next % p;
+  };
+
+  // Ids first (compute tasks, then transfers), so that edges can point forward.
+  int next_id = static_cast<int>(g.size());
+  for (int s = 0; s < p; ++s)
+    for (const PipeOp& op : schedule[s]) {
+      ids.compute[s].push_back(next_id);
+      compute_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id++;
+    }
+  std::vector<std::vector<double>> send_s(p);
+  for (int s = 0; s < p; ++s)
+    for (const PipeOp& op : schedule[s]) {
+      const int to = consumer(s, op);
+      const double t = to >= 0 && to != s ? p2p_s(s, op) : 0.0;
+      send_s[s].push_back(t);
+      if (t > 0) send_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id;
+      ids.send[s].push_back(t > 0 ? next_id++ : -1);
+    }
+  g.reserve(g.size() + n_ops * 2);
+
+  // What the op (mb, virtual stage j) waits for: the producer's transfer if any, else the producer.
+  auto input_of = [&](int s, const PipeOp& op) {
+    const int j = op.chunk * p + s;
+    int producer;
+    if (op.forward) {
+      if (j == 0) return -1;
+      producer = slot(true, j - 1, op.micro_batch);
+    } else {
+      producer = j == n_virtual - 1 ? slot(true, j, op.micro_batch) : slot(false, j + 1, op.micro_batch);
+    }
+    return send_id[producer] >= 0 ? send_id[producer] : compute_id[producer];
+  };
+  auto name = [](const PipeOp& op) {
+    return std::string(op.forward ? "F" : "B") + std::to_string(op.micro_batch) + "." + std::to_string(op.chunk);
+  };
+  for (int s = 0; s < p; ++s)
+    for (const PipeOp& op : schedule[s]) {
+      TaskSpec t;
+      t.device = first_device + s;
+      t.stream = 0;
+      t.duration_s = compute_s(s, op);
+      t.name = name(op);
+      t.kind = 'c';
+      if (const int in = input_of(s, op); in >= 0) t.deps.push_back(in);
+      g.add(std::move(t));
+    }
+  for (int s = 0; s < p; ++s)
+    for (size_t k = 0; k < schedule[s].size(); ++k) {
+      if (ids.send[s][k] < 0) continue;
+      const PipeOp& op = schedule[s][k];
+      TaskSpec t;
+      t.device = first_device + s;
+      t.stream = op.forward ? 1 : 2;
+      t.duration_s = send_s[s][k];
+      t.name = "send " + name(op);
+      t.kind = 'm';
+      t.deps.push_back(ids.compute[s][k]);
+      g.add(std::move(t));
+    }
+  return ids;
+}
+
+TaskGraph build_pipeline_graph(const PipelineSchedule& schedule, double fwd_s, double bwd_s, double p2p_s) {
+  TaskGraph g;
+  append_pipeline_tasks(
+      g, schedule, [&](int, const PipeOp& op) { return op.forward ? fwd_s : bwd_s; },
+      [&](int, const PipeOp&) { return p2p_s; });
+  return g;
+}
+
+}  // namespace cpbench

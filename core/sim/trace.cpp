@@ -1,0 +1,93 @@
+#include "core/sim/trace.h"
+
+#include <cstdio>
+
+#include "core/common/json_reader.h"
+
+namespace cpbench {
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// Microseconds with nanosecond resolution: durations from the cost model are >= ~1 µs, and a
+// fixed format keeps ts exact to the ns for runs up to hours.
+void append_us(std::string& out, double seconds) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", seconds * 1e6);
+  out += buf;
+}
+
+std::string stream_name(int stream) {
+  if (stream == 0) return "compute";
+  if (stream == 1) return "comm";
+  return "comm " + std::to_string(stream);
+}
+
+const char* category(char kind) {
+  switch (kind) {
+    case 'c': return "compute";
+    case 'm': return "comm";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std::vector<std::string>& device_names) {
+  std::string out;
+  out.reserve(256 + g.size() * 110);
+  out += "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  bool first = true;
+  auto begin_event = [&]() {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  std::vector<std::vector<char>> used(g.device_count(), std::vector<char>(g.stream_count(), 0));
+  for (const TaskSpec& t : g.tasks()) used[t.device][t.stream] = 1;
+  for (int d = 0; d < g.device_count(); ++d) {
+    const std::string name = d < static_cast<int>(device_names.size()) ? device_names[d] : "device " + std::to_string(d);
+    const std::string pid = std::to_string(d);
+    begin_event();
+    out += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + pid + ", \"tid\": 0, \"args\": {\"name\": " +
+           quoted(name) + "}}";
+    begin_event();
+    out += "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + pid +
+           ", \"tid\": 0, \"args\": {\"sort_index\": " + pid + "}}";
+    for (int s = 0; s < g.stream_count(); ++s) {
+      if (!used[d][s]) continue;
+      begin_event();
+      out += "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + pid + ", \"tid\": " + std::to_string(s) +
+             ", \"args\": {\"name\": " + quoted(stream_name(s)) + "}}";
+    }
+  }
+  for (size_t i = 0; i < g.size(); ++i) {
+    const TaskSpec& t = g.task(static_cast<int>(i));
+    begin_event();
+    out += "{\"name\": ";
+    out += quoted(t.name);
+    out += ", \"cat\": \"";
+    out += category(t.kind);
+    out += "\", \"ph\": \"X\", \"ts\": ";
+    append_us(out, r.start_s[i]);
+    out += ", \"dur\": ";
+    append_us(out, r.end_s[i] - r.start_s[i]);
+    out += ", \"pid\": " + std::to_string(t.device) + ", \"tid\": " + std::to_string(t.stream) +
+           ", \"args\": {\"task\": " + std::to_string(i) + "}}";
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+Status write_chrome_trace(const TaskGraph& g, const SimResult& r, const std::vector<std::string>& device_names,
+                          const std::filesystem::path& path) {
+  if (r.start_s.size() != g.size() || r.end_s.size() != g.size())
+    return Error{path.string(), "", "trace: the simulation result does not belong to this task graph (" +
+                                        std::to_string(r.start_s.size()) + " timings for " +
+                                        std::to_string(g.size()) + " tasks)"};
+  return write_file_atomic(path, chrome_trace_json(g, r, device_names));
+}
+
+}  // namespace cpbench
