@@ -52,16 +52,21 @@ double CostModel::gemm_s(int64_t m, int64_t n, int64_t k, int64_t batch) const {
   const double sm_rate = cluster_.gpu.peak_flops() * params_.gemm_peak_fraction / sm_count;
   const double reuse_ref = tile_reuse(kGemmTiles[0]);
   double compute_s = std::numeric_limits<double>::infinity();
+  const double hbm_Bps = cluster_.gpu.hbm_bandwidth_GBps * 1e9 * params_.hbm_efficiency;
   for (const Tile& t : kGemmTiles) {
     const double rate = sm_rate * std::min(1.0, tile_reuse(t) / reuse_ref);
     const int64_t tiles = ceil_div(m, t.m) * ceil_div(n, t.n) * batch;
-    const double waves = std::ceil(tiles / sm_count);
-    const double tile_s = 2.0 * t.m * t.n * (k + params_.gemm_tile_overhead_k) / rate;
-    compute_s = std::min(compute_s, waves * tile_s);
+    // Split-K (as cuBLAS does for few output tiles and long k): `split` CTAs share a tile's k
+    // range, then a reduction pass reads and writes the fp32 partial tiles through HBM.
+    for (int64_t split : {1, 2, 4, 8, 16}) {
+      const double waves = std::ceil(double(tiles * split) / sm_count);
+      const double k_per_cta = double(ceil_div(k, split)) + params_.gemm_tile_overhead_k;
+      const double reduce_s = split == 1 ? 0 : 2.0 * split * batch * double(m) * n * 4 / hbm_Bps;
+      compute_s = std::min(compute_s, waves * 2.0 * t.m * t.n * k_per_cta / rate + reduce_s);
+    }
   }
   const double bytes = 2.0 * batch * (double(m) * k + double(k) * n + double(m) * n);
-  const double memory_s = bytes / (cluster_.gpu.hbm_bandwidth_GBps * 1e9 * params_.hbm_efficiency);
-  return params_.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);
+  return params_.kernel_overhead_us * 1e-6 + std::max(compute_s, bytes / hbm_Bps);
 }
 
 namespace {
@@ -75,24 +80,25 @@ struct AttentionShape {
 };
 
 // Seconds of one pass: `matmul_flops_per_pair` tensor-core flops and one exponential per pair,
-// the per-row overhead and the SM underfill of small grids, and an HBM floor for Q, K, V, O.
+// the per-row overhead and the SM underfill of small grids, and an HBM floor for the
+// `io_tensors` [rows, heads, head_dim] tensors read and written.
 double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const AttentionShape& a,
                    double matmul_flops_per_pair, double peak_fraction, double io_tensors) {
   if (a.pairs <= 0 || a.heads <= 0 || a.head_dim <= 0) return 0;
-  const double pair_heads = a.pairs * a.heads;
-  const double matmul_s = matmul_flops_per_pair * pair_heads / (c.gpu.peak_flops() * peak_fraction);
-  // FA2 runs the softmax exponentials on the SFUs between its two matmuls (no overlap), which
-  // is why small head dims reach a lower fraction of peak (Shah et al., FlashAttention-3, §1).
-  const double exp_s = pair_heads / (p.sfu_exp_rate_Tps * 1e12);
+  // Seconds per (pair, head) on a full GPU: the matmuls on the tensor cores, then one
+  // exponential on the SFUs; FA2 does not overlap them, which is why small head dims reach a
+  // lower fraction of peak (Shah et al., FlashAttention-3, §1).
+  const double per_pair_s = matmul_flops_per_pair / (c.gpu.peak_flops() * peak_fraction) +
+                            1 / (p.sfu_exp_rate_Tps * 1e12);
   // A causal row sees L/2 keys on average; its fixed cost (the masked half of its diagonal
   // tile, loading Q, rescaling and writing O) is amortized over them.
   const double keys_per_row = std::max(1.0, a.mean_len / 2);
   const double overhead = 1 + p.attention_row_overhead_keys / keys_per_row;
-  // Fewer CTAs than SMs leave SMs idle (continuous, so the time is monotone in pairs).
+  // One CTA per (128-row query tile, head): a grid smaller than the GPU leaves SMs idle and
+  // takes as long as one CTA's work, i.e. as a full GPU of such CTAs.
   const double rows = a.pairs / keys_per_row;
-  const double ctas = rows / kAttentionQueryTile * a.heads;
-  const double fill = std::min(1.0, ctas / c.gpu.sm_count);
-  const double compute_s = (matmul_s + exp_s) * overhead / fill;
+  const double full_gpu_pair_heads = c.gpu.sm_count * kAttentionQueryTile * keys_per_row;
+  const double compute_s = per_pair_s * overhead * std::max(a.pairs * a.heads, full_gpu_pair_heads);
   const double io_bytes = io_tensors * rows * a.heads * a.head_dim * 2;
   const double memory_s = io_bytes / (c.gpu.hbm_bandwidth_GBps * 1e9 * p.hbm_efficiency);
   return p.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);

@@ -48,7 +48,8 @@ class CostModel {
 
   // Dense 16-bit GEMM C[m,n] = A[m,k]·B[k,n], `batch` independent ones in one batched kernel:
   // kernel overhead + max(compute, HBM traffic). Compute picks the fastest tile (as cuBLAS's
-  // heuristic does) among 256×128 … 64×64, one CTA per SM, a partial last wave costs a whole wave.
+  // heuristic does) among 256×128 … 64×64 and split-K 1…16, one CTA per SM, a partial last wave
+  // costs a whole wave.
   double gemm_s(int64_t m, int64_t n, int64_t k, int64_t batch = 1) const;
 
   // Flash-style fused attention: `pairs` allowed (query,key) pairs per head summed over the

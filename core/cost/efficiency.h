@@ -6,6 +6,7 @@
 // calibrator and the docs all walk it, so a new constant is added in one place.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ struct EfficiencyParams {
   // Flash attention (FlashAttention-2 style kernel).
   double attention_fwd_peak_fraction = 1;  // tensor-core fraction of the fwd matmuls
   double attention_bwd_peak_fraction = 1;  // same for the bwd matmuls
-  double sfu_exp_rate_Tps = 1e6;           // exponentials per second (10¹²) of the SFUs
+  double sfu_exp_rate_Tps = std::numeric_limits<double>::infinity();  // SFU exp/s, 10¹²
   double attention_row_overhead_keys = 0;  // per query row: masked tile waste + Q/O traffic
   // Links: bus-bandwidth efficiency of the Simple protocol, per-step latency of Simple and LL.
   double nvlink_busbw_efficiency = 1;

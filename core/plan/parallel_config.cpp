@@ -19,6 +19,9 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});
+  p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});
+  p.overlap_p2p = o.boolean_or("overlap_p2p", false);
+  p.gradient_accumulation_fusion = o.boolean_or("gradient_accumulation_fusion", true);
   o.finish();
   return p;
 }

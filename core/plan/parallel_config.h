@@ -27,6 +27,16 @@ struct ParallelConfig {
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   int64_t max_seqlen_per_dp_cp_rank = 0;  // token cap per rank for packing / Dynamic-CP; 0 = unset
   std::string dtype = "bf16";        // "bf16" | "fp16": both use the dense 16-bit tensor rate
+  // "flash": fused attention (FlashAttention/cuDNN); "unfused": QKᵀ and ·V as batched GEMMs with
+  // the s×s scores through HBM for softmax and dropout, as Megatron ran in 2021 (SC'21).
+  std::string attention_kernel = "flash";
+  // Megatron's pipeline sends are blocking on the compute timeline (batched isend/irecv, then
+  // wait); true models overlapped P2P (Megatron's --overlap-p2p-communication, Kwai ATC'24).
+  bool overlap_p2p = false;
+  // Weight-gradient GEMMs accumulate straight into the fp32 main_grad (Megatron ≥ 2022). Off, as
+  // in SC'21's code, every micro-batch's backward adds its 16-bit gradients to main_grad in a
+  // separate memory-bound pass (read 2 + read 4 + write 4 bytes per parameter).
+  bool gradient_accumulation_fusion = true;
 
   int64_t model_parallel_size() const { return tp * pp * cp; }
   // Data-parallel size; valid only when check_parallel_config() returned "".

@@ -142,7 +142,11 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
     return send_id[producer] >= 0 ? send_id[producer] : compute_id[producer];
   };
   auto name = [](const PipeOp& op) {
-    return std::string(op.forward ? "F" : "B") + std::to_string(op.micro_batch) + "." + std::to_string(op.chunk);
+    std::string s(1, op.forward ? 'F' : 'B');
+    s += std::to_string(op.micro_batch);
+    s += '.';
+    s += std::to_string(op.chunk);
+    return s;
   };
   for (int s = 0; s < p; ++s)
     for (const PipeOp& op : schedule[s]) {
@@ -163,7 +167,8 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
       t.device = first_device + s;
       t.stream = op.forward ? 1 : 2;
       t.duration_s = send_s[s][k];
-      t.name = "send " + name(op);
+      t.name = "send ";
+      t.name += name(op);
       t.kind = 'm';
       t.deps.push_back(ids.compute[s][k]);
       g.add(std::move(t));

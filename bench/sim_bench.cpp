@@ -1,0 +1,42 @@
+// sim_bench.cpp — simulate() on the shape of SC'21 Table 1's 1T row: a 64-stage pipeline with
+// one representative device per stage and m = 512 micro-batches (1F1B, with P2P transfers),
+// plus the interleaved schedule with v = 2 for a larger graph. Target: < 1 s per iteration.
+// Build: -DCPBENCH_BUILD_BENCH=ON, then run build/sim_bench.
+#include <benchmark/benchmark.h>
+
+#include "core/sim/pipeline_schedule.h"
+
+namespace cpbench {
+namespace {
+
+// Durations of the order of the 1T row's (per micro-batch ~0.1 s forward, 2x backward);
+// the engine's cost does not depend on them.
+void BM_SimulatePipeline(benchmark::State& state, const char* kind, int v) {
+  const int p = 64, m = 512;
+  const TaskGraph g = build_pipeline_graph(*pipeline_schedule(kind, p, m, v), 0.1 / v, 0.2 / v, 0.004);
+  double makespan_s = 0;
+  for (auto _ : state) {
+    const SimResult r = simulate(g);
+    makespan_s = r.makespan_s;
+    benchmark::DoNotOptimize(makespan_s);
+  }
+  state.counters["tasks"] = static_cast<double>(g.size());
+  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(g.size()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["makespan_s"] = makespan_s; { const SimResult r = simulate(g); double mx = 0; for (double e : r.end_s) mx = std::max(mx, e); fprintf(stderr, "DBG %f %f %zu %f %f\n", makespan_s, mx, g.size(), g.task(0).duration_s, g.task(100).duration_s); }
+}
+BENCHMARK_CAPTURE(BM_SimulatePipeline, one_f_one_b_p64_m512, "1f1b", 1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_SimulatePipeline, interleaved_p64_m512_v2, "interleaved", 2)->Unit(benchmark::kMillisecond);
+
+void BM_BuildPipelineGraph(benchmark::State& state) {
+  const PipelineSchedule s = *pipeline_schedule("1f1b", 64, 512, 1);
+  for (auto _ : state) {
+    TaskGraph g = build_pipeline_graph(s, 0.1, 0.2, 0.004);
+    benchmark::DoNotOptimize(g.size());
+  }
+}
+BENCHMARK(BM_BuildPipelineGraph)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace cpbench
+
+BENCHMARK_MAIN();

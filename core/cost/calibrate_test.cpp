@@ -1,0 +1,175 @@
+// calibrate_test.cpp — calibration recovers known constants from measurements the model itself
+// generated; measurement files parse, and bad lines are errors naming the file and the line.
+#include "core/cost/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/cost/cost_test_util.h"
+
+namespace cpbench {
+namespace {
+
+const std::filesystem::path kPreset =
+    std::filesystem::path(CPBENCH_SOURCE_DIR) / "experiments/hardware/a100_80gb_dgx.json";
+
+// Known constants, each well away from the shipped preset's value.
+EfficiencyParams truth() {
+  EfficiencyParams p;
+  p.gemm_peak_fraction = 0.7;
+  p.gemm_tile_overhead_k = 200;
+  p.kernel_overhead_us = 5;
+  p.hbm_efficiency = 0.8;
+  p.attention_fwd_peak_fraction = 0.75;
+  p.attention_bwd_peak_fraction = 0.55;
+  p.sfu_exp_rate_Tps = 3.0;
+  p.attention_row_overhead_keys = 100;
+  p.nvlink_busbw_efficiency = 0.7;
+  p.nvlink_step_latency_us = 5;
+  p.nvlink_ll_step_latency_us = 1;
+  p.network_busbw_efficiency = 0.85;
+  p.network_step_latency_us = 10;
+  p.network_ll_step_latency_us = 4;
+  p.pcie_efficiency = 0.7;
+  p.pcie_latency_us = 12;
+  return p;
+}
+
+std::vector<OpMeasurement> synthetic(const CostModel& model) {
+  std::vector<OpMeasurement> out;
+  auto add = [&](const std::string& op, std::map<std::string, double> shape) {
+    OpMeasurement m{op, std::move(shape), 0};
+    m.time_s = predict_time_s(model, m);
+    out.push_back(m);
+  };
+  for (double s : {256, 512, 1024, 2048, 4096, 8192}) {
+    add("gemm", {{"m", s}, {"n", s}, {"k", s}});
+    add("gemm", {{"m", 4 * s}, {"n", 2048}, {"k", 256}});
+    add("gemm", {{"m", 128}, {"n", 128}, {"k", 64}, {"batch", s}});
+  }
+  for (double bytes = 1e3; bytes < 1e10; bytes *= 10) add("memory_bound", {{"bytes", bytes}});
+  for (double d : {64, 128, 256})
+    for (double L : {256, 1024, 4096, 16384}) {
+      const std::map<std::string, double> shape = {
+          {"pairs", 65536 / L * L * (L + 1) / 2}, {"heads", 16}, {"head_dim", d}, {"mean_len", L}};
+      add("flash_attention_fwd", shape);
+      add("flash_attention_bwd", shape);
+    }
+  for (double bytes = 1e2; bytes < 1e10; bytes *= 4) {
+    add("p2p_nvlink", {{"bytes", bytes}});
+    add("p2p_network", {{"bytes", bytes}});
+    add("p2p_pcie", {{"bytes", bytes}});
+    add("all_reduce", {{"bytes", bytes}, {"size", 8}, {"ranks_per_node", 8}});
+    add("all_gather", {{"bytes", bytes}, {"size", 4}, {"ranks_per_node", 8}});
+    add("all_reduce", {{"bytes", bytes}, {"size", 32}, {"ranks_per_node", 8}});
+    add("reduce_scatter", {{"bytes", bytes}, {"size", 16}, {"ranks_per_node", 2}});
+  }
+  return out;
+}
+
+TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok()) << cluster.error_str();
+  const auto measurements = synthetic(CostModel(*cluster, truth()));
+  auto preset = load_json_file(kPreset);
+  ASSERT_TRUE(preset.ok());
+  auto fitted = calibrate_preset(*preset, measurements, "synthetic.csv");
+  ASSERT_TRUE(fitted.ok()) << fitted.error_str();
+
+  ClusterSpec fitted_cluster = *cluster;
+  fitted_cluster.efficiency = (*fitted)["efficiency"];
+  auto recovered = CostModel::create(fitted_cluster, "fitted");
+  ASSERT_TRUE(recovered.ok()) << recovered.error_str();
+  const EfficiencyParams want = truth();
+  for (const auto& info : efficiency_param_table()) {
+    const double got = recovered->params().*info.member, expected = want.*info.member;
+    EXPECT_NEAR(got, expected, 0.02 * expected) << info.key;
+    EXPECT_EQ(recovered->params().sources.at(info.key).rfind(
+                  "fitted by cpbench calibrate from synthetic.csv (", 0),
+              0u)
+        << info.key << ": " << recovered->params().sources.at(info.key);
+  }
+  // The rest of the preset is untouched.
+  json rest = *fitted, original = *preset;
+  rest.erase("efficiency");
+  original.erase("efficiency");
+  EXPECT_EQ(rest, original);
+}
+
+TEST(Calibrate, ConstantsWithoutMeasurementsKeepValueAndSource) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok());
+  // Only large PCIe copies: the efficiency is determined, the latency barely and nothing else.
+  std::vector<OpMeasurement> measurements;
+  for (double bytes : {1e8, 1e9, 1e10})
+    measurements.push_back({"p2p_pcie", {{"bytes", bytes}}, bytes / (32e9 * 0.6)});
+  auto preset = load_json_file(kPreset);
+  auto fitted = calibrate_preset(*preset, measurements, "pcie.csv");
+  ASSERT_TRUE(fitted.ok()) << fitted.error_str();
+  const json& e = (*fitted)["efficiency"];
+  EXPECT_NEAR(e["pcie_efficiency"]["value"].get<double>(), 0.6, 0.01);
+  EXPECT_EQ(e["gemm_peak_fraction"], (*preset)["efficiency"]["gemm_peak_fraction"]);
+  EXPECT_EQ(e["nvlink_step_latency_us"], (*preset)["efficiency"]["nvlink_step_latency_us"]);
+}
+
+TEST(Calibrate, RejectsABadPresetOrMeasurement) {
+  auto preset = load_json_file(kPreset);
+  json bad = *preset;
+  bad["efficiency"].erase("hbm_efficiency");
+  auto r = calibrate_preset(bad, {{"memory_bound", {{"bytes", 1e9}}, 1e-3}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/efficiency/hbm_efficiency");
+  auto m = calibrate_preset(*preset, {{"gemm", {{"m", 8}}, 1e-3}}, "x.csv");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error_str().find("needs key \"n\""), std::string::npos) << m.error_str();
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Measurements, CsvParses) {
+  const auto path = write_temp("cpbench_measurements_ok.csv",
+                               "op,shape,time_s\n"
+                               "# a comment\n"
+                               "gemm,m=8192;n=8192;k=8192,0.00441\n"
+                               "\n"
+                               "all_reduce, bytes=268435456; size=8; ranks_per_node=8 ,2.05e-3\n");
+  auto m = load_measurements(path);
+  ASSERT_TRUE(m.ok()) << m.error_str();
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].op, "gemm");
+  EXPECT_EQ((*m)[0].shape.at("k"), 8192);
+  EXPECT_EQ((*m)[0].time_s, 0.00441);
+  EXPECT_EQ((*m)[1].shape.at("ranks_per_node"), 8);
+  EXPECT_EQ((*m)[1].time_s, 2.05e-3);
+}
+
+TEST(Measurements, BadLinesNameFileAndLine) {
+  const auto path = write_temp("cpbench_measurements_bad.csv",
+                               "gemm,m=1;n=2;k=3,1e-3\n"
+                               "gemmm,m=1;n=2;k=3,1e-3\n"
+                               "gemm,m=1;n=2,1e-3\n"
+                               "memory_bound,bytes=10;color=3,1e-3\n"
+                               "memory_bound,bytes=ten,1e-3\n"
+                               "memory_bound,bytes=10,-1\n"
+                               "just one field\n");
+  auto m = load_measurements(path);
+  ASSERT_FALSE(m.ok());
+  const auto& list = m.errors().list;
+  ASSERT_EQ(list.size(), 6u) << m.error_str();
+  EXPECT_EQ(list[0].file, path.string());
+  EXPECT_NE(list[0].message.find("line 2: unknown op \"gemmm\""), std::string::npos);
+  EXPECT_NE(list[1].message.find("line 3: op \"gemm\" needs key \"k\""), std::string::npos);
+  EXPECT_NE(list[2].message.find("line 4: unknown key \"color\""), std::string::npos);
+  EXPECT_NE(list[3].message.find("line 5: expected key=value"), std::string::npos);
+  EXPECT_NE(list[4].message.find("line 6: time_s must be positive"), std::string::npos);
+  EXPECT_NE(list[5].message.find("line 7: expected op,"), std::string::npos);
+  EXPECT_FALSE(load_measurements(path.string() + ".missing").ok());
+}
+
+}  // namespace
+}  // namespace cpbench

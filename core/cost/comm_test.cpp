@@ -1,0 +1,143 @@
+// comm_test.cpp — point-to-point and collective costs: the nccl-tests ring formulas exactly with
+// ideal constants, hierarchical beats a flat ring over the network, tree/LL win for small
+// messages, bus bandwidth of the shipped presets at large sizes, monotone in bytes.
+#include <gtest/gtest.h>
+
+#include "core/cost/cost_model.h"
+#include "core/cost/cost_test_util.h"
+
+namespace cpbench {
+namespace {
+
+constexpr double kBytes = 1 << 30;
+constexpr double kNvlink_Bps = 100e9, kNetwork_Bps = 25e9;
+
+TEST(P2p, IdealIsBytesOverTheLinkRate) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::nvlink), kBytes / kNvlink_Bps);
+  EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::network), kBytes / kNetwork_Bps);
+  EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::pcie), kBytes / 32e9);
+  EXPECT_EQ(model.p2p_s(0, Link::network), 0);
+}
+
+TEST(P2p, LatencyPlusBytesOverEfficientBandwidth) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  const EfficiencyParams& p = model.params();
+  // Large: Simple protocol. Tiny: LL, whose latency is lower.
+  EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::network),
+                   p.network_step_latency_us * 1e-6 + kBytes / (25e9 * p.network_busbw_efficiency));
+  EXPECT_DOUBLE_EQ(model.p2p_s(8, Link::nvlink),
+                   p.nvlink_ll_step_latency_us * 1e-6 + 8 / (0.5 * 300e9 * p.nvlink_busbw_efficiency));
+  EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::pcie),
+                   p.pcie_latency_us * 1e-6 + kBytes / (32e9 * p.pcie_efficiency));
+}
+
+TEST(Collective, IdealRingFormulasOnOneNode) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  for (int64_t n : {2, 4, 8}) {
+    const GroupPlacement g{n, 8};
+    const double ring = double(n - 1) / n * kBytes / kNvlink_Bps;
+    EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_reduce, kBytes, g), 2 * ring) << n;
+    EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_gather, kBytes, g), ring) << n;
+    EXPECT_DOUBLE_EQ(model.collective_s(Collective::reduce_scatter, kBytes, g), ring) << n;
+    EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_to_all, kBytes, g), ring) << n;
+    EXPECT_DOUBLE_EQ(model.collective_s(Collective::broadcast, kBytes, g), kBytes / kNvlink_Bps);
+  }
+}
+
+TEST(Collective, SizeOneIsFree) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  for (auto kind : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                    Collective::all_to_all, Collective::broadcast})
+    EXPECT_EQ(model.collective_s(kind, kBytes, {1, 8}), 0);
+}
+
+TEST(Collective, IdealAcrossNodesTakesTheFastestAlgorithm) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  // 2 nodes × 8: NCCL's ring crosses each node boundary on 8 NICs (8 × 25 = 200 GB/s), so
+  // NVLink (100 GB/s) stays the bottleneck: 2(n−1)/n·S / 100 GB/s.
+  EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_reduce, kBytes, {16, 8}),
+                   2.0 * 15 / 16 * kBytes / kNvlink_Bps);
+  // One rank per node: every hop is a 25 GB/s NIC.
+  EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_reduce, kBytes, {4, 1}),
+                   2.0 * 3 / 4 * kBytes / kNetwork_Bps);
+  EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_gather, kBytes, {4, 1}),
+                   3.0 / 4 * kBytes / kNetwork_Bps);
+  // all-to-all: the off-node 12/16 of the buffer over this rank's own NIC dominates.
+  EXPECT_DOUBLE_EQ(model.collective_s(Collective::all_to_all, kBytes, {16, 4}),
+                   12.0 / 16 * kBytes / kNetwork_Bps);
+}
+
+TEST(Collective, HierarchicalBeatsAFlatRingOverTheNetwork) {
+  for (const char* name : {"a100_80gb_dgx", "h100_dgx", "a100_40gb_p4d"}) {
+    const CostModel model = preset_model(name);
+    for (auto kind : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
+      // The same 64 ranks, 8 per node (intra-node phases on NVLink, 8 NICs in parallel) vs one
+      // per node (every step on one NIC).
+      EXPECT_LT(model.collective_s(kind, kBytes, {64, 8}),
+                0.5 * model.collective_s(kind, kBytes, {64, 1})) << name;
+    }
+    // Inside a node, NVLink beats the network.
+    EXPECT_LT(model.collective_s(Collective::all_reduce, kBytes, {8, 8}),
+              model.collective_s(Collective::all_reduce, kBytes, {16, 8}));
+  }
+}
+
+// nccl-tests bus bandwidth of all-reduce: algbw · 2(n−1)/n.
+double all_reduce_busbw_GBps(const CostModel& model, double bytes, const GroupPlacement& g) {
+  const double n = double(g.size);
+  return bytes / model.collective_s(Collective::all_reduce, bytes, g) * 2 * (n - 1) / n / 1e9;
+}
+
+TEST(Collective, PresetBusBandwidthMatchesNcclTestsAtLargeSizes) {
+  const CostModel dgx = preset_model("a100_80gb_dgx");
+  // nccl-tests on DGX A100: ≈ 230 GB/s busbw in a node, ≈ 185 GB/s across nodes (HDR).
+  EXPECT_NEAR(all_reduce_busbw_GBps(dgx, 4.0 * kBytes, {8, 8}), 230, 5);
+  EXPECT_NEAR(all_reduce_busbw_GBps(dgx, 4.0 * kBytes, {64, 8}), 184, 8);
+  // Bus bandwidth falls at small sizes (latency-bound), rising with size.
+  double previous = 0;
+  for (double bytes = 1024; bytes <= 4 * kBytes; bytes *= 4) {
+    const double busbw = all_reduce_busbw_GBps(dgx, bytes, {8, 8});
+    EXPECT_GT(busbw, previous) << bytes;
+    previous = busbw;
+  }
+  EXPECT_LT(all_reduce_busbw_GBps(dgx, 1 << 20, {8, 8}), 0.7 * 230);
+}
+
+TEST(Collective, SmallMessagesUseLowLatencyProtocolAndTree) {
+  const CostModel dgx = preset_model("a100_80gb_dgx");
+  const EfficiencyParams& p = dgx.params();
+  // 8 ranks, 1 KiB: 14 ring steps at the LL latency, well under 14 Simple steps.
+  const double t = dgx.collective_s(Collective::all_reduce, 1024, {8, 8});
+  EXPECT_LT(t, 14 * p.nvlink_step_latency_us * 1e-6);
+  EXPECT_GE(t, 14 * p.nvlink_ll_step_latency_us * 1e-6);
+  // 1024 ranks on 128 nodes: a ring pays 2·1023 steps; the tree pays 2·log2(128) network steps.
+  const double big = dgx.collective_s(Collective::all_reduce, 1024, {1024, 8});
+  EXPECT_LT(big, 0.2 * 2 * 1023 * p.network_ll_step_latency_us * 1e-6);
+}
+
+TEST(Collective, MonotoneInBytes) {
+  const CostModel model = preset_model("h800_kwai");
+  for (auto kind : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                    Collective::all_to_all, Collective::broadcast}) {
+    for (GroupPlacement g : {GroupPlacement{2, 8}, GroupPlacement{8, 8}, GroupPlacement{32, 8},
+                             GroupPlacement{32, 2}, GroupPlacement{256, 1}}) {
+      double previous = 0;
+      for (double bytes = 1; bytes < 1e11; bytes *= 1.9) {
+        const double t = model.collective_s(kind, bytes, g);
+        EXPECT_GT(t, previous) << int(kind) << " " << g.size << " " << bytes;
+        previous = t;
+      }
+    }
+  }
+  for (Link link : {Link::nvlink, Link::network, Link::pcie}) {
+    double previous = 0;
+    for (double bytes = 1; bytes < 1e11; bytes *= 1.9) {
+      EXPECT_GT(model.p2p_s(bytes, link), previous);
+      previous = model.p2p_s(bytes, link);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpbench

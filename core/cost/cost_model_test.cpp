@@ -1,0 +1,144 @@
+// cost_model_test.cpp — compute costs: exact roofline limits with ideal constants, GEMM wave
+// quantization and efficiency rising with size, attention and memory-bound costs monotone in
+// size and following their mechanisms (head dim, sequence length, backward = 2.5× matmuls).
+#include "core/cost/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "core/cost/cost_test_util.h"
+
+namespace cpbench {
+namespace {
+
+TEST(Gemm, IdealLargeGemmRunsAtPeak) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  // 100 SMs, 256×128 tiles: m = 256·10, n = 128·10 is exactly one wave.
+  const int64_t m = 2560, n = 1280, k = 4096;
+  EXPECT_NEAR(model.gemm_s(m, n, k), 2.0 * m * n * k / 100e12, 1e-15);
+  EXPECT_NEAR(model.gemm_s(m, n, k, 3), 3 * 2.0 * m * n * k / 100e12, 1e-15);
+}
+
+TEST(Gemm, WaveQuantizationCostsAWholeWave) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  const int64_t n = 1280, k = 8192;
+  // 10 tiles of n per row of tiles; m = 2560 fills the 100 SMs exactly once.
+  const double one_wave = model.gemm_s(2560, n, k);
+  const double just_over = model.gemm_s(2561, n, k);
+  // One more row spills into a second wave: the fastest tile choice still costs ≥ 1.3 waves
+  // (a smaller tile reuses operands less), far above the 0.04% more work.
+  EXPECT_GT(just_over, 1.3 * one_wave);
+  EXPECT_LE(just_over, 2.0 * one_wave + 1e-12);
+  // And it costs the same as filling that second wave completely.
+  EXPECT_NEAR(model.gemm_s(5120, n, k), 2 * one_wave, 1e-12);
+}
+
+TEST(Gemm, EfficiencyBelowPeakAndRisingWithSize) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  double previous = 0;
+  for (int64_t size : {128, 256, 512, 1024, 2048, 4096, 8192, 16384}) {
+    const double eff = 2.0 * size * size * size / model.gemm_s(size, size, size) / 312e12;
+    EXPECT_LT(eff, model.params().gemm_peak_fraction) << size;
+    EXPECT_GT(eff, previous) << size;
+    previous = eff;
+  }
+  EXPECT_GT(previous, 0.9 * model.params().gemm_peak_fraction);
+}
+
+TEST(Gemm, MonotoneInEveryDimension) {
+  const CostModel model = preset_model("h100_dgx");
+  for (int64_t x = 1; x <= 20000; x += 37) {
+    EXPECT_LE(model.gemm_s(x, 4096, 4096), model.gemm_s(x + 37, 4096, 4096)) << x;
+    EXPECT_LE(model.gemm_s(4096, x, 1024), model.gemm_s(4096, x + 37, 1024)) << x;
+    EXPECT_LE(model.gemm_s(2048, 2048, x), model.gemm_s(2048, 2048, x + 37)) << x;
+    EXPECT_LE(model.gemm_s(64, 64, 64, x), model.gemm_s(64, 64, 64, x + 37)) << x;
+  }
+}
+
+TEST(Gemm, RooflineTakesTheHbmTrafficWhenItDominates) {
+  ClusterSpec slow_memory = test_cluster();
+  slow_memory.gpu.hbm_bandwidth_GBps = 1;
+  const CostModel model(slow_memory, EfficiencyParams::ideal());
+  // A, B read and C written once, 2 bytes each, at 1 GB/s.
+  const int64_t m = 300, n = 500, k = 700;
+  EXPECT_DOUBLE_EQ(model.gemm_s(m, n, k), 2.0 * (m * k + k * n + m * n) / 1e9);
+}
+
+TEST(MemoryBound, BytesOverAchievableBandwidthPlusKernelOverhead) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  const EfficiencyParams& p = model.params();
+  const double bytes = 1e9;
+  EXPECT_DOUBLE_EQ(model.memory_bound_s(bytes),
+                   p.kernel_overhead_us * 1e-6 + bytes / (2039e9 * p.hbm_efficiency));
+  EXPECT_EQ(model.memory_bound_s(0), 0);
+  double previous = 0;
+  for (double b = 1; b < 1e11; b *= 3) {
+    EXPECT_GT(model.memory_bound_s(b), previous);
+    previous = model.memory_bound_s(b);
+  }
+}
+
+TEST(Attention, IdealForwardIsFourHeadDimFlopsPerPairAtPeak) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  const double pairs = 4096.0 * 4097 / 2 * 8;  // 8 causal sequences of 4096
+  EXPECT_NEAR(model.flash_attention_fwd_s(pairs, 32, 128, 4096), 4.0 * 128 * pairs * 32 / 100e12,
+              1e-12);
+  EXPECT_NEAR(model.flash_attention_bwd_s(pairs, 32, 128, 4096),
+              kAttentionBwdFlopsPerFwd * 4.0 * 128 * pairs * 32 / 100e12, 1e-12);
+}
+
+TEST(Attention, MonotoneInPairsAndBackwardCostsMore) {
+  for (const char* name : {"a100_80gb_dgx", "h100_dgx"}) {
+    const CostModel model = preset_model(name);
+    double previous = 0;
+    for (double pairs = 1e3; pairs < 1e12; pairs *= 1.7) {
+      const double fwd = model.flash_attention_fwd_s(pairs, 16, 128, 2048);
+      EXPECT_GE(fwd, previous) << name << " " << pairs;
+      EXPECT_GT(model.flash_attention_bwd_s(pairs, 16, 128, 2048), 2 * fwd) << name;
+      previous = fwd;
+    }
+  }
+}
+
+// FLOP/s of a forward pass of causal sequences of length L, as a fraction of peak.
+double attention_fraction(const CostModel& model, int64_t head_dim, double L) {
+  const double tokens = 65536, heads = 16;
+  const double pairs = tokens / L * L * (L + 1) / 2;
+  const double flops = 4.0 * head_dim * pairs * heads;
+  return flops / model.flash_attention_fwd_s(pairs, heads, head_dim, L) /
+         model.cluster().gpu.peak_flops();
+}
+
+TEST(Attention, EfficiencyRisesWithHeadDimAndSequenceLength) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  // FlashAttention-2 paper, Fig. 4 (A100, fwd): ≈ 70% at head dim 128 on long sequences,
+  // lower at head dim 64 and on short sequences.
+  const double long128 = attention_fraction(model, 128, 16384);
+  EXPECT_GT(long128, 0.6);
+  EXPECT_LT(long128, 0.8);
+  EXPECT_LT(attention_fraction(model, 64, 16384), long128 - 0.05);
+  EXPECT_LT(attention_fraction(model, 128, 512), long128 - 0.05);
+  double previous = 0;
+  for (double L : {256, 512, 1024, 2048, 4096, 8192, 16384}) {
+    EXPECT_GT(attention_fraction(model, 128, L), previous) << L;
+    previous = attention_fraction(model, 128, L);
+  }
+}
+
+TEST(Attention, SmallGridUnderfillsTheSms) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  // One head, one causal sequence of 1024: 2·pairs/L = 1025 rows ≈ 8 query tiles on 100 SMs.
+  const double pairs = 1024.0 * 1025 / 2;
+  const double t1 = model.flash_attention_fwd_s(pairs, 1, 128, 1024);
+  const double t8 = model.flash_attention_fwd_s(pairs, 8, 128, 1024);
+  // 8× the work on 8× the CTAs takes the same time while the grid is smaller than the GPU.
+  EXPECT_NEAR(t8, t1, 1e-12);
+}
+
+TEST(Compute, ZeroWorkIsFree) {
+  const CostModel model = preset_model("a100_80gb_dgx");
+  EXPECT_EQ(model.gemm_s(0, 10, 10), 0);
+  EXPECT_EQ(model.flash_attention_fwd_s(0, 8, 128, 100), 0);
+}
+
+}  // namespace
+}  // namespace cpbench

@@ -1,0 +1,18 @@
+// ptdp.h — Megatron's PTD-P (Narayanan et al., SC'21): tensor, pipeline (1F1B or interleaved
+// 1F1B) and data parallelism with recompute, scatter/gather and DP overlap switches.
+// Requires: a global batch of whole sequences divisible into dp × m micro-batches of
+// micro_batch_size sequences. Note: infeasible layouts (sizes that do not divide, too little
+// memory) are results with the reason; the plan is simulated with the hardware preset's model.
+#pragma once
+
+#include "core/plan/plan.h"
+#include "core/strategies/strategy.h"
+
+namespace cpbench {
+
+// The plan, or why the layout cannot run it ("" when it can).
+std::string plan_ptdp(const StrategyInput& in, Plan* plan);
+
+StrategyOutcome run_ptdp(const StrategyInput& in);
+
+}  // namespace cpbench
