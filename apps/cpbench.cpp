@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include "core/cost/calibrate.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
 #include "core/experiment/show.h"
@@ -115,6 +116,26 @@ int cmd_show(const std::string& file) {
   return kExitOk;
 }
 
+// Fits the efficiency constants of a hardware preset to measured op times and writes the fitted
+// preset (every fitted constant's source names the measurement file).
+int cmd_calibrate(const std::string& measurements, const std::string& preset, const std::string& out,
+                  const fs::path& experiments_dir) {
+  fs::path preset_file = fs::path(preset).extension() == ".json" ? fs::path(preset)
+                                                                  : experiments_dir / "hardware" / (preset + ".json");
+  auto raw = load_json_file(preset_file);
+  if (!raw) return report_errors(raw.errors());
+  auto rows = load_measurements(measurements);
+  if (!rows) return report_errors(rows.errors());
+  auto fitted = calibrate_preset(*raw, *rows, measurements);
+  if (!fitted) return report_errors(fitted.errors());
+  if (auto st = write_file_atomic(out, fitted->dump(2) + "\n"); !st) {
+    std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
+    return kExitFailed;
+  }
+  std::cerr << "cpbench: wrote " << out << " (" << rows->size() << " measurements)\n";
+  return kExitOk;
+}
+
 int cmd_list(bool show_strategies, const fs::path& experiments_dir) {
   if (show_strategies) {
     for (const auto& s : strategies()) std::printf("%-16s %s\n", s.name.c_str(), s.summary.c_str());
@@ -152,6 +173,12 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember({"sim"}))
       ->capture_default_str();
 
+  std::string cal_file, cal_preset, cal_out;
+  auto* calibrate = app.add_subcommand("calibrate", "fit a hardware preset's efficiency constants to measured op times");
+  calibrate->add_option("measurements", cal_file, "CSV of measured ops: op,key=value;key=value,time_s")->required();
+  calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from")->required();
+  calibrate->add_option("--out", cal_out, "where to write the fitted preset")->required();
+
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
   show->add_option("file", show_file, "results.json, or the folder holding it")->required();
@@ -164,6 +191,7 @@ int run_cli(int argc, char** argv) {
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
   if (*run) return cmd_run(ra, experiments_dir);
+  if (*calibrate) return cmd_calibrate(cal_file, cal_preset, cal_out, experiments_dir);
   return cmd_show(show_file);
 }
 

@@ -72,7 +72,13 @@ json selector_json(const Selector& s) {
 void judge(const PublishedValue& pv, Comparison& c) {
   if (!c.reproduced) return;
   double rep = *c.reproduced;
+  if (!pv.expect.empty()) {
+    c.pass = (rep > 1) == (pv.expect == "above_one");
+    c.note = "expected " + std::string(pv.expect == "above_one" ? "> 1" : "< 1");
+    if (pv.published == 0) return;
+  }
   if (pv.published != 0) c.rel_error = (rep - pv.published) / pv.published;
+  if (!pv.expect.empty()) return;
   if (pv.judge_direction) {
     c.pass = (rep > 1) == (pv.published > 1);
     c.note = "judged on direction (which side of 1)";
@@ -122,7 +128,7 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
   std::vector<Comparison> out;
   for (const auto& pv : spec.published) {
     if (pv.kind == "ratio") {
-      Comparison c{pv.label, pv.metric, pv.kind, pv.published, {}, {}, {}, "", json::object()};
+      Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", json::object()};
       c.select = {{"numerator", selector_json(pv.select)}, {"denominator", selector_json(pv.denominator)}};
       std::string note;
       auto num = metric_of(spec, results, pv.select, pv.metric, &note);
@@ -138,7 +144,7 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       const auto& p = spec.points[i];
       if (!pv.select.matches(p)) continue;
       Selector exact{p.case_name, p.label, p.params};
-      Comparison c{pv.label, pv.metric, pv.kind, pv.published, {}, {}, {}, "", selector_json(exact)};
+      Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", selector_json(exact)};
       std::string note;
       c.reproduced = metric_of(spec, results, exact, pv.metric, &note);
       if (!c.reproduced) c.note = note;
@@ -163,11 +169,13 @@ json results_to_json(const Spec& spec, const Provenance& prov, const PointResult
   j["points"] = points;
   json comps = json::array();
   for (const auto& c : compute_comparisons(spec, results)) {
-    json cj = {{"label", c.label}, {"metric", c.metric}, {"kind", c.kind}, {"published", c.published},
+    json cj = {{"label", c.label}, {"metric", c.metric}, {"kind", c.kind},
+               {"published", !c.expect.empty() && c.published == 0 ? json(nullptr) : json(c.published)},
                {"reproduced", c.reproduced ? number_or_null(*c.reproduced) : json(nullptr)},
                {"rel_error", c.rel_error ? number_or_null(*c.rel_error) : json(nullptr)},
                {"pass", c.pass ? json(*c.pass) : json(nullptr)}, {"select", c.select}};
     if (!c.note.empty()) cj["note"] = c.note;
+    if (!c.expect.empty()) cj["expect"] = c.expect;
     // A value names its point at top level too, so readers (plot.py) place it without parsing selectors.
     if (c.kind == "value")
       for (const auto& [k, v] : c.select.items()) cj[k] = v;

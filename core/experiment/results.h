@@ -40,6 +40,7 @@ Provenance current_provenance(uint64_t seed);
 struct Comparison {
   std::string label, metric, kind;
   double published = 0;
+  std::string expect;                // "above_one" / "below_one" when the claim is a direction
   std::optional<double> reproduced;  // empty when a point it needs is not ok
   std::optional<double> rel_error;   // (reproduced − published) / published
   std::optional<bool> pass;          // empty when the spec states no tolerance

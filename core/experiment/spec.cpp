@@ -460,7 +460,8 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
         pv.kind = "ratio";
         pv.metric = ro.string("metric");
         check_metric(ro, "metric", pv.metric);
-        pv.published = ro.number("value", 0, 1e300);
+        pv.expect = ro.choice_or("expect", "", {"above_one", "below_one"});
+        if (pv.expect.empty() || ro.has("value")) pv.published = ro.number("value", 0, 1e300);
         pv.label = ro.string("label");
         JsonObject num = ro.object("numerator");
         pv.select = parse_selector(num, case_names, labels);

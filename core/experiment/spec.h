@@ -66,6 +66,9 @@ struct PublishedValue {
   double tolerance_rel = -1;  // |rel_error| allowed; < 0 = not judged by tolerance
   double tolerance_abs = -1;  // |reproduced − published| allowed
   bool judge_direction = false;  // ratio: pass when on the same side of 1 as the published one
+  // A figure's claim without a number to read off: "above_one" / "below_one" (a ratio only);
+  // then there is no published value and the verdict is the direction alone.
+  std::string expect;
 };
 
 struct Spec {
