@@ -1,0 +1,131 @@
+// ptdp_test.cpp — PTD-P planning and simulation: every sequence placed once, infeasible layouts
+// with reasons, the schedule effects the SC'21 paper describes, determinism.
+#include "core/strategies/ptdp.h"
+
+#include <gtest/gtest.h>
+
+#include "core/experiment/registry.h"
+#include "core/sim/memory.h"
+
+namespace cpbench {
+namespace {
+
+class PtdpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = default_experiments_dir();
+    cluster_ = *load_hardware(dir / "hardware" / "a100_80gb_dgx.json");
+    model_ = *load_model(dir / "models" / "gpt_39.1b.json");
+    layout_.num_gpus = 64;
+    layout_.tp = 8;
+    layout_.pp = 2;
+    layout_.micro_batch_size = 2;
+    layout_.recompute = "full";
+  }
+  StrategyOutcome run(int64_t sequences, int64_t length = 2048) {
+    batch_.lengths.assign(sequences, length);
+    return run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+  }
+
+  ClusterSpec cluster_;
+  ModelShape model_;
+  ParallelConfig layout_;
+  GlobalBatch batch_;
+};
+
+TEST_F(PtdpTest, PlanPlacesEverySequenceOnce) {
+  batch_.lengths.clear();
+  for (int i = 0; i < 128; ++i) batch_.lengths.push_back(100 + i);  // distinct lengths identify sequences
+  Plan plan;
+  ASSERT_EQ(plan_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}}, &plan), "");
+  ASSERT_EQ(plan.micro_batches.size(), 4u);  // dp = 64 / (8·2)
+  std::vector<int64_t> seen;
+  for (const auto& replica : plan.micro_batches) {
+    EXPECT_EQ(replica.size(), 16u);  // 128 / (4 · 2)
+    for (const auto& mb : replica) {
+      EXPECT_EQ(mb.lengths.size(), 2u);
+      seen.insert(seen.end(), mb.lengths.begin(), mb.lengths.end());
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, batch_.lengths);
+}
+
+TEST_F(PtdpTest, LayoutsThatCannotRunAreInfeasibleWithAReason) {
+  auto out = run(100);  // 100 sequences over dp·mbs = 8
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("not a multiple of dp·micro_batch_size 8"), std::string::npos) << out.reason;
+
+  layout_.vp = 2;  // interleaving needs m % p == 0: m = 8 / (4·2) = 1
+  out = run(8);
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("interleaved 1F1B needs the micro-batch count 1"), std::string::npos) << out.reason;
+
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 8;
+  layout_.tp = 8;
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1008b.json");
+  out = run(8);
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("out of memory"), std::string::npos) << out.reason;
+}
+
+TEST_F(PtdpTest, ReportsConsistentMetrics) {
+  auto out = run(256);
+  ASSERT_EQ(out.status, "ok") << out.reason;
+  const auto& m = out.metrics;
+  EXPECT_NEAR(m.at("tflops_per_gpu"), m.at("flops_per_iteration") / m.at("step_time_s") / 64 / 1e12, 1e-9);
+  EXPECT_NEAR(m.at("mfu"), m.at("tflops_per_gpu") / 312, 1e-12);
+  EXPECT_GT(m.at("mfu"), 0.2);
+  EXPECT_LT(m.at("mfu"), 0.8);  // below peak, by the cost model's efficiencies
+  EXPECT_GT(m.at("bubble_fraction"), 0);
+  EXPECT_LT(m.at("peak_memory_gib"), 78);
+}
+
+TEST_F(PtdpTest, PipelineBubbleShrinksWithMoreMicroBatches) {
+  double small = run(64).metrics.at("bubble_fraction");   // m = 8
+  double large = run(512).metrics.at("bubble_fraction");  // m = 64
+  EXPECT_GT(small, 2 * large);
+  // 1F1B's idle fraction is about (p−1)/(m+p−1) = 1/9 at m = 8.
+  EXPECT_NEAR(small, 1.0 / 9, 0.05);
+}
+
+TEST_F(PtdpTest, InterleavingWinsAtSmallBatch) {
+  layout_.pp = 4;
+  layout_.num_gpus = 32;  // dp = 1
+  double plain = run(16).metrics.at("tflops_per_gpu");
+  layout_.vp = 2;
+  double interleaved = run(16).metrics.at("tflops_per_gpu");
+  EXPECT_GT(interleaved, plain);
+}
+
+TEST_F(PtdpTest, RecomputeCostsAboutAForwardPass) {
+  layout_.recompute = "none";
+  double none = run(256).metrics.at("step_time_s");
+  layout_.recompute = "full";
+  double full = run(256).metrics.at("step_time_s");
+  // Forward ≈ 1/3 of forward + backward: recomputing it adds roughly a third.
+  EXPECT_GT(full / none, 1.2);
+  EXPECT_LT(full / none, 1.45);
+}
+
+TEST_F(PtdpTest, SameInputSameResult) {
+  auto a = run(256), b = run(256);
+  EXPECT_EQ(a.metrics, b.metrics);
+}
+
+TEST_F(PtdpTest, DifferentReplicasAreSimulatedEach) {
+  // Two replicas with different lengths: the step is at least as long as the slower one alone.
+  layout_.num_gpus = 32;  // dp = 2
+  layout_.micro_batch_size = 1;
+  batch_.lengths = {2048, 2048, 2048, 2048, 512, 512, 512, 512};
+  auto mixed = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+  batch_.lengths.assign(8, 2048);
+  auto uniform = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+  ASSERT_EQ(mixed.status, "ok") << mixed.reason;
+  EXPECT_NEAR(mixed.metrics.at("step_time_s"), uniform.metrics.at("step_time_s"), 0.02 * uniform.metrics.at("step_time_s"));
+  EXPECT_GT(mixed.metrics.at("compute_imbalance"), 1.2);
+}
+
+}  // namespace
+}  // namespace cpbench
