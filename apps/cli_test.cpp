@@ -124,6 +124,30 @@ TEST_F(CliTest, Table1ParamsReproduced) {
   EXPECT_NE(show.out.find("1T params_b"), std::string::npos) << show.out;
 }
 
+TEST_F(CliTest, CalibrateWritesAFittedPresetThatLoads) {
+  // GEMMs "measured" 10% slower than the shipped A100 model predicts at full size: the fitted
+  // preset must say where its constants came from, and run like any preset.
+  fs::path csv = dir_ / "measured.csv";
+  std::ofstream(csv) << "op,shape,time_s\n"
+                        "gemm,m=8192;n=8192;k=8192,0.00530\n"
+                        "gemm,m=16384;n=16384;k=16384,0.0418\n"
+                        "gemm,m=4096;n=4096;k=4096,0.00072\n";
+  fs::path out = dir_ / "fitted.json";
+  auto r = cpbench("calibrate " + csv.string() + " --preset a100_80gb_dgx --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto j = load_json_file(out);
+  ASSERT_TRUE(j.ok());
+  std::string source = (*j)["efficiency"]["gemm_peak_fraction"]["source"];
+  EXPECT_NE(source.find("fitted by cpbench calibrate from " + csv.string()), std::string::npos) << source;
+  // A broken measurement file names the file and line, exit 2, nothing written.
+  std::ofstream(csv) << "gemm,m=8192;n=8192,0.005\n";
+  fs::remove(out);
+  r = cpbench("calibrate " + csv.string() + " --preset a100_80gb_dgx --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(csv.string()), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
   // Enough points that the run is still going when it is killed.
   auto f = write_spec("long", small_spec(1500));
