@@ -37,6 +37,11 @@ struct ParallelConfig {
   // in SC'21's code, every micro-batch's backward adds its 16-bit gradients to main_grad in a
   // separate memory-bound pass (read 2 + read 4 + write 4 bytes per parameter).
   bool gradient_accumulation_fusion = true;
+  // Gradients accumulated and reduced over DP in fp32 (4 bytes) or in the 16-bit dtype (2 bytes).
+  // Megatron's default: fp32 with bf16, 16-bit with fp16 (--accumulate-allreduce-grads-in-fp32).
+  bool grad_reduce_in_fp32 = true;
+
+  double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
 
   int64_t model_parallel_size() const { return tp * pp * cp; }
   // Data-parallel size; valid only when check_parallel_config() returned "".

@@ -26,7 +26,8 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   ChunkCost c{layers * layer.forward.total(), layers * layer.backward.total(),
               layers * (layer.forward.tp_comm_s + layer.backward.tp_comm_s)};
   if (!L.gradient_accumulation_fusion)
-    c.bwd_s += cost.memory_bound_s(10.0 * params_per_gpu(model, L, 0, stage) / L.vp);
+    // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
+    c.bwd_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
   auto add = [&c](const LayerCost& extra) {
     c.fwd_s += extra.forward.total();
     c.bwd_s += extra.backward.total();
@@ -108,7 +109,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
       // Gradient reduction of each chunk once its last backward has run. With overlap the
       // buckets of all but the chunk's last layer go out while that backward runs (Megatron's
       // bucketed overlap); the last bucket after it.
-      const double grad_bytes = 4.0 * params_per_gpu(model, L, 0, s) / v;  // fp32 main grads
+      const double grad_bytes = L.grad_bytes() * params_per_gpu(model, L, 0, s) / v;
       const GroupPlacement dp = placement(L.dp(), L.tp * L.cp, cost.cluster().gpus_per_node);
       const Collective kind = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
       const double total_s = cost.collective_s(kind, grad_bytes, dp);
@@ -140,13 +141,16 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
       }
     }
   }
-  // Optimizer step after every gradient of the stage is reduced (Adam, mixed precision: read the
-  // fp32 gradient, read and write master weights, momentum and variance, write the 16-bit weight).
+  // Optimizer step after every gradient of the stage is reduced, as Megatron's mixed-precision
+  // optimizer does it, in bytes per parameter: gradients to fp32 (read g, write 4), unscale and
+  // inf check (read 4, write 4), the clipping norm (read 4), fused Adam (read gradient, master
+  // weight, momentum, variance; write the last three: 28), master weights back to the 16-bit
+  // model (read 4, write 2).
   for (size_t r = 0; r < replicas.size(); ++r) {
     for (int s = 0; s < p; ++s) {
       const int device = static_cast<int>(r) * p + s;
       double params = params_per_gpu(model, L, 0, s) / (L.distributed_optimizer ? L.dp() : 1);
-      TaskSpec t{device, kComputeStream, cost.memory_bound_s(30.0 * params), {}, -1, -1, "optimizer", 'o'};
+      TaskSpec t{device, kComputeStream, cost.memory_bound_s((L.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
       for (int id : grad_tasks[s]) if (g.task(id).device == device) t.deps.push_back(id);
       int opt = g.add(t);
       if (L.distributed_optimizer && L.dp() > 1) {

@@ -1,0 +1,201 @@
+// communicator_test.cpp — the Communicator contract in one process: SelfCommunicator (every
+// collective is the identity, self messages match by tag), argument validation and its error
+// wording, byte counters, and the run_with_timeout deadline loop.
+#include "core/runtime/communicator.h"
+
+#include <chrono>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/runtime/self_communicator.h"
+#include "core/runtime/watchdog.h"
+
+namespace cpbench {
+namespace {
+
+using ::testing::HasSubstr;
+using V = std::vector<float>;
+using Counts = std::vector<std::size_t>;
+
+TEST(SelfCommunicator, CollectivesAreTheIdentity) {
+  SelfCommunicator c;
+  EXPECT_EQ(c.rank(), 0);
+  EXPECT_EQ(c.size(), 1);
+
+  V in{1.5f, -2, 3, 4}, out(4, 0);
+  ASSERT_TRUE(c.all_to_all(std::span<const float>(in), std::span<float>(out)));
+  EXPECT_EQ(out, in);
+  out.assign(4, 0);
+  ASSERT_TRUE(c.all_gather(std::span<const float>(in), std::span<float>(out)));
+  EXPECT_EQ(out, in);
+  out.assign(4, 0);
+  ASSERT_TRUE(c.reduce_scatter(in, out));
+  EXPECT_EQ(out, in);
+
+  V data = in;
+  ASSERT_TRUE(c.all_reduce(std::span<float>(data), ReduceOp::kSum));
+  EXPECT_EQ(data, in);
+  ASSERT_TRUE(c.all_reduce(std::span<float>(data), ReduceOp::kMax));
+  EXPECT_EQ(data, in);
+  std::vector<double> d{1e300, -7.25};
+  ASSERT_TRUE(c.all_reduce(std::span<double>(d)));
+  EXPECT_EQ(d, (std::vector<double>{1e300, -7.25}));
+  ASSERT_TRUE(c.barrier());
+
+  // Nothing leaves a size-1 group.
+  EXPECT_EQ(c.bytes_sent(), 0u);
+  EXPECT_EQ(c.bytes_received(), 0u);
+}
+
+TEST(SelfCommunicator, VariableCollectivesHonourDisplacements) {
+  SelfCommunicator c;
+  V in{1, 2, 3, 4, 5}, out(5, 0);
+  ASSERT_TRUE(c.all_to_allv(std::span<const float>(in), Counts{3}, Counts{1},
+                            std::span<float>(out), Counts{3}, Counts{2}));
+  EXPECT_EQ(out, (V{0, 0, 2, 3, 4}));
+
+  out.assign(5, 0);
+  ASSERT_TRUE(c.all_gatherv(std::span<const float>(in.data(), 2), std::span<float>(out),
+                            Counts{2}, Counts{3}));
+  EXPECT_EQ(out, (V{0, 0, 0, 1, 2}));
+
+  // Zero counts are legal and move nothing.
+  out.assign(5, 9);
+  ASSERT_TRUE(c.all_to_allv(std::span<const float>(in), Counts{0}, Counts{0},
+                            std::span<float>(out), Counts{0}, Counts{0}));
+  EXPECT_EQ(out, V(5, 9));
+}
+
+TEST(SelfCommunicator, SelfMessagesMatchByTagInPostingOrder) {
+  SelfCommunicator c;
+  V a{1, 2}, b{3, 4}, c2{5, 6}, got(2, 0);
+  ASSERT_TRUE(c.send(std::span<const float>(a), 0, 1));
+  ASSERT_TRUE(c.send(std::span<const float>(b), 0, 2));
+  ASSERT_TRUE(c.send(std::span<const float>(c2), 0, 1));
+  ASSERT_TRUE(c.recv(std::span<float>(got), 0, 2));
+  EXPECT_EQ(got, b);
+  ASSERT_TRUE(c.recv(std::span<float>(got), 0, 1));
+  EXPECT_EQ(got, a);  // oldest tag-1 message first
+  ASSERT_TRUE(c.recv(std::span<float>(got), 0, 1));
+  EXPECT_EQ(got, c2);
+
+  // A receive posted before its send completes when the send arrives.
+  std::vector<std::byte> buffer(3);
+  auto r = c.irecv(std::span<std::byte>(buffer), 0, 7);
+  ASSERT_TRUE(r);
+  auto done = c.test(*r);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(*done);
+  const std::vector<std::byte> payload{std::byte{7}, std::byte{8}, std::byte{9}};
+  ASSERT_TRUE(c.send(std::span<const std::byte>(payload), 0, 7));
+  ASSERT_TRUE(c.wait(*r));
+  EXPECT_FALSE(r->pending());
+  EXPECT_EQ(buffer, payload);
+  EXPECT_EQ(c.bytes_sent(), 0u);  // self messages stay on the rank
+}
+
+TEST(SelfCommunicator, UnmatchedReceiveIsAnErrorNotAHang) {
+  SelfCommunicator c(5);
+  V got(4);
+  Status s = c.recv(std::span<float>(got), 0, 9);
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error_str(), HasSubstr("recv of 16 bytes from rank 0 (world rank 5), tag 9"));
+  EXPECT_THAT(s.error_str(), HasSubstr("no matching send"));
+  // The receive was withdrawn: the communicator stays usable.
+  EXPECT_TRUE(c.healthy());
+  EXPECT_TRUE(c.barrier());
+}
+
+TEST(SelfCommunicator, WrongMessageSizeNamesBothSizes) {
+  SelfCommunicator c;
+  V three{1, 2, 3}, four(4);
+  ASSERT_TRUE(c.send(std::span<const float>(three), 0, 0));
+  Status s = c.recv(std::span<float>(four), 0, 0);
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error_str(), HasSubstr("recv of 16 bytes from rank 0 (world rank 0), tag 0: got "
+                                       "a message of 12 bytes"));
+}
+
+TEST(SelfCommunicator, SplitGivesASizeOneGroupOrNothing) {
+  SelfCommunicator c(3);
+  c.set_timeout(std::chrono::milliseconds(1234));
+  auto sub = c.split(4, 0);
+  ASSERT_TRUE(sub);
+  ASSERT_NE(*sub, nullptr);
+  EXPECT_EQ((*sub)->size(), 1);
+  EXPECT_EQ((*sub)->world_rank_of(0), 3);
+  EXPECT_EQ((*sub)->timeout(), std::chrono::milliseconds(1234));  // inherited
+  auto none = c.split(-1, 0);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(*none, nullptr);
+}
+
+TEST(Communicator, ValidationErrorsNameOperationAndPeer) {
+  SelfCommunicator c;
+  V buf(4);
+  Status s = c.send(std::span<const float>(buf), 1, 0);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error_str(), "send: peer rank 1 is outside 0..0");
+  s = c.recv(std::span<float>(buf), -1, 0);
+  EXPECT_EQ(s.error_str(), "recv: peer rank -1 is outside 0..0");
+  s = c.send(std::span<const float>(buf), 0, -3);
+  EXPECT_EQ(s.error_str(), "send: tag -3 is negative");
+
+  V out(4);
+  s = c.all_to_allv(std::span<const float>(buf), Counts{2, 2}, Counts{0, 2},
+                    std::span<float>(out), Counts{4}, Counts{0});
+  EXPECT_EQ(s.error_str(),
+            "all_to_allv: send counts and displacements need 1 entries each, got 2 and 2");
+  s = c.all_to_allv(std::span<const float>(buf), Counts{4}, Counts{0}, std::span<float>(out),
+                    Counts{3}, Counts{2});
+  EXPECT_EQ(s.error_str(),
+            "all_to_allv: recv block of rank 0 (displacement 2 + count 3) exceeds the buffer of "
+            "4 elements");
+  s = c.all_gather(std::span<const float>(buf), std::span<float>(out.data(), 3));
+  EXPECT_EQ(s.error_str(), "all_gather: recv holds 3 elements, needs 1 ranks x 4");
+  s = c.all_gatherv(std::span<const float>(buf), std::span<float>(out), Counts{3}, Counts{0});
+  EXPECT_EQ(s.error_str(), "all_gatherv: this rank sends 4 elements but recv_counts[0] is 3");
+  s = c.reduce_scatter(std::span<const float>(buf), std::span<float>(out.data(), 2));
+  EXPECT_EQ(s.error_str(), "reduce_scatter(sum): send holds 4 elements, needs 1 ranks x 2");
+  // Bad arguments are the caller's mistake, not a broken group.
+  EXPECT_TRUE(c.healthy());
+}
+
+TEST(Communicator, ElementSizes) {
+  EXPECT_EQ(element_size_bytes(DataType::kByte), 1u);
+  EXPECT_EQ(element_size_bytes(DataType::kFloat32), 4u);
+  EXPECT_EQ(element_size_bytes(DataType::kFloat64), 8u);
+}
+
+TEST(RunWithTimeout, ReturnsWhenThePollSucceeds) {
+  int calls = 0;
+  Status s = run_with_timeout([&]() -> Expected<bool> { return ++calls == 500; },
+                              std::chrono::seconds(10), "waiting for rank 1");
+  EXPECT_TRUE(s);
+  EXPECT_EQ(calls, 500);  // stops at the first success, polls nothing more
+}
+
+TEST(RunWithTimeout, PassesThePollsErrorThrough) {
+  Status s = run_with_timeout([]() -> Expected<bool> { return Error{"", "", "MPI_Test failed"}; },
+                              std::chrono::seconds(10), "waiting for rank 1");
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error_str(), "MPI_Test failed");
+}
+
+TEST(RunWithTimeout, MissedDeadlineNamesWhatItWaitedFor) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  Status s = run_with_timeout([]() -> Expected<bool> { return false; },
+                              std::chrono::milliseconds(200), "waiting for rank 3");
+  const auto waited = Clock::now() - start;
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error_str(), ::testing::MatchesRegex("timed out after 2[0-9][0-9] ms waiting for "
+                                                     "rank 3"));
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  EXPECT_LT(waited, std::chrono::milliseconds(2000));
+}
+
+}  // namespace
+}  // namespace cpbench
