@@ -1,5 +1,7 @@
 #include "core/cost/efficiency.h"
 
+#include "core/hardware/hardware.h"
+
 namespace cpbench {
 
 const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
@@ -40,22 +42,7 @@ EfficiencyParams parse_efficiency(JsonObject& o) {
                             info.meaning + "): every cost-model constant lives in the preset");
       continue;
     }
-    if (!v->is_object()) {
-      o.error(info.key, "expected {\"value\": <number>, \"source\": \"<citation>\"}, got " +
-                            json_type_name(*v) + ": every cost-model constant cites its source");
-      continue;
-    }
-    JsonObject c(*v, o.pointer_of(info.key), o.diag());
-    p.*info.member = c.number("value", info.lo, info.hi);
-    const json* source = c.raw("source");
-    if (!source || !source->is_string() || source->get<std::string>().empty()) {
-      c.error("source", std::string(source ? "expected a non-empty string for" : "missing") +
-                            " \"source\": every cost-model constant cites a datasheet, a "
-                            "published measurement or a calibration file");
-    } else {
-      p.sources[info.key] = source->get<std::string>();
-    }
-    c.finish();
+    p.*info.member = sourced_number(o, info.key, info.key, info.lo, info.hi, p.sources);
   }
   o.finish();
   return p;

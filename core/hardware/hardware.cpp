@@ -4,8 +4,6 @@
 
 namespace cpbench {
 
-namespace {
-
 // Reads {"value": x, "source": "..."} at parent/key, records the source under `field`.
 // A bare number gets its own message: the file is not wrong by a typo but by a missing citation.
 double sourced_number(JsonObject& parent, const std::string& key, const std::string& field,
@@ -33,6 +31,8 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
   c.finish();
   return value;
 }
+
+namespace {
 
 int sourced_integer(JsonObject& parent, const std::string& key, const std::string& field, int lo,
                     int hi, std::map<std::string, std::string>& sources) {

@@ -59,6 +59,12 @@ struct ClusterSpec {
 // {"value": x, "source": "non-empty citation"}.
 ClusterSpec parse_hardware(JsonObject& o);
 
+// Reads {"value": x, "source": "..."} at parent/key, bounds inclusive, and records the source
+// under `field`. Every sourced constant of a preset (the GPU's, the network's, the cost model's
+// efficiency constants) is read by this one function, so a missing citation reads the same.
+double sourced_number(JsonObject& parent, const std::string& key, const std::string& field, double lo,
+                      double hi, std::map<std::string, std::string>& sources);
+
 // Loads experiments/hardware/NAME.json (or any file of that form).
 Expected<ClusterSpec> load_hardware(const std::filesystem::path& file);
 

@@ -1,17 +1,11 @@
 #include "core/plan/plan.h"
 
+#include "core/workload/batch.h"
+
 namespace cpbench {
 
-int64_t PlanMicroBatch::tokens() const {
-  int64_t t = 0;
-  for (int64_t L : lengths) t += L;
-  return t;
-}
+int64_t PlanMicroBatch::tokens() const { return sum_tokens(lengths); }
 
-double PlanMicroBatch::sum_sq() const {
-  double s = 0;
-  for (int64_t L : lengths) s += static_cast<double>(L) * static_cast<double>(L);
-  return s;
-}
+double PlanMicroBatch::sum_sq() const { return sum_squares(lengths); }
 
 }  // namespace cpbench

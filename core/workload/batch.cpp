@@ -6,17 +6,21 @@
 
 namespace cpbench {
 
-int64_t GlobalBatch::total_tokens() const {
+int64_t sum_tokens(const std::vector<int64_t>& lengths) {
   int64_t s = 0;
   for (int64_t l : lengths) s += l;
   return s;
 }
 
-double GlobalBatch::sum_sq() const {
+double sum_squares(const std::vector<int64_t>& lengths) {
   double s = 0;
   for (int64_t l : lengths) s += static_cast<double>(l) * static_cast<double>(l);
   return s;
 }
+
+int64_t GlobalBatch::total_tokens() const { return sum_tokens(lengths); }
+
+double GlobalBatch::sum_sq() const { return sum_squares(lengths); }
 
 int64_t GlobalBatch::max_length() const {
   return lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());

@@ -13,6 +13,10 @@
 
 namespace cpbench {
 
+// Σ L and Σ L² of a list of sequence lengths: what linear layers and attention scale with.
+int64_t sum_tokens(const std::vector<int64_t>& lengths);
+double sum_squares(const std::vector<int64_t>& lengths);
+
 struct GlobalBatch {
   std::vector<int64_t> lengths;  // tokens of each sequence, in draw order
 
