@@ -15,8 +15,9 @@
 
 namespace cpbench::kernels {
 
-// Block sizes of the inner loop. Defaults from bench/attention_bench.cpp on a 2-core AMD EPYC
-// (Zen 4, 1 MiB L2/core): a 128×256 score block plus its Q, K, V slices stay in L2.
+// Block sizes of the inner loop. Forward, 1 core of an AMD EPYC (Zen 4, 1 MiB L2), L=4K, d=128,
+// full mask (GFLOP/s): 64×128 42, 128×128 50, 128×256 51, 256×256 53, 256×512 54. 128×256 is
+// kept: within noise of the best, and twice the query blocks (work items) of 256 for short sequences.
 struct FlashConfig {
   int64_t block_q = 128;
   int64_t block_k = 256;
