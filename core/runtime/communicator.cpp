@@ -1,8 +1,9 @@
 // communicator.cpp — validation, byte counting and error wording shared by every Communicator.
 #include "core/runtime/communicator.h"
 
-#include <algorithm>
 #include <utility>
+
+#include "core/runtime/collective_args.h"
 
 namespace cpbench {
 
@@ -26,7 +27,10 @@ std::string Communicator::describe_peer(int rank) const {
 
 std::string Communicator::describe_group() const {
   std::string ranks;
-  for (int r = 0; r < size(); ++r) ranks += (r ? "," : "") + std::to_string(world_rank_of(r));
+  for (int r = 0; r < size(); ++r) {
+    if (r) ranks += ',';
+    ranks += std::to_string(world_rank_of(r));
+  }
   return std::to_string(size()) + (size() == 1 ? " rank" : " ranks") + " (world ranks " + ranks +
          ")";
 }
@@ -48,38 +52,6 @@ namespace {
 std::string p2p_label(bool is_send, std::uint64_t bytes, const std::string& peer, int tag) {
   return std::string(is_send ? "send of " : "recv of ") + std::to_string(bytes) + " bytes " +
          (is_send ? "to " : "from ") + peer + ", tag " + std::to_string(tag);
-}
-
-// Checks that every block [displs[r], displs[r] + counts[r]) lies inside a buffer of `size`
-// elements and, for a receive buffer, that no two blocks overlap (MPI forbids it).
-Status check_blocks(const std::string& op, const char* what, std::size_t size,
-                    std::span<const std::size_t> counts, std::span<const std::size_t> displs,
-                    std::size_t n_ranks, bool disjoint) {
-  if (counts.size() != n_ranks || displs.size() != n_ranks) {
-    return runtime_error(op + ": " + what + " counts and displacements need " +
-                         std::to_string(n_ranks) + " entries each, got " +
-                         std::to_string(counts.size()) + " and " + std::to_string(displs.size()));
-  }
-  std::vector<std::pair<std::size_t, std::size_t>> used;
-  for (std::size_t r = 0; r < n_ranks; ++r) {
-    if (displs[r] > size || counts[r] > size - displs[r]) {
-      return runtime_error(op + ": " + what + " block of rank " + std::to_string(r) +
-                           " (displacement " + std::to_string(displs[r]) + " + count " +
-                           std::to_string(counts[r]) + ") exceeds the buffer of " +
-                           std::to_string(size) + " elements");
-    }
-    if (counts[r] > 0) used.push_back({displs[r], r});
-  }
-  if (!disjoint) return ok_status();
-  std::sort(used.begin(), used.end());
-  for (std::size_t i = 1; i < used.size(); ++i) {
-    std::size_t prev = used[i - 1].second;
-    if (displs[prev] + counts[prev] > used[i].first) {
-      return runtime_error(op + ": " + what + " blocks of ranks " + std::to_string(prev) +
-                           " and " + std::to_string(used[i].second) + " overlap");
-    }
-  }
-  return ok_status();
 }
 
 }  // namespace
@@ -259,29 +231,19 @@ Status Communicator::all_to_allv(std::span<const float> send,
                            recv.size(), recv_counts, recv_displs, DataType::kFloat32);
 }
 
-namespace {
-// Equal blocks in rank order: the counts and displacements of all_to_all and all_gather.
-std::pair<std::vector<std::size_t>, std::vector<std::size_t>> equal_blocks(std::size_t n,
-                                                                           std::size_t block) {
-  std::vector<std::size_t> counts(n, block), displs(n);
-  for (std::size_t r = 0; r < n; ++r) displs[r] = r * block;
-  return {counts, displs};
-}
-}  // namespace
 
 Status Communicator::all_to_all(std::span<const std::byte> send, std::span<std::byte> recv) {
   const std::size_t n = static_cast<std::size_t>(size());
-  if (send.size() != recv.size() || send.size() % n != 0) {
-    return runtime_error("all_to_all: send (" + std::to_string(send.size()) + ") and recv (" +
-                         std::to_string(recv.size()) + ") need the same size, a multiple of " +
-                         std::to_string(n) + " ranks");
-  }
+  if (Status s = check_all_to_all_sizes(n, send.size(), recv.size()); !s) return s;
   auto [counts, displs] = equal_blocks(n, send.size() / n);
   return all_to_allv(send, counts, displs, recv, counts, displs);
 }
 
 Status Communicator::all_to_all(std::span<const float> send, std::span<float> recv) {
-  return all_to_all(std::as_bytes(send), std::as_writable_bytes(recv));
+  const std::size_t n = static_cast<std::size_t>(size());
+  if (Status s = check_all_to_all_sizes(n, send.size(), recv.size()); !s) return s;
+  auto [counts, displs] = equal_blocks(n, send.size() / n);
+  return all_to_allv(send, counts, displs, recv, counts, displs);
 }
 
 Status Communicator::all_gatherv_typed(const void* send, std::size_t send_count, void* recv,
@@ -325,17 +287,16 @@ Status Communicator::all_gatherv(std::span<const float> send, std::span<float> r
 
 Status Communicator::all_gather(std::span<const std::byte> send, std::span<std::byte> recv) {
   const std::size_t n = static_cast<std::size_t>(size());
-  if (recv.size() != n * send.size()) {
-    return runtime_error("all_gather: recv holds " + std::to_string(recv.size()) +
-                         " elements, needs " + std::to_string(n) + " ranks x " +
-                         std::to_string(send.size()));
-  }
+  if (Status s = check_all_gather_sizes(n, send.size(), recv.size()); !s) return s;
   auto [counts, displs] = equal_blocks(n, send.size());
   return all_gatherv(send, recv, counts, displs);
 }
 
 Status Communicator::all_gather(std::span<const float> send, std::span<float> recv) {
-  return all_gather(std::as_bytes(send), std::as_writable_bytes(recv));
+  const std::size_t n = static_cast<std::size_t>(size());
+  if (Status s = check_all_gather_sizes(n, send.size(), recv.size()); !s) return s;
+  auto [counts, displs] = equal_blocks(n, send.size());
+  return all_gatherv(send, recv, counts, displs);
 }
 
 Status Communicator::reduce_scatter(std::span<const float> send, std::span<float> recv,

@@ -74,6 +74,7 @@ class Communicator {
   std::chrono::milliseconds timeout() const { return timeout_; }
   // False after a send or collective timed out: that operation cannot be withdrawn, so every later
   // call returns an error and the caller should abort the job (MpiCommunicator::abort_job).
+  // Until then the abandoned operation may still read or write its buffers: keep them alive.
   bool healthy() const { return broken_by_.empty(); }
 
   // ---- point to point -------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/runtime/collective_args.h"
 #include "core/runtime/self_communicator.h"
 #include "core/runtime/watchdog.h"
 
@@ -161,6 +162,24 @@ TEST(Communicator, ValidationErrorsNameOperationAndPeer) {
   EXPECT_EQ(s.error_str(), "reduce_scatter(sum): send holds 4 elements, needs 1 ranks x 2");
   // Bad arguments are the caller's mistake, not a broken group.
   EXPECT_TRUE(c.healthy());
+}
+
+TEST(CollectiveArgs, BlocksMustFitAndReceiveBlocksMustNotOverlap) {
+  // Three ranks' blocks in a 10-element buffer: [0,3), [6,10), [3,6) fit and are disjoint.
+  EXPECT_TRUE(check_blocks("op", "recv", 10, Counts{3, 4, 3}, Counts{0, 6, 3}, 3, true));
+  // Rank 1's block [2,6) overlaps rank 0's [0,3): fine for a send, an error for a receive.
+  EXPECT_TRUE(check_blocks("op", "send", 10, Counts{3, 4, 0}, Counts{0, 2, 9}, 3, false));
+  EXPECT_EQ(check_blocks("op", "recv", 10, Counts{3, 4, 0}, Counts{0, 2, 9}, 3, true).error_str(),
+            "op: recv blocks of ranks 0 and 1 overlap");
+  // An empty block may sit anywhere inside the buffer, even at its end.
+  EXPECT_TRUE(check_blocks("op", "recv", 10, Counts{0, 10, 0}, Counts{5, 0, 10}, 3, true));
+  EXPECT_EQ(check_blocks("op", "send", 10, Counts{0, 1, 0}, Counts{0, 10, 0}, 3, false)
+                .error_str(),
+            "op: send block of rank 1 (displacement 10 + count 1) exceeds the buffer of 10 "
+            "elements");
+  auto [counts, displs] = equal_blocks(3, 4);
+  EXPECT_EQ(counts, (Counts{4, 4, 4}));
+  EXPECT_EQ(displs, (Counts{0, 4, 8}));
 }
 
 TEST(Communicator, ElementSizes) {

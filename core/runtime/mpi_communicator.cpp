@@ -1,6 +1,7 @@
 // mpi_communicator.cpp — Communicator over MPI: non-blocking posts completed by deadline polls.
 #include "core/runtime/mpi_communicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 
@@ -61,33 +62,19 @@ std::size_t received_bytes_of(const MPI_Status& status) {
 
 constexpr const char* kWaitingForGroup = "waiting for the other ranks of the group to join";
 
+// Probe messages of the timeout diagnosis, and how long a timed-out rank waits for answers: a
+// rank that waits in an operation polls every few microseconds, so 500 ms is ample.
+const int kAsk = 0;
+const int kHere = 1;
+constexpr auto kProbeGrace = std::chrono::milliseconds(500);
+
+Status check_tag(int tag) {
+  if (tag < MpiCommunicator::kProbeTag) return ok_status();
+  return runtime_error("tag " + std::to_string(tag) + " is reserved (user tags are below " +
+                       std::to_string(MpiCommunicator::kProbeTag) + ")");
+}
+
 }  // namespace
-
-// ---- MpiSession ---------------------------------------------------------------------------------
-
-MpiSession::MpiSession(int* argc, char*** argv) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) return;
-  int provided = 0;
-  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-  if (rc != MPI_SUCCESS) {
-    status_ = mpi_error("MPI_Init_thread", rc);
-    return;
-  }
-  initialized_here_ = true;
-  if (provided < MPI_THREAD_FUNNELED) {
-    status_ = runtime_error("MPI_Init_thread granted thread level " + std::to_string(provided) +
-                            ", below MPI_THREAD_FUNNELED");
-  }
-}
-
-MpiSession::~MpiSession() {
-  if (!initialized_here_) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-}
 
 // ---- construction -------------------------------------------------------------------------------
 
@@ -140,7 +127,22 @@ Expected<std::unique_ptr<MpiCommunicator>> MpiCommunicator::world(
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (finalized || comm_ == MPI_COMM_NULL) return;
+  // An abandoned collective may still finish (the late rank joined); give it a moment. One that
+  // does not keeps the communicator: libnbc progresses it inside MPI_Finalize, and freeing the
+  // communicator under it crashes there (OpenMPI 4.1).
+  run_with_timeout(
+      [&]() -> Expected<bool> {
+        int done = 0;
+        MPI_Testall(static_cast<int>(abandoned_.size()), abandoned_.data(), &done,
+                    MPI_STATUSES_IGNORE);
+        return done != 0;
+      },
+      kProbeGrace, "");
+  for (MPI_Request r : abandoned_) {
+    if (r != MPI_REQUEST_NULL) return;
+  }
+  MPI_Comm_free(&comm_);
 }
 
 int MpiCommunicator::world_rank_of(int rank) const {
@@ -164,6 +166,7 @@ Expected<std::unique_ptr<RequestState>> MpiCommunicator::do_isend(const void* da
                                                                   int tag) {
   auto n = to_int(count, "message");
   if (!n) return n.errors();
+  if (Status s = check_tag(tag); !s) return s.errors();
   auto state = std::make_unique<MpiRequestState>();
   if (int rc = MPI_Isend(data, *n, mpi_type(type), dest, tag, comm_, &state->request);
       rc != MPI_SUCCESS) {
@@ -177,6 +180,7 @@ Expected<std::unique_ptr<RequestState>> MpiCommunicator::do_irecv(void* data, st
                                                                   int tag) {
   auto n = to_int(count, "message");
   if (!n) return n.errors();
+  if (Status s = check_tag(tag); !s) return s.errors();
   auto state = std::make_unique<MpiRequestState>();
   state->is_recv = true;
   if (int rc = MPI_Irecv(data, *n, mpi_type(type), source, tag, comm_, &state->request);
@@ -200,8 +204,18 @@ Expected<bool> MpiCommunicator::do_test(RequestState& base, std::size_t& receive
 Status MpiCommunicator::do_wait(RequestState& base, std::chrono::milliseconds timeout,
                                 bool& withdrawn, std::size_t& received_bytes) {
   auto& state = static_cast<MpiRequestState&>(base);
-  Status s = run_with_timeout([&] { return do_test(state, received_bytes); }, timeout, "");
-  if (s || !state.is_recv || state.request == MPI_REQUEST_NULL) return s;
+  Status s = run_with_timeout(
+      [&]() -> Expected<bool> {
+        Expected<bool> done = do_test(state, received_bytes);
+        if (done && !*done) answer_probes(nullptr);
+        return done;
+      },
+      timeout, "");
+  if (s || state.request == MPI_REQUEST_NULL) return s;
+  if (!state.is_recv) {
+    abandoned_.push_back(state.request);  // a send cannot be withdrawn
+    return s;
+  }
   // A receive can be withdrawn locally (MPI 4.1, sec. 3.8.4), leaving the communicator usable.
   // If the message arrived meanwhile the cancel fails and the receive simply completed.
   MPI_Status status;
@@ -220,15 +234,65 @@ Status MpiCommunicator::do_wait(RequestState& base, std::chrono::milliseconds ti
 // ---- collectives --------------------------------------------------------------------------------
 
 Status MpiCommunicator::complete(MPI_Request& request) {
-  return run_with_timeout(
+  Status s = run_with_timeout(
       [&]() -> Expected<bool> {
         int done = 0;
         if (int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
           return mpi_error("MPI_Test", rc);
         }
+        if (!done) answer_probes(nullptr);
         return done != 0;
       },
       timeout(), kWaitingForGroup);
+  if (s) return s;
+  if (request != MPI_REQUEST_NULL) abandoned_.push_back(request);
+  return runtime_error(s.error_str() + "; " + find_absent_ranks());
+}
+
+void MpiCommunicator::answer_probes(std::vector<char>* heard) {
+  for (;;) {
+    int pending = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kProbeTag, comm_, &pending, &status) != MPI_SUCCESS ||
+        !pending) {
+      return;
+    }
+    int message = -1;
+    MPI_Recv(&message, 1, MPI_INT, status.MPI_SOURCE, kProbeTag, comm_, MPI_STATUS_IGNORE);
+    if (message == kAsk) {
+      // One int goes eagerly: the send completes without the asker, so the request is freed.
+      MPI_Request reply = MPI_REQUEST_NULL;
+      if (MPI_Isend(&kHere, 1, MPI_INT, status.MPI_SOURCE, kProbeTag, comm_, &reply) ==
+          MPI_SUCCESS) {
+        MPI_Request_free(&reply);
+      }
+    } else if (heard) {
+      (*heard)[status.MPI_SOURCE] = 1;
+    }
+  }
+}
+
+std::string MpiCommunicator::find_absent_ranks() {
+  std::vector<char> heard(size_, 0);
+  heard[rank_] = 1;
+  for (int p = 0; p < size_; ++p) {
+    MPI_Request ask = MPI_REQUEST_NULL;
+    if (p != rank_ && MPI_Isend(&kAsk, 1, MPI_INT, p, kProbeTag, comm_, &ask) == MPI_SUCCESS) {
+      MPI_Request_free(&ask);
+    }
+  }
+  run_with_timeout(
+      [&]() -> Expected<bool> {
+        answer_probes(&heard);
+        return std::all_of(heard.begin(), heard.end(), [](char h) { return h != 0; });
+      },
+      std::min<std::chrono::milliseconds>(timeout(), kProbeGrace), "");
+  std::string absent;
+  for (int p = 0; p < size_; ++p) {
+    if (!heard[p]) absent += (absent.empty() ? "" : ", ") + describe_peer(p);
+  }
+  if (absent.empty()) return "every rank answered a probe: the ranks wait in different operations";
+  return "no answer from " + absent + " (busy outside communication, or dead)";
 }
 
 Status MpiCommunicator::do_all_to_allv(const void* send, const std::size_t* send_counts,

@@ -1,6 +1,5 @@
-// mpi_communicator.h — the Communicator over MPI (CPU ranks), and MpiSession, the RAII owner of
-// MPI_Init/MPI_Finalize.
-// Requires: an MPI-3 library (non-blocking collectives; OpenMPI 4.1 is what setup.sh installs);
+// mpi_communicator.h — the Communicator over MPI (CPU ranks).
+// Requires: an MPI-3 library (non-blocking collectives; tested with OpenMPI 4.1.4);
 // an MpiSession (or the application's own MPI_Init) alive while any MpiCommunicator is used.
 // Note: every operation is posted non-blocking and completed by an MPI_Test polling loop with a
 // deadline, and the communicators use MPI_ERRORS_RETURN, so a dead or hung peer becomes a Status
@@ -14,27 +13,9 @@
 #include <mpi.h>
 
 #include "core/runtime/communicator.h"
+#include "core/runtime/mpi_session.h"
 
 namespace cpbench {
-
-// Initialises MPI with MPI_THREAD_FUNNELED (only the main thread calls MPI: kernels use OpenMP
-// inside a rank) unless it is already initialised, and finalises it only if it initialised it.
-class MpiSession {
- public:
-  MpiSession() : MpiSession(nullptr, nullptr) {}
-  MpiSession(int* argc, char*** argv);
-  ~MpiSession();
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-
-  // Error when MPI_Init_thread failed or granted less than MPI_THREAD_FUNNELED.
-  const Status& status() const { return status_; }
-  bool initialized_here() const { return initialized_here_; }
-
- private:
-  bool initialized_here_ = false;
-  Status status_ = ok_status();
-};
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -42,7 +23,8 @@ class MpiCommunicator final : public Communicator {
   // over the world; the duplication itself is polled against `timeout`.
   static Expected<std::unique_ptr<MpiCommunicator>> world(
       std::chrono::milliseconds timeout = kDefaultTimeout);
-  ~MpiCommunicator() override;  // MPI_Comm_free, unless MPI is already finalised
+  // MPI_Comm_free, unless MPI is finalised or an abandoned operation is still running on it.
+  ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -52,6 +34,10 @@ class MpiCommunicator final : public Communicator {
   // Prints "cpbench: world rank R: <message>" on stderr and MPI_Abort()s every rank with
   // `exit_code` (2: the CLI's code for errors). The one way out after a timed-out collective.
   [[noreturn]] static void abort_job(const std::string& message, int exit_code = 2);
+
+  // Reserved for the timeout diagnosis; user tags must be below it. MPI guarantees MPI_TAG_UB is
+  // at least 32767 (MPI 4.1, sec. 9.1.2).
+  static constexpr int kProbeTag = 32767;
 
  protected:
   Expected<std::unique_ptr<RequestState>> do_isend(const void* data, std::size_t count,
@@ -77,13 +63,22 @@ class MpiCommunicator final : public Communicator {
   // Takes ownership of `comm` (sets MPI_ERRORS_RETURN on it).
   static Expected<std::unique_ptr<MpiCommunicator>> adopt(MPI_Comm comm);
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {}
-  // Polls a posted collective to completion against timeout().
+  // Polls a posted collective to completion against timeout(); on timeout the error names the
+  // ranks that answer no probe (find_absent_ranks).
   Status complete(MPI_Request& request);
+  // Receives pending probe messages: answers "who is here?" and marks answers in `heard`.
+  void answer_probes(std::vector<char>* heard);
+  // After a collective timed out: asks every peer, waits a short grace, names who did not answer.
+  // A rank answers while it waits in any operation on this group, so the ones named are those
+  // busy elsewhere (a hung kernel) or dead.
+  std::string find_absent_ranks();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   std::vector<int> world_ranks_;  // world rank of each rank of comm_
+  // Operations given up after a timeout: MPI keeps progressing them, so comm_ must outlive them.
+  std::vector<MPI_Request> abandoned_;
 };
 
 }  // namespace cpbench

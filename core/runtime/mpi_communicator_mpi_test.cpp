@@ -295,7 +295,8 @@ TEST_F(Mpi, CollectiveTimeoutNamesTheGroupAndBreaksOnlyThatCommunicator) {
     Status s = pair.barrier();
     ASSERT_FALSE(s);
     EXPECT_THAT(s.error_str(), HasSubstr("barrier over 2 ranks (world ranks 0,1): timed out"));
-    EXPECT_THAT(s.error_str(), HasSubstr("waiting for the other ranks of the group to join"));
+    EXPECT_THAT(s.error_str(), HasSubstr("waiting for the other ranks of the group to join; "
+                                         "no answer from rank 1 (world rank 1)"));
     EXPECT_FALSE(pair.healthy());
     V v{1};
     Status later = pair.all_reduce(std::span<float>(v));
@@ -311,6 +312,37 @@ TEST_F(Mpi, CollectiveTimeoutNamesTheGroupAndBreaksOnlyThatCommunicator) {
   // World rank 1 has joined by now, so rank 0's abandoned barrier can finish before `sub` is
   // freed.
   EXPECT_TRUE(c.barrier());
+}
+
+TEST_F(Mpi, CollectiveTimeoutNamesTheOneRankThatNeverArrived) {
+  // World rank 2 is "in a long kernel"; the three others must all name it, and only it.
+  // `v` is declared before `sub`: an abandoned all_reduce still writes it until `sub` is gone.
+  std::vector<double> v{1};
+  auto sub = c.split(0, r);
+  ASSERT_TRUE(sub);
+  Communicator& all = **sub;
+  if (r == 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_TRUE(all.all_reduce(std::span<double>(v)));  // the others' calls are still posted
+    EXPECT_EQ(v[0], 4.0);
+  } else {
+    all.set_timeout(std::chrono::milliseconds(300));
+    Status s = all.all_reduce(std::span<double>(v));
+    ASSERT_FALSE(s);
+    EXPECT_THAT(s.error_str(), HasSubstr("no answer from rank 2 (world rank 2) (busy outside"));
+    EXPECT_THAT(s.error_str(), ::testing::Not(HasSubstr("rank 0 (")));
+    EXPECT_THAT(s.error_str(), ::testing::Not(HasSubstr("rank 1 (")));
+    EXPECT_THAT(s.error_str(), ::testing::Not(HasSubstr("rank 3 (")));
+  }
+  EXPECT_TRUE(c.barrier());
+}
+
+TEST_F(Mpi, ProbeTagIsReserved) {
+  V one{1};
+  Status s = c.send(std::span<const float>(one), (r + 1) % n, MpiCommunicator::kProbeTag);
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error_str(), HasSubstr("tag 32767 is reserved (user tags are below 32767)"));
+  EXPECT_TRUE(c.healthy());
 }
 
 }  // namespace
