@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <mpi.h>
 
+#include "apps/exec.h"
 #include "core/cost/calibrate.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
@@ -179,6 +180,23 @@ int run_cli(int argc, char** argv) {
   calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from")->required();
   calibrate->add_option("--out", cal_out, "where to write the fitted preset")->required();
 
+  ExecArgs ea;
+  auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
+                                          "and compare with the single-device reference");
+  exec->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p")->capture_default_str();
+  exec->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
+  exec->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")->delimiter(',');
+  exec->add_option("--dataset", ea.dataset, "or: a dataset preset to sample sequences from");
+  exec->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")->capture_default_str();
+  exec->add_option("--seed", ea.seed, "seed of the sampled lengths and of the inputs")->capture_default_str();
+  exec->add_option("--heads", ea.heads, "query heads")->capture_default_str();
+  exec->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->capture_default_str();
+  exec->add_option("--head-dim", ea.head_dim, "head dimension")->capture_default_str();
+  exec->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")->capture_default_str();
+  exec->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");
+  exec->add_flag("--backward", ea.backward, "also run and check the backward pass");
+  exec->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")->capture_default_str();
+
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
   show->add_option("file", show_file, "results.json, or the folder holding it")->required();
@@ -191,6 +209,13 @@ int run_cli(int argc, char** argv) {
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
   if (*run) return cmd_run(ra, experiments_dir);
+  if (*exec) {
+    if (ea.lengths.empty() && ea.dataset.empty()) {
+      std::cerr << "cpbench exec: give --lengths or --dataset\n";
+      return kExitBadInput;
+    }
+    return cmd_exec(ea, experiments_dir);
+  }
   if (*calibrate) return cmd_calibrate(cal_file, cal_preset, cal_out, experiments_dir);
   return cmd_show(show_file);
 }

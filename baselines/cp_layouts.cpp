@@ -1,0 +1,276 @@
+// cp_layouts.cpp — static CP layouts (ring, zigzag, all-gather, Ulysses, USP) as AttentionPlans.
+// defines: plan_cp_layout, cp_layout_names
+// Ring, zigzag, Ulysses and USP are one construction: a ring of `ring_size` groups of `a2a_size`
+// ranks (ring: a2a_size 1; Ulysses: ring_size 1); only the token partition differs.
+#include "baselines/cp_layouts.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace cpbench {
+
+namespace {
+
+using Homes = std::vector<std::vector<AttnSlice>>;  // [rank] slices with all heads
+
+Error layout_error(const std::string& message) { return Error{"", "", message}; }
+
+// Sorted by (sequence, first token); neighbours of one sequence that touch become one slice.
+std::vector<AttnSlice> merged(std::vector<AttnSlice> slices) {
+  std::sort(slices.begin(), slices.end(), [](const AttnSlice& a, const AttnSlice& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.tok_begin < b.tok_begin;
+  });
+  std::vector<AttnSlice> out;
+  for (const AttnSlice& s : slices) {
+    if (!out.empty() && out.back().seq == s.seq && out.back().tok_end == s.tok_begin) {
+      out.back().tok_end = s.tok_end;
+    } else {
+      out.push_back(s);
+    }
+  }
+  return out;
+}
+
+AttnSlice with_heads(AttnSlice s, int32_t head_begin, int32_t head_end) {
+  s.head_begin = head_begin;
+  s.head_end = head_end;
+  return s;
+}
+
+// Rank r owns tokens [r·T/cp, (r+1)·T/cp) of the packed batch, cut at sequence boundaries.
+Homes contiguous_homes(const std::vector<int64_t>& lengths, int32_t cp, int32_t heads_q) {
+  int64_t total = 0;
+  for (int64_t L : lengths) total += L;
+  const int64_t per_rank = total / cp;
+  Homes homes(cp);
+  int64_t seq_start = 0;
+  for (int32_t s = 0; s < static_cast<int32_t>(lengths.size()); ++s) {
+    for (int32_t r = 0; r < cp; ++r) {
+      const int64_t b = std::max(seq_start, r * per_rank), e = std::min(seq_start + lengths[s], (r + 1) * per_rank);
+      if (b < e) homes[r].push_back({s, b - seq_start, e - seq_start, 0, heads_q});
+    }
+    seq_start += lengths[s];
+  }
+  return homes;
+}
+
+// Every sequence in 2·cp chunks; rank r owns chunks r and 2cp−1−r (the causal work of the two
+// chunks sums to the same for every rank: references/context_parallel.md, "zigzag").
+Homes zigzag_homes(const std::vector<int64_t>& lengths, int32_t cp, int32_t heads_q) {
+  Homes homes(cp);
+  for (int32_t s = 0; s < static_cast<int32_t>(lengths.size()); ++s) {
+    const int64_t chunk = lengths[s] / (2 * cp);
+    for (int32_t r = 0; r < cp; ++r) {
+      for (int64_t c : {int64_t{r}, int64_t{2 * cp - 1 - r}})
+        homes[r].push_back({s, c * chunk, (c + 1) * chunk, 0, heads_q});
+    }
+  }
+  for (auto& h : homes) h = merged(std::move(h));
+  return homes;
+}
+
+bool any_pair(const AttentionPlan& p, const AttnSlice& q, const AttnSlice& kv) {
+  return mask_pairs_in_tile(p.mask, p.seq_lengths[q.seq], q.tok_begin, q.tok_end, kv.tok_begin, kv.tok_end) > 0;
+}
+
+// A ring of ring_size = ranks / a2a_size groups; group g is ranks [g·a, (g+1)·a) and covers its
+// members' home pieces, kept apart so that every tile input and every forwarded slice is one
+// buffer the rank holds. Member i computes query heads [i·H/a, (i+1)·H/a).
+//   stage 0:     all-to-all inside each group: Q and KV of each member's tokens for i's heads;
+//                tiles: the group's Q × the group's KV.
+//   stage t ≥ 1: rank (g, i) sends the KV it used in stage t−1 to rank (g+1, i); tiles: the
+//                group's Q × the KV of group g−t.
+//   gather_out:  O of every member's tokens goes back to it (Ulysses' all-to-all back).
+void build_ring_of_groups(AttentionPlan& p, int32_t a2a_size) {
+  const int32_t a = a2a_size, ring = p.ranks / a, heads = p.heads_q / a;
+  std::vector<std::vector<AttnSlice>> region(ring);
+  for (int32_t g = 0; g < ring; ++g) {
+    for (int32_t i = 0; i < a; ++i)
+      region[g].insert(region[g].end(), p.home[g * a + i].begin(), p.home[g * a + i].end());
+  }
+  p.stages.assign(ring, AttnStage{});
+  for (AttnStage& st : p.stages) st.tiles.assign(p.ranks, {});
+  for (int32_t g = 0; g < ring; ++g) {
+    for (int32_t i = 0; i < a; ++i) {
+      for (const AttnSlice& piece : p.home[g * a + i]) {
+        for (int32_t j = 0; j < a; ++j) {
+          if (j == i) continue;
+          const AttnSlice s = with_heads(piece, j * heads, (j + 1) * heads);
+          p.stages[0].transfers.push_back({g * a + i, g * a + j, AttnTensor::q, s});
+          p.stages[0].transfers.push_back({g * a + i, g * a + j, AttnTensor::kv, s});
+        }
+      }
+    }
+  }
+  for (int32_t t = 0; t < ring; ++t) {
+    AttnStage& st = p.stages[t];
+    for (int32_t g = 0; g < ring; ++g) {
+      for (int32_t i = 0; i < a; ++i) {
+        const int32_t rank = g * a + i, hb = i * heads, he = (i + 1) * heads;
+        if (t >= 1) {
+          for (const AttnSlice& kv : region[(g - t + 1 + ring) % ring]) {
+            st.transfers.push_back({rank, ((g + 1) % ring) * a + i, AttnTensor::kv, with_heads(kv, hb, he)});
+          }
+        }
+        for (const AttnSlice& q : region[g]) {
+          for (const AttnSlice& kv : region[(g - t + ring) % ring]) {
+            if (kv.seq == q.seq && any_pair(p, q, kv))
+              st.tiles[rank].push_back({with_heads(q, hb, he), with_heads(kv, hb, he)});
+          }
+        }
+      }
+    }
+  }
+  for (int32_t g = 0; g < ring; ++g) {
+    for (int32_t i = 0; i < a; ++i) {
+      for (int32_t j = 0; j < a; ++j) {
+        if (j == i) continue;
+        for (const AttnSlice& piece : p.home[g * a + j]) {
+          p.gather_out.push_back(
+              {g * a + i, g * a + j, AttnTensor::out, with_heads(piece, i * heads, (i + 1) * heads)});
+        }
+      }
+    }
+  }
+}
+
+// Llama 3 style: all-gather the KV (one stage, not overlapped), then every Q piece attends the
+// KV pieces its rows may see, one tile per (Q piece, KV piece) as the KV arrives in pieces.
+void build_all_gather(AttentionPlan& p) {
+  AttnStage st;
+  st.tiles.assign(p.ranks, {});
+  for (int32_t src = 0; src < p.ranks; ++src) {
+    for (const AttnSlice& piece : p.home[src]) {
+      for (int32_t dst = 0; dst < p.ranks; ++dst) {
+        if (dst != src) st.transfers.push_back({src, dst, AttnTensor::kv, piece});
+      }
+    }
+  }
+  for (int32_t r = 0; r < p.ranks; ++r) {
+    for (const AttnSlice& q : p.home[r]) {
+      for (const auto& kv_home : p.home) {
+        for (const AttnSlice& kv : kv_home) {
+          if (kv.seq == q.seq && any_pair(p, q, kv)) st.tiles[r].push_back({q, kv});
+        }
+      }
+    }
+  }
+  p.stages.push_back(std::move(st));
+}
+
+int32_t auto_a2a_size(int32_t cp, int32_t heads_q, int32_t heads_kv) {
+  for (int32_t a = cp; a > 1; --a) {
+    if (cp % a == 0 && heads_q % a == 0 && heads_kv % a == 0) return a;
+  }
+  return 1;
+}
+
+// The request's shape errors, before any layout rule.
+std::optional<Error> check_request(const CpLayoutRequest& r) {
+  const std::string& name = r.layout;
+  if (r.cp < 1) return layout_error(name + " needs cp ≥ 1, got cp = " + std::to_string(r.cp));
+  if (r.seq_lengths.empty()) return layout_error(name + ": the batch has no sequences");
+  for (size_t s = 0; s < r.seq_lengths.size(); ++s) {
+    if (r.seq_lengths[s] < 1) {
+      return layout_error(name + ": sequence " + std::to_string(s) + " has " + std::to_string(r.seq_lengths[s]) +
+                          " tokens; every sequence needs at least one token");
+    }
+  }
+  if (r.heads_kv < 1 || r.heads_q < 1 || r.heads_q % r.heads_kv != 0) {
+    return layout_error(name + ": heads_q = " + std::to_string(r.heads_q) +
+                        " must be a positive multiple of heads_kv = " + std::to_string(r.heads_kv));
+  }
+  if (r.head_dim < 1) return layout_error(name + ": head_dim must be ≥ 1, got " + std::to_string(r.head_dim));
+  return std::nullopt;
+}
+
+// Ulysses splits heads over `a` ranks: both head counts must divide (TE cp_comm_type a2a).
+std::optional<Error> check_heads(const CpLayoutRequest& r, int32_t a, const std::string& what) {
+  if (r.heads_q % a == 0 && r.heads_kv % a == 0) return std::nullopt;
+  return layout_error(r.layout + " needs heads_q and heads_kv to be multiples of " + what + " = " + std::to_string(a) +
+                      ": heads_q = " + std::to_string(r.heads_q) + ", heads_kv = " + std::to_string(r.heads_kv));
+}
+
+// Contiguous layouts need T % cp == 0; padding grows the last sequence.
+std::optional<Error> fit_total(const CpLayoutRequest& r, std::vector<int64_t>& lengths) {
+  int64_t total = 0;
+  for (int64_t L : lengths) total += L;
+  const int64_t missing = (r.cp - total % r.cp) % r.cp;
+  if (missing == 0) return std::nullopt;
+  if (!r.pad) {
+    return layout_error(
+        r.layout + " needs the packed batch's total tokens to be a multiple of cp = " + std::to_string(r.cp) +
+        ": the batch has " + std::to_string(total) + " tokens; pass pad = true to pad the last sequence");
+  }
+  lengths.back() += missing;
+  return std::nullopt;
+}
+
+// Zigzag needs L % (2·cp) == 0 for every sequence; padding grows each.
+std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& lengths) {
+  const int64_t m = 2 * int64_t{r.cp};
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    if (lengths[s] % m == 0) continue;
+    if (!r.pad) {
+      return layout_error(r.layout + " needs every sequence length to be a multiple of 2·cp = " + std::to_string(m) +
+                          ": sequence " + std::to_string(s) + " has " + std::to_string(lengths[s]) +
+                          " tokens; pass pad = true to pad");
+    }
+    lengths[s] += m - lengths[s] % m;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::string> cp_layout_names() { return {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"}; }
+
+Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
+  const std::vector<std::string> names = cp_layout_names();
+  if (std::find(names.begin(), names.end(), r.layout) == names.end()) {
+    std::string known;
+    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+    return layout_error("unknown CP layout \"" + r.layout + "\"; known layouts: " + known);
+  }
+  if (auto e = check_request(r)) return *e;
+
+  AttentionPlan p;
+  p.layout = r.layout;
+  p.ranks = r.cp;
+  p.seq_lengths = r.seq_lengths;
+  p.mask = r.mask;
+  p.heads_q = r.heads_q;
+  p.heads_kv = r.heads_kv;
+  p.head_dim = r.head_dim;
+
+  int32_t a2a_size = 1;
+  if (r.layout == "single" && r.cp != 1) return layout_error("single needs cp = 1, got cp = " + std::to_string(r.cp));
+  if (r.layout == "zigzag") {
+    if (auto e = fit_each(r, p.seq_lengths)) return *e;
+  } else if (auto e = fit_total(r, p.seq_lengths)) {
+    return *e;
+  }
+  if (r.layout == "a2a") {
+    if (auto e = check_heads(r, r.cp, "cp")) return *e;
+    a2a_size = r.cp;
+  }
+  if (r.layout == "a2a+p2p") {
+    a2a_size = r.a2a_size == 0 ? auto_a2a_size(r.cp, r.heads_q, r.heads_kv) : r.a2a_size;
+    if (a2a_size < 1 || r.cp % a2a_size != 0) {
+      return layout_error("a2a+p2p needs a2a_size to divide cp: a2a_size = " + std::to_string(a2a_size) +
+                          ", cp = " + std::to_string(r.cp));
+    }
+    if (auto e = check_heads(r, a2a_size, "a2a_size")) return *e;
+  }
+
+  p.home = r.layout == "zigzag" ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
+                                : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
+  if (r.layout == "all_gather") {
+    build_all_gather(p);
+  } else {
+    build_ring_of_groups(p, a2a_size);
+  }
+  return p;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,53 @@
+// cp_layouts.h — the static context-parallel layouts of the field as AttentionPlans: single rank,
+// ring P2P on contiguous chunks, zigzag ring, all-gather (Llama 3), a2a (Ulysses), a2a+p2p (USP).
+// Requires: core/plan/attention_plan.h. Sequences are packed THD-style (no attention across them);
+// a batch that breaks a layout's divisibility rule is an Error unless `pad` pads it.
+// Note: facts from references/context_parallel.md and zhuzilin/ring-flash-attention (varlen ring,
+// zigzag and llama3 variants); tile and transfer shapes are chosen here and documented per layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/common/expected.h"
+#include "core/plan/attention_plan.h"
+#include "core/workload/mask.h"
+
+namespace cpbench {
+
+struct CpLayoutRequest {
+  std::string layout;    // "single" | "ring" | "zigzag" | "all_gather" | "a2a" | "a2a+p2p"
+  int32_t cp = 1;        // ranks
+  int32_t a2a_size = 0;  // a2a+p2p: the inner all-to-all group size (divides cp); 0 = auto
+  std::vector<int64_t> seq_lengths;
+  MaskSpec mask;
+  int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
+  bool pad = false;  // pad sequences to the layout's rule instead of rejecting them
+};
+
+// The plan of `r.layout` on r.cp ranks. Layouts (T = total tokens, L = one sequence's length):
+//   single      cp = 1; one tile per sequence.
+//   ring        rank r owns tokens [r·T/cp, (r+1)·T/cp) of the packed batch (a sequence may span
+//               ranks); needs T % cp == 0 (pad: the last sequence grows). Stage 0 computes local
+//               Q × local KV without transfers; in stage i ≥ 1 every rank sends the KV it used in
+//               stage i−1 (its own in stage 1) to rank+1 and computes local Q × the KV of rank
+//               r−i. cp stages; (cp−1)·|KV shard| per rank. Fully masked tiles are left out.
+//   zigzag      every sequence in 2·cp equal chunks, rank r owns chunks r and 2cp−1−r; needs
+//               L % (2·cp) == 0 for every sequence (pad: each grows). Ring as above.
+//   all_gather  contiguous as ring; one stage: every rank's home KV goes to every other rank,
+//               then each of the rank's Q pieces attends every KV piece it may see.
+//   a2a         contiguous as ring; needs heads_q % cp == 0 and heads_kv % cp == 0. Stage 0:
+//               each rank sends every rank j the Q and KV of its tokens for j's head range;
+//               rank j computes whole sequences for its heads; gather_out returns O to owners.
+//   a2a+p2p     cp = a2a_size × ring_size; ranks [g·a, (g+1)·a) form Ulysses group g over the
+//               contiguous token chunk g (T/ring_size tokens), and the groups form a ring: rank
+//               (g, i) exchanges the KV of head range i with (g±1, i). Auto a2a_size: the
+//               largest divisor of cp that divides heads_q and heads_kv.
+// Every rank's tiles are (q piece × kv piece) of one sequence where the mask allows a pair.
+Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
+
+// The layout names plan_cp_layout accepts, in the order above.
+std::vector<std::string> cp_layout_names();
+
+}  // namespace cpbench

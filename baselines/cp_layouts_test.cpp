@@ -1,0 +1,251 @@
+// cp_layouts_test.cpp — every layout × mask × cp on a varlen batch with odd lengths is a
+// well-formed plan (every allowed pair computed once, every input held); bytes match the
+// layouts' closed forms; rule violations give the stated errors; zigzag balances causal work.
+#include "baselines/cp_layouts.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace cpbench {
+namespace {
+
+const std::vector<int64_t> kOddBatch = {37, 101, 9, 64, 3};
+
+std::vector<MaskSpec> masks() {
+  MaskSpec full{.kind = MaskKind::full}, causal{.kind = MaskKind::causal};
+  MaskSpec lambda{.kind = MaskKind::lambda, .sink_tokens = 3, .window_tokens = 7};
+  MaskSpec shared{.kind = MaskKind::shared_question, .question_fraction = 0.25, .answers = 3};
+  MaskSpec blockwise{.kind = MaskKind::causal_blockwise, .block_tokens = 8, .local_blocks = 1};
+  return {full, causal, lambda, shared, blockwise};
+}
+
+CpLayoutRequest request(const std::string& layout, int32_t cp, MaskSpec mask = {}) {
+  CpLayoutRequest r;
+  r.layout = layout;
+  r.cp = cp;
+  r.seq_lengths = kOddBatch;
+  r.mask = mask;
+  r.heads_q = 16;
+  r.heads_kv = 8;  // g = 2, both divisible by every cp below
+  r.head_dim = 8;
+  r.pad = true;
+  return r;
+}
+
+double kv_bytes(const AttentionPlan& p, int64_t tokens) { return 2.0 * tokens * p.heads_kv * p.head_dim * 4; }
+double q_bytes(const AttentionPlan& p, int64_t tokens) { return 1.0 * tokens * p.heads_q * p.head_dim * 4; }
+double out_bytes(const AttentionPlan& p, int64_t tokens) { return 1.0 * tokens * p.heads_q * (p.head_dim + 1) * 4; }
+
+int64_t home_tokens(const AttentionPlan& p, int32_t rank) {
+  int64_t n = 0;
+  for (const AttnSlice& s : p.home[rank]) n += s.tokens();
+  return n;
+}
+
+// Allowed (q, k) pairs a rank computes, over all stages (one head's worth).
+std::vector<int64_t> work_per_rank(const AttentionPlan& p) {
+  std::vector<int64_t> w(p.ranks, 0);
+  for (const AttnStage& st : p.stages) {
+    for (int32_t r = 0; r < p.ranks; ++r) {
+      for (const AttnTile& t : st.tiles[r]) {
+        w[r] += mask_pairs_in_tile(p.mask, p.seq_lengths[t.q.seq], t.q.tok_begin, t.q.tok_end, t.kv.tok_begin,
+                                   t.kv.tok_end);
+      }
+    }
+  }
+  return w;
+}
+
+TEST(CpLayouts, EveryLayoutMaskAndCpGivesAWellFormedPlan) {
+  int plans = 0;
+  for (const std::string& layout : cp_layout_names()) {
+    for (int32_t cp : {1, 2, 4, 8}) {
+      if (layout == "single" && cp != 1) continue;
+      for (int32_t a2a_size : {0, 1, 2}) {
+        if (layout != "a2a+p2p" && a2a_size != 0) continue;
+        if (cp % std::max(1, a2a_size) != 0) continue;
+        for (const MaskSpec& mask : masks()) {
+          CpLayoutRequest r = request(layout, cp, mask);
+          r.a2a_size = a2a_size;
+          Expected<AttentionPlan> p = plan_cp_layout(r);
+          ASSERT_TRUE(p.ok()) << layout << " cp " << cp << ": " << p.error_str();
+          EXPECT_EQ(check_attention_plan(*p), "")
+              << layout << " cp " << cp << " a2a " << a2a_size << " mask " << mask_kind_name(mask.kind);
+          EXPECT_EQ(p->ranks, cp);
+          // The check is not vacuous: a plan missing any one of its tiles loses allowed pairs.
+          AttentionPlan broken = *p;
+          for (AttnStage& st : broken.stages) {
+            auto busiest = std::max_element(st.tiles.begin(), st.tiles.end(),
+                                            [](const auto& a, const auto& b) { return a.size() < b.size(); });
+            if (!busiest->empty()) {
+              busiest->pop_back();
+              break;
+            }
+          }
+          EXPECT_NE(check_attention_plan(broken).find("computed 0 times"), std::string::npos);
+          ++plans;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(plans, 5 * (1 + 4 * 4 + (4 + 4 + 3)));
+}
+
+TEST(CpLayouts, PaddingFollowsEachLayoutsRule) {
+  EXPECT_EQ(plan_cp_layout(request("ring", 4))->seq_lengths, (std::vector<int64_t>{37, 101, 9, 64, 5}));  // 214 → 216
+  EXPECT_EQ(plan_cp_layout(request("zigzag", 4))->seq_lengths, (std::vector<int64_t>{40, 104, 16, 64, 8}));
+  EXPECT_EQ(plan_cp_layout(request("single", 1))->seq_lengths, kOddBatch);
+}
+
+TEST(CpLayouts, RingAndZigzagForwardMoveCpMinusOneKvShards) {
+  for (const std::string& layout : {"ring", "zigzag"}) {
+    for (int32_t cp : {2, 4, 8}) {
+      for (const MaskSpec& mask : masks()) {
+        const AttentionPlan p = *plan_cp_layout(request(layout, cp, mask));
+        const RankBytes b = plan_bytes(p, false);
+        for (int32_t r = 0; r < cp; ++r) {
+          const double shard = kv_bytes(p, home_tokens(p, r));
+          EXPECT_DOUBLE_EQ(b.sent[r], (cp - 1) * shard) << layout << " cp " << cp << " rank " << r;
+          EXPECT_DOUBLE_EQ(b.received[r], (cp - 1) * kv_bytes(p, home_tokens(p, (r + cp - 1) % cp)));
+        }
+      }
+    }
+  }
+  // Backward of one sequence under a full mask reads every remote KV once and returns every dKV
+  // partial; in a packed batch it reads only the KV of its own sequences.
+  CpLayoutRequest one = request("ring", 4, {.kind = MaskKind::full});
+  one.seq_lengths = {216};
+  const AttentionPlan p = *plan_cp_layout(one);
+  const BackwardTransfers bt = backward_transfers(p);
+  EXPECT_TRUE(std::all_of(bt.inputs.begin(), bt.inputs.end(),
+                          [](const AttnTransfer& t) { return t.tensor == AttnTensor::kv; }));
+  const RankBytes fb = plan_bytes(p, true);
+  const double shard = kv_bytes(p, 216 / 4);
+  for (int32_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(fb.sent[r], 3 * shard + 3 * shard + 3 * shard);
+}
+
+TEST(CpLayouts, RingSkipsFullyMaskedTilesAndZigzagOffDiagonalTilesAreUnmasked) {
+  CpLayoutRequest r = request("ring", 4, {.kind = MaskKind::causal});
+  r.seq_lengths = {64};
+  const AttentionPlan ring = *plan_cp_layout(r);
+  for (int32_t rank = 0; rank < 4; ++rank) {
+    size_t tiles = 0;
+    for (const AttnStage& st : ring.stages) tiles += st.tiles[rank].size();
+    EXPECT_EQ(tiles, static_cast<size_t>(rank + 1)) << "rank " << rank << " sees only its own and earlier KV";
+  }
+  r.layout = "zigzag";
+  const AttentionPlan zz = *plan_cp_layout(r);
+  for (size_t s = 1; s < zz.stages.size(); ++s) {
+    for (const auto& tiles : zz.stages[s].tiles) {
+      ASSERT_FALSE(tiles.empty());
+      for (const AttnTile& t : tiles) {
+        EXPECT_EQ(mask_pairs_in_tile(zz.mask, 64, t.q.tok_begin, t.q.tok_end, t.kv.tok_begin, t.kv.tok_end),
+                  t.q.tokens() * t.kv.tokens());
+      }
+    }
+  }
+}
+
+TEST(CpLayouts, AllGatherSendsEveryShardToEveryRank) {
+  const AttentionPlan p = *plan_cp_layout(request("all_gather", 4, {.kind = MaskKind::causal}));
+  ASSERT_EQ(p.stages.size(), 1u);
+  const RankBytes b = plan_bytes(p, false);
+  const double shard = kv_bytes(p, 216 / 4);
+  for (int32_t r = 0; r < 4; ++r) {
+    EXPECT_DOUBLE_EQ(b.sent[r], 3 * shard);
+    EXPECT_DOUBLE_EQ(b.received[r], 3 * shard);
+    // Causal: a Q piece needs the KV pieces of its sequence that start at or before its end.
+    size_t needed = 0;
+    for (const AttnSlice& q : p.home[r]) {
+      for (const auto& h : p.home) {
+        needed += std::count_if(h.begin(), h.end(),
+                                [&](const AttnSlice& k) { return k.seq == q.seq && k.tok_begin < q.tok_end; });
+      }
+    }
+    EXPECT_EQ(p.stages[0].tiles[r].size(), needed);
+  }
+}
+
+TEST(CpLayouts, UlyssesMovesCpMinusOneOverCpOfQkvAndOut) {
+  for (int32_t cp : {2, 4, 8}) {
+    const AttentionPlan p = *plan_cp_layout(request("a2a", cp, {.kind = MaskKind::causal}));
+    const RankBytes b = plan_bytes(p, false);
+    for (int32_t r = 0; r < cp; ++r) {
+      const int64_t tokens = home_tokens(p, r);  // T / cp of the padded batch on every rank
+      EXPECT_EQ(tokens * cp, cp == 2 ? 214 : 216);
+      const double expected = (cp - 1.0) / cp * (q_bytes(p, tokens) + kv_bytes(p, tokens) + out_bytes(p, tokens));
+      EXPECT_NEAR(b.sent[r], expected, 1e-6 * expected) << "cp " << cp;
+      EXPECT_NEAR(b.received[r], expected, 1e-6 * expected);
+    }
+  }
+}
+
+TEST(CpLayouts, UspCombinesAnA2aGroupWithARing) {
+  CpLayoutRequest r = request("a2a+p2p", 8, {.kind = MaskKind::causal});
+  r.a2a_size = 2;  // ring of 4 groups
+  const AttentionPlan p = *plan_cp_layout(r);
+  EXPECT_EQ(p.stages.size(), 4u);
+  const int64_t tokens = 216 / 8;
+  const double a2a = 0.5 * (q_bytes(p, tokens) + kv_bytes(p, tokens) + out_bytes(p, tokens));
+  const double ring = 3 * kv_bytes(p, tokens);  // each member forwards its head half of 2·tokens
+  const RankBytes b = plan_bytes(p, false);
+  for (int32_t rank = 0; rank < 8; ++rank) EXPECT_NEAR(b.sent[rank], a2a + ring, 1e-6 * (a2a + ring));
+  r.a2a_size = 0;  // auto: the largest divisor of cp dividing both head counts
+  EXPECT_EQ(plan_cp_layout(r)->stages.size(), 1u);
+}
+
+TEST(CpLayouts, ZigzagBalancesCausalWorkAndContiguousRingDoesNot) {
+  CpLayoutRequest r = request("zigzag", 4, {.kind = MaskKind::causal});
+  r.seq_lengths = {64, 128, 48};
+  const AttentionPlan zz = *plan_cp_layout(r);
+  const std::vector<int64_t> w = work_per_rank(zz);
+  const double total = std::accumulate(w.begin(), w.end(), 0.0);
+  int64_t expected_total = 0;
+  for (int64_t L : r.seq_lengths) expected_total += mask_pairs(r.mask, L);
+  EXPECT_EQ(total, expected_total);
+  for (int64_t x : w) EXPECT_LE(std::abs(x - total / 4), 128.0) << "within one row of the longest sequence";
+
+  r.layout = "ring";
+  const std::vector<int64_t> wr = work_per_rank(*plan_cp_layout(r));
+  EXPECT_EQ(wr, (std::vector<int64_t>{1830, 1846, 5190, 2646}));  // Σ rows of rank r's tokens
+  EXPECT_GT(*std::max_element(wr.begin(), wr.end()) / (total / 4), 1.5);
+}
+
+TEST(CpLayouts, BadBatchesGiveTheStatedErrors) {
+  CpLayoutRequest r = request("zigzag", 4);
+  r.seq_lengths = {16, 8, 1001};
+  r.pad = false;
+  EXPECT_EQ(plan_cp_layout(r).error_str(),
+            "zigzag needs every sequence length to be a multiple of 2·cp = 8: sequence 2 has 1001 tokens; pass pad = "
+            "true to pad");
+  r.layout = "ring";
+  r.seq_lengths = {5, 6};
+  EXPECT_EQ(
+      plan_cp_layout(r).error_str(),
+      "ring needs the packed batch's total tokens to be a multiple of cp = 4: the batch has 11 tokens; pass pad = "
+      "true to pad the last sequence");
+  r.layout = "a2a";
+  r.seq_lengths = {8};
+  r.heads_q = 6;
+  r.heads_kv = 2;
+  EXPECT_EQ(plan_cp_layout(r).error_str(),
+            "a2a needs heads_q and heads_kv to be multiples of cp = 4: heads_q = 6, heads_kv = 2");
+  r.layout = "a2a+p2p";
+  r.a2a_size = 3;
+  EXPECT_EQ(plan_cp_layout(r).error_str(), "a2a+p2p needs a2a_size to divide cp: a2a_size = 3, cp = 4");
+  r.a2a_size = 4;
+  EXPECT_EQ(plan_cp_layout(r).error_str(),
+            "a2a+p2p needs heads_q and heads_kv to be multiples of a2a_size = 4: heads_q = 6, heads_kv = 2");
+  EXPECT_EQ(plan_cp_layout(request("single", 2)).error_str(), "single needs cp = 1, got cp = 2");
+  CpLayoutRequest empty = request("ring", 2);
+  empty.seq_lengths = {4, 0};
+  EXPECT_EQ(plan_cp_layout(empty).error_str(),
+            "ring: sequence 1 has 0 tokens; every sequence needs at least one token");
+  EXPECT_EQ(plan_cp_layout(request("ulysses", 2)).error_str(),
+            "unknown CP layout \"ulysses\"; known layouts: single, ring, zigzag, all_gather, a2a, a2a+p2p");
+}
+
+}  // namespace
+}  // namespace cpbench

@@ -1,0 +1,398 @@
+// attention_plan.cpp — payload bytes, derived backward transfers and the well-formedness check of
+// an AttentionPlan.
+// defines: AttnSlice::contains, attn_tensor_name, transfer_bytes, forward_transfers,
+//          backward_transfers, plan_bytes, home_of, check_attention_plan
+#include "core/plan/attention_plan.h"
+
+#include <algorithm>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+namespace cpbench {
+
+namespace {
+
+constexpr double kBytesPerValue = 4.0;  // fp32 storage, as the header states
+
+std::optional<AttnSlice> intersect(const AttnSlice& a, const AttnSlice& b) {
+  if (a.seq != b.seq) return std::nullopt;
+  AttnSlice s{a.seq, std::max(a.tok_begin, b.tok_begin), std::min(a.tok_end, b.tok_end),
+              std::max(a.head_begin, b.head_begin), std::min(a.head_end, b.head_end)};
+  if (s.tok_begin >= s.tok_end || s.head_begin >= s.head_end) return std::nullopt;
+  return s;
+}
+
+// True when one of `slices` contains `s`: the runtime reads a tile's input from one buffer.
+bool held(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
+  return std::any_of(slices.begin(), slices.end(), [&](const AttnSlice& h) { return h.contains(s); });
+}
+
+// True when the union of `pieces` covers `s` (tokens × heads). Pieces of other sequences are
+// ignored. Cost O(n³) in the pieces that intersect s: fine for the few slices a rank holds.
+bool covered(const AttnSlice& s, const std::vector<AttnSlice>& pieces) {
+  std::vector<AttnSlice> clipped;
+  for (const AttnSlice& p : pieces) {
+    if (p.contains(s)) return true;
+    if (auto c = intersect(p, s)) clipped.push_back(*c);
+  }
+  std::vector<int64_t> toks = {s.tok_begin, s.tok_end};
+  std::vector<int32_t> heads = {s.head_begin, s.head_end};
+  for (const AttnSlice& c : clipped) {
+    toks.insert(toks.end(), {c.tok_begin, c.tok_end});
+    heads.insert(heads.end(), {c.head_begin, c.head_end});
+  }
+  std::sort(toks.begin(), toks.end());
+  toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  for (size_t i = 0; i + 1 < toks.size(); ++i) {
+    for (size_t j = 0; j + 1 < heads.size(); ++j) {
+      AttnSlice cell{s.seq, toks[i], toks[i + 1], heads[j], heads[j + 1]};
+      bool hit = std::any_of(clipped.begin(), clipped.end(), [&](const AttnSlice& c) { return c.contains(cell); });
+      if (!hit) return false;
+    }
+  }
+  return true;
+}
+
+// `s` cut along the home slices: (home rank, piece) for every home slice it intersects.
+std::vector<std::pair<int32_t, AttnSlice>> split_by_home(const AttentionPlan& plan, const AttnSlice& s) {
+  std::vector<std::pair<int32_t, AttnSlice>> out;
+  for (int32_t r = 0; r < static_cast<int32_t>(plan.home.size()); ++r) {
+    for (const AttnSlice& h : plan.home[r]) {
+      if (auto c = intersect(h, s)) out.emplace_back(r, *c);
+    }
+  }
+  return out;
+}
+
+// Distinct slices in first-appearance order, without those contained in another one.
+std::vector<AttnSlice> maximal_distinct(const std::vector<AttnSlice>& slices) {
+  std::vector<AttnSlice> distinct;
+  for (const AttnSlice& s : slices) {
+    if (std::find(distinct.begin(), distinct.end(), s) == distinct.end()) distinct.push_back(s);
+  }
+  std::vector<AttnSlice> out;
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    bool inside = false;
+    for (size_t j = 0; j < distinct.size() && !inside; ++j) inside = j != i && distinct[j].contains(distinct[i]);
+    if (!inside) out.push_back(distinct[i]);
+  }
+  return out;
+}
+
+std::string str(const AttnSlice& s) {
+  std::ostringstream o;
+  o << "sequence " << s.seq << " tokens [" << s.tok_begin << ", " << s.tok_end << ") heads [" << s.head_begin << ", "
+    << s.head_end << ")";
+  return o.str();
+}
+
+// Problems found so far; the check reports the first few, not thousands of consequences.
+struct Problems {
+  std::vector<std::string> list;
+  size_t total = 0;  // including those not kept
+  void add(std::string p) {
+    ++total;
+    if (list.size() < 8) list.push_back(std::move(p));
+  }
+  bool full() const { return list.size() >= 8; }
+  std::string str() const {
+    std::string joined;
+    for (const std::string& p : list) joined += (joined.empty() ? "" : "; ") + p;
+    return joined;
+  }
+};
+
+// A slice lies inside its sequence and the heads; K/V slices start and end on multiples of g.
+bool check_slice(const AttentionPlan& p, const AttnSlice& s, bool kv, const std::string& where, Problems& out) {
+  const int32_t g = std::max(1, p.group());
+  const size_t before = out.total;
+  if (s.seq < 0 || s.seq >= static_cast<int32_t>(p.seq_lengths.size())) {
+    out.add(where + ": sequence " + std::to_string(s.seq) + " does not exist");
+  } else if (s.tok_begin < 0 || s.tok_begin >= s.tok_end || s.tok_end > p.seq_lengths[s.seq]) {
+    out.add(where + ": " + str(s) + " is empty or outside the sequence's " + std::to_string(p.seq_lengths[s.seq]) +
+            " tokens");
+  } else if (s.head_begin < 0 || s.head_begin >= s.head_end || s.head_end > p.heads_q) {
+    out.add(where + ": " + str(s) + " is empty or outside the " + std::to_string(p.heads_q) + " query heads");
+  } else if (kv && (s.head_begin % g != 0 || s.head_end % g != 0)) {
+    out.add(where + ": " + str(s) + " splits a KV head (query heads per KV head g = " + std::to_string(g) + ")");
+  }
+  return out.total == before;
+}
+
+// Every token of every sequence has exactly one home, and home slices carry all heads.
+void check_homes(const AttentionPlan& p, Problems& out) {
+  std::vector<std::vector<std::pair<AttnSlice, int32_t>>> by_seq(p.seq_lengths.size());
+  for (int32_t r = 0; r < static_cast<int32_t>(p.home.size()); ++r) {
+    for (const AttnSlice& h : p.home[r]) {
+      check_slice(p, h, true, "home of rank " + std::to_string(r), out);
+      if (h.head_begin != 0 || h.head_end != p.heads_q)
+        out.add("home of rank " + std::to_string(r) + ": " + str(h) + " does not carry all heads");
+      if (h.seq >= 0 && h.seq < static_cast<int32_t>(by_seq.size())) by_seq[h.seq].emplace_back(h, r);
+    }
+  }
+  for (size_t s = 0; s < by_seq.size(); ++s) {
+    auto& v = by_seq[s];
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first.tok_begin < b.first.tok_begin; });
+    int64_t next = 0;
+    for (const auto& [h, r] : v) {
+      if (h.tok_begin > next)
+        out.add("sequence " + std::to_string(s) + ": tokens [" + std::to_string(next) + ", " +
+                std::to_string(h.tok_begin) + ") have no home");
+      if (h.tok_begin < next)
+        out.add("sequence " + std::to_string(s) + ": tokens from " + std::to_string(h.tok_begin) +
+                " have two homes (one is rank " + std::to_string(r) + ")");
+      next = std::max(next, h.tok_end);
+    }
+    if (next < p.seq_lengths[s])
+      out.add("sequence " + std::to_string(s) + ": tokens [" + std::to_string(next) + ", " +
+              std::to_string(p.seq_lengths[s]) + ") have no home");
+  }
+}
+
+// Every allowed (query, key, head) is computed by exactly one tile. Per sequence and per head
+// segment (cut at every tile's head bounds) each query row's key intervals are swept against
+// the mask row: O(Σ tile rows · segments + Σ L · segments · log) time, O(Σ tile rows) memory.
+void check_coverage(const AttentionPlan& p, const std::vector<const AttnTile*>& tiles, int32_t seq, Problems& out) {
+  const int64_t L = p.seq_lengths[seq];
+  std::vector<int32_t> cuts = {0, p.heads_q};
+  for (const AttnTile* t : tiles) cuts.insert(cuts.end(), {t->q.head_begin, t->q.head_end});
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> rows(L);  // [query] key intervals
+    for (const AttnTile* t : tiles) {
+      if (t->q.head_begin > cuts[c] || t->q.head_end < cuts[c + 1]) continue;
+      for (int64_t q = t->q.tok_begin; q < t->q.tok_end; ++q) rows[q].emplace_back(t->kv.tok_begin, t->kv.tok_end);
+    }
+    for (int64_t q = 0; q < L; ++q) {
+      const KeyRanges m = mask_row(p.mask, L, q);
+      std::vector<std::pair<int64_t, int>> events = {{0, 0},      {L, 0},        {m.begin0, 0},
+                                                     {m.end0, 0}, {m.begin1, 0}, {m.end1, 0}};
+      for (const auto& [b, e] : rows[q]) events.insert(events.end(), {{b, +1}, {e, -1}});
+      std::sort(events.begin(), events.end());
+      int count = 0;
+      for (size_t i = 0; i + 1 < events.size(); ++i) {
+        count += events[i].second;
+        const int64_t b = events[i].first, e = events[i + 1].first;
+        if (b >= e || count == 1) continue;
+        const int64_t allowed = std::max<int64_t>(0, std::min(e, m.end0) - std::max(b, m.begin0)) +
+                                std::max<int64_t>(0, std::min(e, m.end1) - std::max(b, m.begin1));
+        if (allowed > 0) {
+          out.add("sequence " + std::to_string(seq) + " heads [" + std::to_string(cuts[c]) + ", " +
+                  std::to_string(cuts[c + 1]) + ") query " + std::to_string(q) + ": keys [" + std::to_string(b) + ", " +
+                  std::to_string(e) + ") allowed by the " + mask_kind_name(p.mask.kind) + " mask are computed " +
+                  std::to_string(count) + " times");
+          return;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool AttnSlice::contains(const AttnSlice& s) const {
+  return seq == s.seq && tok_begin <= s.tok_begin && s.tok_end <= tok_end && head_begin <= s.head_begin &&
+         s.head_end <= head_end;
+}
+
+const char* attn_tensor_name(AttnTensor t) {
+  switch (t) {
+    case AttnTensor::q: return "q";
+    case AttnTensor::kv: return "kv";
+    case AttnTensor::out: return "out";
+    case AttnTensor::dout: return "dout";
+    case AttnTensor::dq: return "dq";
+    case AttnTensor::dkv: return "dkv";
+  }
+  return "?";
+}
+
+double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t) {
+  const double tokens = static_cast<double>(t.slice.tokens()), heads = t.slice.heads(), d = plan.head_dim;
+  const double kv_heads = heads / std::max(1, plan.group());
+  switch (t.tensor) {
+    case AttnTensor::q:
+    case AttnTensor::dout:
+    case AttnTensor::dq: return tokens * heads * d * kBytesPerValue;
+    case AttnTensor::kv:
+    case AttnTensor::dkv: return 2 * tokens * kv_heads * d * kBytesPerValue;  // K and V
+    case AttnTensor::out: return tokens * heads * (d + 1) * kBytesPerValue;   // O and one LSE per row
+  }
+  return 0;
+}
+
+std::vector<AttnTransfer> forward_transfers(const AttentionPlan& plan) {
+  std::vector<AttnTransfer> out;
+  for (const AttnStage& st : plan.stages) out.insert(out.end(), st.transfers.begin(), st.transfers.end());
+  out.insert(out.end(), plan.gather_out.begin(), plan.gather_out.end());
+  return out;
+}
+
+BackwardTransfers backward_transfers(const AttentionPlan& plan) {
+  BackwardTransfers bt;
+  for (int32_t r = 0; r < plan.ranks; ++r) {
+    std::vector<AttnSlice> qs, kvs;
+    for (const AttnStage& st : plan.stages) {
+      if (r >= static_cast<int32_t>(st.tiles.size())) continue;
+      for (const AttnTile& t : st.tiles[r]) {
+        qs.push_back(t.q);
+        kvs.push_back(t.kv);
+      }
+    }
+    // A slice spanning several homes (a whole sequence under Ulysses) comes piece by piece.
+    std::vector<AttnSlice> seen_q, seen_kv;
+    for (const AttnSlice& s : maximal_distinct(qs)) {
+      for (const auto& [h, piece] : split_by_home(plan, s)) {
+        if (h == r || std::find(seen_q.begin(), seen_q.end(), piece) != seen_q.end()) continue;
+        seen_q.push_back(piece);
+        for (AttnTensor x : {AttnTensor::q, AttnTensor::dout, AttnTensor::out}) bt.inputs.push_back({h, r, x, piece});
+        bt.returns.push_back({r, h, AttnTensor::dq, piece});
+      }
+    }
+    for (const AttnSlice& s : maximal_distinct(kvs)) {
+      for (const auto& [h, piece] : split_by_home(plan, s)) {
+        if (h == r || std::find(seen_kv.begin(), seen_kv.end(), piece) != seen_kv.end()) continue;
+        seen_kv.push_back(piece);
+        bt.inputs.push_back({h, r, AttnTensor::kv, piece});
+        bt.returns.push_back({r, h, AttnTensor::dkv, piece});
+      }
+    }
+  }
+  return bt;
+}
+
+RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward) {
+  RankBytes b{std::vector<double>(plan.ranks, 0.0), std::vector<double>(plan.ranks, 0.0)};
+  auto add = [&](const std::vector<AttnTransfer>& ts) {
+    for (const AttnTransfer& t : ts) {
+      if (t.src < 0 || t.src >= plan.ranks || t.dst < 0 || t.dst >= plan.ranks) continue;
+      const double bytes = transfer_bytes(plan, t);
+      b.sent[t.src] += bytes;
+      b.received[t.dst] += bytes;
+    }
+  };
+  add(forward_transfers(plan));
+  if (with_backward) {
+    BackwardTransfers bt = backward_transfers(plan);
+    add(bt.inputs);
+    add(bt.returns);
+  }
+  return b;
+}
+
+int32_t home_of(const AttentionPlan& plan, const AttnSlice& s) {
+  for (int32_t r = 0; r < static_cast<int32_t>(plan.home.size()); ++r) {
+    for (const AttnSlice& h : plan.home[r]) {
+      if (h.contains(s)) return r;
+    }
+  }
+  return -1;
+}
+
+// "Held" means contained in one home slice of the rank or in one slice of the same tensor (q for
+// a tile's q, kv for its kv) it received in this or an earlier stage, as the executor looks its
+// inputs up; a rank forwards (q, kv) or returns (out) only slices it holds or computed that way.
+// What goes home may arrive in several pieces: their union must cover each computed row.
+std::string check_attention_plan(const AttentionPlan& p) {
+  Problems out;
+  if (p.ranks < 1 || static_cast<int32_t>(p.home.size()) != p.ranks)
+    out.add("home lists " + std::to_string(p.home.size()) + " ranks, the plan has " + std::to_string(p.ranks));
+  if (p.heads_kv < 1 || p.heads_q < 1 || p.heads_q % p.heads_kv != 0 || p.head_dim < 1)
+    out.add("heads_q = " + std::to_string(p.heads_q) + ", heads_kv = " + std::to_string(p.heads_kv) +
+            ", head_dim = " + std::to_string(p.head_dim) + ": need heads_kv ≥ 1 dividing heads_q and head_dim ≥ 1");
+  for (size_t s = 0; s < p.seq_lengths.size(); ++s) {
+    if (p.seq_lengths[s] < 1)
+      out.add("sequence " + std::to_string(s) + " has " + std::to_string(p.seq_lengths[s]) + " tokens");
+  }
+  if (!out.list.empty()) return out.str();
+  check_homes(p, out);
+
+  std::vector<std::vector<AttnSlice>> held_q(p.home), held_kv(p.home), computed_q(p.ranks);
+  auto check_transfer = [&](const AttnTransfer& t, const std::string& where) {
+    if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
+      out.add(where + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
+              " is not a transfer between two ranks of " + std::to_string(p.ranks));
+      return false;
+    }
+    check_slice(p, t.slice, t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv, where, out);
+    return true;
+  };
+  for (size_t s = 0; s < p.stages.size() && !out.full(); ++s) {
+    const AttnStage& st = p.stages[s];
+    const std::string at = "stage " + std::to_string(s);
+    // Transfers of a stage run together: a rank forwards only what it held before the stage.
+    std::vector<AttnTransfer> arrived;
+    for (const AttnTransfer& t : st.transfers) {
+      if (!check_transfer(t, at + " transfer")) continue;
+      const bool is_q = t.tensor == AttnTensor::q, is_kv = t.tensor == AttnTensor::kv;
+      if ((is_q && !held(t.slice, held_q[t.src])) || (is_kv && !held(t.slice, held_kv[t.src]))) {
+        out.add(at + ": rank " + std::to_string(t.src) + " sends " + attn_tensor_name(t.tensor) + " of " +
+                str(t.slice) + " that it does not hold");
+      }
+      arrived.push_back(t);
+    }
+    for (const AttnTransfer& t : arrived) {
+      if (t.tensor == AttnTensor::q) held_q[t.dst].push_back(t.slice);
+      if (t.tensor == AttnTensor::kv) held_kv[t.dst].push_back(t.slice);
+    }
+    if (static_cast<int32_t>(st.tiles.size()) != p.ranks) {
+      out.add(at + ": tiles list " + std::to_string(st.tiles.size()) + " ranks, the plan has " +
+              std::to_string(p.ranks));
+      continue;
+    }
+    for (int32_t r = 0; r < p.ranks; ++r) {
+      const std::string who = at + " rank " + std::to_string(r) + " tile";
+      for (const AttnTile& t : st.tiles[r]) {
+        const bool q_ok = check_slice(p, t.q, true, who + " q", out);
+        if (!check_slice(p, t.kv, true, who + " kv", out) || !q_ok) continue;
+        if (t.q.seq != t.kv.seq || t.q.head_begin != t.kv.head_begin || t.q.head_end != t.kv.head_end) {
+          out.add(who + ": q " + str(t.q) + " and kv " + str(t.kv) + " differ in sequence or heads");
+          continue;
+        }
+        if (!held(t.q, held_q[r])) out.add(who + ": q " + str(t.q) + " is not held");
+        if (!held(t.kv, held_kv[r])) out.add(who + ": kv " + str(t.kv) + " is not held");
+        computed_q[r].push_back(t.q);
+      }
+    }
+  }
+  if (!out.list.empty()) return out.str();
+
+  // Outputs: every row computed away from home goes home; only computed rows are sent.
+  for (const AttnTransfer& t : p.gather_out) {
+    if (!check_transfer(t, "gather_out")) continue;
+    if (t.tensor != AttnTensor::out)
+      out.add(std::string("gather_out carries ") + attn_tensor_name(t.tensor) + ", not out");
+    else if (!held(t.slice, computed_q[t.src]))
+      out.add("gather_out: rank " + std::to_string(t.src) + " sends out of " + str(t.slice) +
+              " that it did not compute");
+  }
+  for (int32_t r = 0; r < p.ranks; ++r) {
+    for (const AttnSlice& q : maximal_distinct(computed_q[r])) {
+      for (const auto& [h, piece] : split_by_home(p, q)) {
+        if (h == r) continue;
+        std::vector<AttnSlice> to_h;
+        for (const AttnTransfer& t : p.gather_out) {
+          if (t.src == r && t.dst == h && t.tensor == AttnTensor::out) to_h.push_back(t.slice);
+        }
+        if (!covered(piece, to_h))
+          out.add("rank " + std::to_string(r) + " computes " + str(piece) +
+                  " but gather_out does not send it to its home rank " + std::to_string(h));
+      }
+    }
+  }
+
+  std::vector<std::vector<const AttnTile*>> by_seq(p.seq_lengths.size());
+  for (const AttnStage& st : p.stages) {
+    for (const auto& rank_tiles : st.tiles) {
+      for (const AttnTile& t : rank_tiles) by_seq[t.q.seq].push_back(&t);
+    }
+  }
+  for (size_t s = 0; s < by_seq.size() && !out.full(); ++s) check_coverage(p, by_seq[s], static_cast<int32_t>(s), out);
+  return out.str();
+}
+
+}  // namespace cpbench

@@ -1,0 +1,105 @@
+// attention_plan.h — the attention part of a Plan: which tokens and heads each rank holds, which
+// (Q slice × KV slice) tiles each rank computes, and which slices move between ranks, in stages.
+// Requires: core/workload (masks). The runtime executes exactly this (core/runtime/executor.h);
+// the byte counts below are what it must move (tests compare them with the Communicator's).
+// Note: forward is described explicitly; backward is derived mechanically (backward_transfers):
+// every input a forward tile used is brought to the computing rank again, gradients go home.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/workload/mask.h"
+
+namespace cpbench {
+
+// Tokens [tok_begin, tok_end) of sequence `seq` (positions inside the sequence), query heads
+// [head_begin, head_end). For K/V the KV heads are [head_begin / g, head_end / g) with
+// g = heads_q / heads_kv, so a slice that splits heads starts and ends on multiples of g.
+struct AttnSlice {
+  int32_t seq = 0;
+  int64_t tok_begin = 0, tok_end = 0;
+  int32_t head_begin = 0, head_end = 0;
+
+  int64_t tokens() const { return tok_end - tok_begin; }
+  int32_t heads() const { return head_end - head_begin; }
+  bool contains(const AttnSlice& s) const;
+  bool operator==(const AttnSlice&) const = default;
+};
+
+// What a transfer carries for its slice (fp32 storage):
+//   q: Q rows; kv: K and V rows of the slice's KV heads; out: O and LSE (a partial forward, or
+//   the final one brought for backward); dout: dO; dq: a partial dQ; dkv: partial dK and dV.
+enum class AttnTensor : uint8_t { q, kv, out, dout, dq, dkv };
+const char* attn_tensor_name(AttnTensor t);
+
+struct AttnTransfer {
+  int32_t src = 0, dst = 0;
+  AttnTensor tensor = AttnTensor::kv;
+  AttnSlice slice;
+  bool operator==(const AttnTransfer&) const = default;
+};
+
+// One unit of attention work: the rows of `q` attend to the keys of `kv` (same sequence and
+// heads), under the plan's mask; its partial (O, LSE) merges into the rank's result for `q`.
+struct AttnTile {
+  AttnSlice q, kv;
+};
+
+// A stage's transfers are posted before the previous stage's tiles run, so communication of
+// stage i+1 overlaps compute of stage i (ring attention's double buffering).
+struct AttnStage {
+  std::vector<AttnTransfer> transfers;
+  std::vector<std::vector<AttnTile>> tiles;  // [rank]
+};
+
+struct AttentionPlan {
+  std::string layout;                  // "single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"
+  int32_t ranks = 1;
+  std::vector<int64_t> seq_lengths;    // the micro-batch's sequences, in tokens (padded lengths)
+  MaskSpec mask;
+  int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
+  // [rank] the slices (all heads) a rank owns: its Q, K, V and dO on entry, its O, LSE, dQ, dK
+  // and dV on exit. Every token of every sequence has exactly one home.
+  std::vector<std::vector<AttnSlice>> home;
+  std::vector<AttnStage> stages;
+  // After the last stage: partial or final (O, LSE) of slices computed away from home, sent home
+  // and merged there (Ulysses' all-to-all back; a split of one row's keys over ranks).
+  std::vector<AttnTransfer> gather_out;
+
+  int32_t group() const { return heads_q / heads_kv; }
+};
+
+// Payload bytes of one transfer (fp32).
+double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t);
+
+// Every transfer of the forward pass, in order: stages, then gather_out.
+std::vector<AttnTransfer> forward_transfers(const AttentionPlan& plan);
+
+// The backward pass, derived from the forward tiles, in three phases:
+//   inputs:   for every slice a rank's tiles read that the rank does not own — q (with dout and
+//             the final out) from the q slice's home, kv from the kv slice's home;
+//   compute:  the same tiles, backward, accumulating dQ, dK, dV partials;
+//   returns:  dq partials to the q slice's home, dkv partials to the kv slice's home.
+struct BackwardTransfers {
+  std::vector<AttnTransfer> inputs, returns;
+};
+BackwardTransfers backward_transfers(const AttentionPlan& plan);
+
+// [rank] payload bytes a rank sends and receives over forward + backward.
+struct RankBytes {
+  std::vector<double> sent, received;
+};
+RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward);
+
+// The home rank of a slice (the rank whose home slices contain it), or −1.
+int32_t home_of(const AttentionPlan& plan, const AttnSlice& s);
+
+// "" when the plan is well formed: every token has one home; every tile's q and kv are slices of
+// one sequence with equal heads, its q slice is held (home or received in this or an earlier
+// stage) and so is its kv slice; every allowed (query, key, head) of the mask is computed by
+// exactly one tile. Otherwise what is wrong.
+std::string check_attention_plan(const AttentionPlan& plan);
+
+}  // namespace cpbench

@@ -1,0 +1,119 @@
+#include "core/runtime/attention_check.h"
+
+#include <cmath>
+
+#include "core/workload/rng.h"
+#include "kernels/reference/attention_ref.h"
+
+namespace cpbench {
+namespace {
+
+kernels::VarlenBatch varlen_batch(const AttentionPlan& p) {
+  kernels::VarlenBatch b;
+  b.dims = {p.heads_q, p.heads_kv, p.head_dim, 0.0};
+  for (int64_t L : p.seq_lengths) {
+    b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + L);
+    b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + L);
+    for (int64_t q = 0; q < L; ++q) {
+      KeyRanges r = mask_row(p.mask, L, q);
+      b.row_ranges.push_back({r.begin0, r.end0, r.begin1, r.end1});
+    }
+  }
+  return b;
+}
+
+void fill_normal(std::vector<float>& x, size_t n, SplitMix64& rng) {
+  x.resize(n);
+  for (auto& v : x) v = static_cast<float>(rng.normal());
+}
+
+}  // namespace
+
+OwnedInputs make_attention_inputs(const AttentionPlan& p, uint64_t seed) {
+  int64_t T = 0;
+  for (int64_t L : p.seq_lengths) T += L;
+  SplitMix64 rng(seed);
+  OwnedInputs in;
+  fill_normal(in.q, static_cast<size_t>(T * p.heads_q * p.head_dim), rng);
+  fill_normal(in.k, static_cast<size_t>(T * p.heads_kv * p.head_dim), rng);
+  fill_normal(in.v, static_cast<size_t>(T * p.heads_kv * p.head_dim), rng);
+  fill_normal(in.dout, static_cast<size_t>(T * p.heads_q * p.head_dim), rng);
+  return in;
+}
+
+ReferenceAttention reference_attention(const AttentionPlan& p, const OwnedInputs& in, bool backward) {
+  kernels::VarlenBatch b = varlen_batch(p);
+  double pairs = 0;
+  for (const auto& r : b.row_ranges) pairs += static_cast<double>((r.e0 - r.b0) + (r.e1 - r.b1));
+  ReferenceAttention ref;
+  if (pairs * p.heads_q <= kNaiveLimitPairs) {
+    auto o = kernels::attention_forward_ref<float>(b, in.q, in.k, in.v);
+    ref.out = o.out;
+    ref.lse = o.lse;
+    if (backward) {
+      auto g = kernels::attention_backward_ref<float>(b, in.q, in.k, in.v, in.dout);
+      ref.dq = g.dq;
+      ref.dk = g.dk;
+      ref.dv = g.dv;
+    }
+    ref.kind = "naive (double accumulation)";
+    return ref;
+  }
+  auto o = kernels::flash_attention_forward(b, in.q, in.k, in.v);
+  ref.out = o.out;
+  ref.lse = o.lse;
+  if (backward) {
+    auto g = kernels::flash_attention_backward(b, in.q, in.k, in.v, o.out, o.lse, in.dout);
+    ref.dq = g.dq;
+    ref.dk = g.dk;
+    ref.dv = g.dv;
+  }
+  ref.kind = "cpu kernel, one rank";
+  return ref;
+}
+
+CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const ReferenceAttention& ref, bool backward) {
+  CheckResult r;
+  const auto off = packed_offsets(p);
+  int64_t T = off.back();
+  const int64_t row0 = off[h.slice.seq] + h.slice.tok_begin, n = h.slice.tokens(), d = p.head_dim;
+  auto cmp = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want, int64_t heads,
+                 Tolerance tol) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < heads * d; ++i) {
+        double x = got[t * heads * d + i], y = want[(row0 + t) * heads * d + i];
+        double err = std::fabs(x - y), ratio = err / (tol.atol + tol.rtol * std::fabs(y));
+        r.max_abs_error = std::max(r.max_abs_error, err);
+        if (ratio > r.worst) {
+          r.worst = ratio;
+          r.where = std::string(what) + " token " + std::to_string(h.slice.tok_begin + t) + " of sequence " +
+                    std::to_string(h.slice.seq);
+        }
+      }
+  };
+  cmp("O", h.out, ref.out, p.heads_q, kOutTolerance);
+  for (int64_t hd = 0; hd < p.heads_q; ++hd)
+    for (int64_t t = 0; t < n; ++t) {
+      double x = h.lse[hd * n + t], y = ref.lse[hd * T + row0 + t];
+      if (std::isinf(x) || std::isinf(y)) {
+        if (x != y) {
+          r.worst = std::max(r.worst, 1e30);
+          r.where = "LSE (fully masked row disagrees)";
+        }
+        continue;
+      }
+      double ratio = std::fabs(x - y) / (kOutTolerance.atol + kOutTolerance.rtol * std::fabs(y));
+      if (ratio > r.worst) {
+        r.worst = ratio;
+        r.where = "LSE token " + std::to_string(h.slice.tok_begin + t);
+      }
+    }
+  if (backward) {
+    cmp("dQ", h.dq, ref.dq, p.heads_q, kGradTolerance);
+    cmp("dK", h.dk, ref.dk, p.heads_kv, kGradTolerance);
+    cmp("dV", h.dv, ref.dv, p.heads_kv, kGradTolerance);
+  }
+  return r;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,46 @@
+// attention_check.h — inputs, the single-device reference, and the comparison that proves a
+// distributed attention plan computed exactly the attention (O, LSE, dQ, dK, dV).
+// Requires: kernels/reference (naive, double accumulation) and kernels/cpu. Inputs are drawn from
+// a seed, identically on every rank. Tolerances are |x − ref| ≤ atol + rtol·|ref|, stated below.
+// Note: the naive reference is O(T²·H·d); above kNaiveLimitPairs the single-rank CPU kernel (which
+// kernels/cpu's tests check against the naive one) is the reference instead, and says so.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/plan/attention_plan.h"
+#include "core/runtime/executor.h"
+
+namespace cpbench {
+
+struct OwnedInputs {
+  std::vector<float> q, k, v, dout;
+  AttentionInputs view() const { return {q, k, v, dout}; }
+};
+OwnedInputs make_attention_inputs(const AttentionPlan& plan, uint64_t seed);
+
+struct ReferenceAttention {
+  std::vector<float> out, lse, dq, dk, dv;  // packed like the inputs; lse [Hq, T]
+  std::string kind;                         // "naive (double accumulation)" or "cpu kernel, one rank"
+};
+inline constexpr double kNaiveLimitPairs = 1e7;  // allowed pairs × heads: about a second of naive work
+ReferenceAttention reference_attention(const AttentionPlan& plan, const OwnedInputs& in, bool backward);
+
+// fp32 kernels against a double-accumulated reference (kernels/cpu tests use the same).
+struct Tolerance {
+  double atol, rtol;
+};
+inline constexpr Tolerance kOutTolerance{2e-5, 2e-4};
+inline constexpr Tolerance kGradTolerance{1e-4, 1e-3};
+
+// The worst |x − ref| / (atol + rtol·|ref|) over a home slice's results (≤ 1 passes), and where.
+struct CheckResult {
+  double worst = 0;
+  double max_abs_error = 0;
+  std::string where;
+};
+CheckResult check_home(const AttentionPlan& plan, const HomeResult& home, const ReferenceAttention& ref, bool backward);
+
+}  // namespace cpbench

@@ -1,0 +1,435 @@
+#include "core/runtime/executor.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+namespace cpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// One tag per phase: both sides walk the same transfer list in the same order, and MPI keeps
+// messages between a pair of ranks with one tag in order, so no per-transfer tag is needed.
+enum Tag : int { kTagForward = 11, kTagGather = 12, kTagBackwardIn = 13, kTagBackwardOut = 14 };
+
+// A held piece of data: `x` [tokens, heads_units, width] and, for K/V, O/LSE and dK/dV, a second
+// array `y` (V [tokens, heads_units, width]; LSE [heads, tokens]).
+struct Entry {
+  AttnSlice slice;
+  std::vector<float> x, y;
+};
+
+struct Shape {
+  int32_t heads_div;  // 1 for query-head tensors, g for K/V
+  int64_t width;      // d
+  bool lse_second;    // y is an LSE [heads, tokens] instead of a second [tokens, heads, d]
+};
+
+Shape shape_of(const AttentionPlan& p, AttnTensor t) {
+  switch (t) {
+    case AttnTensor::kv:
+    case AttnTensor::dkv: return {p.group(), p.head_dim, false};
+    case AttnTensor::out: return {1, p.head_dim, true};
+    default: return {1, p.head_dim, false};
+  }
+}
+bool has_second(AttnTensor t) { return t == AttnTensor::kv || t == AttnTensor::dkv || t == AttnTensor::out; }
+
+// Copies the rows and heads of `sub` out of `e` (which contains it).
+void extract(const Entry& e, const AttnSlice& sub, const Shape& s, std::vector<float>& x, std::vector<float>* y) {
+  const int64_t eh = e.slice.heads() / s.heads_div, sh = sub.heads() / s.heads_div;
+  const int64_t h0 = (sub.head_begin - e.slice.head_begin) / s.heads_div;
+  const int64_t t0 = sub.tok_begin - e.slice.tok_begin;
+  x.resize(static_cast<size_t>(sub.tokens() * sh * s.width));
+  for (int64_t t = 0; t < sub.tokens(); ++t)
+    std::copy_n(&e.x[((t0 + t) * eh + h0) * s.width], sh * s.width, &x[t * sh * s.width]);
+  if (!y) return;
+  if (s.lse_second) {
+    y->resize(static_cast<size_t>(sh * sub.tokens()));
+    for (int64_t h = 0; h < sh; ++h)
+      std::copy_n(&e.y[(h0 + h) * e.slice.tokens() + t0], sub.tokens(), &(*y)[h * sub.tokens()]);
+  } else {
+    y->resize(x.size());
+    for (int64_t t = 0; t < sub.tokens(); ++t)
+      std::copy_n(&e.y[((t0 + t) * eh + h0) * s.width], sh * s.width, &(*y)[t * sh * s.width]);
+  }
+}
+
+// Adds `sub`'s rows (x, y packed like extract's output) into the entry that contains it.
+void accumulate(Entry& e, const AttnSlice& sub, const Shape& s, const float* x, const float* y) {
+  const int64_t eh = e.slice.heads() / s.heads_div, sh = sub.heads() / s.heads_div;
+  const int64_t h0 = (sub.head_begin - e.slice.head_begin) / s.heads_div;
+  const int64_t t0 = sub.tok_begin - e.slice.tok_begin;
+  for (int64_t t = 0; t < sub.tokens(); ++t)
+    for (int64_t i = 0; i < sh * s.width; ++i) {
+      e.x[((t0 + t) * eh + h0) * s.width + i] += x[t * sh * s.width + i];
+      if (y) e.y[((t0 + t) * eh + h0) * s.width + i] += y[t * sh * s.width + i];
+    }
+}
+
+// LSE merge of a partial (o [tokens, heads, d], lse [heads, tokens]) into the rows of `e`.
+void merge_out(Entry& e, const AttnSlice& sub, int64_t d, const float* o, const float* lse) {
+  const int64_t eh = e.slice.heads(), sh = sub.heads();
+  const int64_t h0 = sub.head_begin - e.slice.head_begin, t0 = sub.tok_begin - e.slice.tok_begin;
+  for (int64_t h = 0; h < sh; ++h)
+    for (int64_t t = 0; t < sub.tokens(); ++t) {
+      const float lb = lse[h * sub.tokens() + t];
+      if (lb == kNegInf) continue;
+      float& la = e.y[(h0 + h) * e.slice.tokens() + t0 + t];
+      float* oa = &e.x[((t0 + t) * eh + h0 + h) * d];
+      const float* ob = &o[(t * sh + h) * d];
+      if (la == kNegInf) {
+        std::copy_n(ob, d, oa);
+        la = lb;
+        continue;
+      }
+      const float m = std::max(la, lb);
+      const float wa = std::exp(la - m), wb = std::exp(lb - m), sum = wa + wb;
+      for (int64_t i = 0; i < d; ++i) oa[i] = (wa * oa[i] + wb * ob[i]) / sum;
+      la = m + std::log(sum);
+    }
+}
+
+class Rank {
+ public:
+  Rank(const AttentionPlan& p, Communicator& c, const AttentionInputs& in, const kernels::FlashConfig& cfg)
+      : p_(p), comm_(c), in_(in), cfg_(cfg), offsets_(packed_offsets(p)), me_(c.rank()) {}
+
+  Status forward(ExecutionReport& rep);
+  Status backward(ExecutionReport& rep);
+
+ private:
+  std::vector<Entry>& store(AttnTensor t) { return stores_[static_cast<int>(t)]; }
+  Entry* find(AttnTensor t, const AttnSlice& s) {
+    for (auto& e : store(t))
+      if (e.slice.contains(s)) return &e;
+    return nullptr;
+  }
+  Entry* find_exact(AttnTensor t, const AttnSlice& s) {
+    for (auto& e : store(t))
+      if (e.slice == s) return &e;
+    return nullptr;
+  }
+  // Copies `want` out of the entries that hold it, which may be several contiguous pieces (a KV
+  // range gathered from several ranks). False when some token of it is held nowhere.
+  bool assemble(AttnTensor t, const AttnSlice& want, std::vector<float>& x, std::vector<float>* y) {
+    if (const Entry* e = find(t, want)) {
+      extract(*e, want, shape_of(p_, t), x, y);
+      return true;
+    }
+    const Shape sh = shape_of(p_, t);
+    const int64_t row = (want.heads() / sh.heads_div) * sh.width;
+    x.assign(static_cast<size_t>(want.tokens() * row), 0.f);
+    if (y) y->assign(sh.lse_second ? static_cast<size_t>(want.heads() * want.tokens()) : x.size(), 0.f);
+    int64_t covered = 0;
+    std::vector<char> seen(static_cast<size_t>(want.tokens()), 0);
+    for (const auto& e : store(t)) {
+      const AttnSlice& h = e.slice;
+      if (h.seq != want.seq || h.head_begin > want.head_begin || h.head_end < want.head_end) continue;
+      AttnSlice part = want;
+      part.tok_begin = std::max(want.tok_begin, h.tok_begin);
+      part.tok_end = std::min(want.tok_end, h.tok_end);
+      if (part.tok_begin >= part.tok_end) continue;
+      std::vector<float> px, py;
+      extract(e, part, sh, px, y ? &py : nullptr);
+      const int64_t off = part.tok_begin - want.tok_begin;
+      std::copy(px.begin(), px.end(), x.begin() + off * row);
+      if (y && sh.lse_second) {
+        for (int64_t hd = 0; hd < want.heads(); ++hd)
+          std::copy_n(&py[hd * part.tokens()], part.tokens(), &(*y)[hd * want.tokens() + off]);
+      } else if (y) {
+        std::copy(py.begin(), py.end(), y->begin() + off * row);
+      }
+      for (int64_t i = 0; i < part.tokens(); ++i)
+        if (!seen[off + i]) {
+          seen[off + i] = 1;
+          ++covered;
+        }
+    }
+    return covered == want.tokens();
+  }
+
+  // Adds a tile's gradient (rows of `slice`, packed) into the disjoint slots that cover it.
+  bool spread(AttnTensor t, const AttnSlice& slice, const Shape& sh, const float* x, const float* y) {
+    const int64_t row = (slice.heads() / sh.heads_div) * sh.width;
+    int64_t covered = 0;
+    for (auto& e : store(t)) {
+      const AttnSlice& h = e.slice;
+      if (h.seq != slice.seq || h.head_begin > slice.head_begin || h.head_end < slice.head_end) continue;
+      AttnSlice part = slice;
+      part.tok_begin = std::max(slice.tok_begin, h.tok_begin);
+      part.tok_end = std::min(slice.tok_end, h.tok_end);
+      if (part.tok_begin >= part.tok_end) continue;
+      const int64_t off = (part.tok_begin - slice.tok_begin) * row;
+      accumulate(e, part, sh, x + off, y ? y + off : nullptr);
+      covered += part.tokens();
+    }
+    return covered == slice.tokens();
+  }
+
+  // An entry of zeros (or, for out, O = 0 and LSE = −inf) for slice s.
+  Entry& fresh(AttnTensor t, const AttnSlice& s) {
+    const Shape sh = shape_of(p_, t);
+    Entry e{s, std::vector<float>(static_cast<size_t>(s.tokens() * (s.heads() / sh.heads_div) * sh.width), 0.f), {}};
+    if (has_second(t))
+      e.y = sh.lse_second ? std::vector<float>(static_cast<size_t>(s.heads() * s.tokens()), kNegInf)
+                          : std::vector<float>(e.x.size(), 0.f);
+    store(t).push_back(std::move(e));
+    return store(t).back();
+  }
+  // Loads a home slice of a global tensor.
+  void load_home(AttnTensor t, const AttnSlice& s, std::span<const float> a, std::span<const float> b, int32_t heads) {
+    const Shape sh = shape_of(p_, t);
+    Entry& e = fresh(t, s);
+    const int64_t row = heads * sh.width;
+    std::copy_n(&a[(offsets_[s.seq] + s.tok_begin) * row], s.tokens() * row, e.x.data());
+    if (!b.empty()) std::copy_n(&b[(offsets_[s.seq] + s.tok_begin) * row], s.tokens() * row, e.y.data());
+  }
+
+  // Posts one transfer; `data` keeps the message alive until wait_all.
+  Status post(const AttnTransfer& tr, int tag, std::vector<Request>& reqs, std::vector<std::vector<float>>& data,
+              std::vector<const AttnTransfer*>& incoming) {
+    const Shape sh = shape_of(p_, tr.tensor);
+    if (tr.src == me_) {
+      const Entry* e = find(tr.tensor, tr.slice);
+      if (!e) return Error{"", "", std::string("rank ") + std::to_string(me_) + " does not hold the " +
+                                       attn_tensor_name(tr.tensor) + " it must send"};
+      std::vector<float> x, y;
+      extract(*e, tr.slice, sh, x, has_second(tr.tensor) ? &y : nullptr);
+      x.insert(x.end(), y.begin(), y.end());
+      data.push_back(std::move(x));
+      auto r = comm_.isend(std::span<const float>(data.back()), tr.dst, tag);
+      if (!r) return r.errors();
+      reqs.push_back(std::move(*r));
+    }
+    if (tr.dst == me_) {
+      data.emplace_back(static_cast<size_t>(transfer_bytes(p_, tr) / sizeof(float)));
+      auto r = comm_.irecv(std::span<float>(data.back()), tr.src, tag);
+      if (!r) return r.errors();
+      reqs.push_back(std::move(*r));
+      incoming.push_back(&tr);
+    }
+    return ok_status();
+  }
+
+  // Posts a list of transfers, waits for them, and hands every received message to `take`.
+  template <class Take>
+  Status exchange(const std::vector<AttnTransfer>& list, int tag, ExecutionReport& rep, Take take) {
+    std::vector<Request> reqs;
+    std::vector<std::vector<float>> data;
+    data.reserve(2 * list.size());
+    std::vector<const AttnTransfer*> incoming;
+    std::vector<size_t> incoming_slot;
+    for (const auto& tr : list) {
+      if (tr.src != me_ && tr.dst != me_) continue;
+      if (auto s = post(tr, tag, reqs, data, incoming); !s) return s;
+      if (tr.dst == me_) incoming_slot.push_back(data.size() - 1);
+    }
+    auto t0 = Clock::now();
+    if (auto s = comm_.wait_all(reqs); !s) return s;
+    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t i = 0; i < incoming.size(); ++i) take(*incoming[i], data[incoming_slot[i]]);
+    return ok_status();
+  }
+
+  // Stores a received message as a new entry of its slice.
+  void keep(const AttnTransfer& tr, const std::vector<float>& msg) {
+    const Shape sh = shape_of(p_, tr.tensor);
+    Entry e{tr.slice, {}, {}};
+    size_t first = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
+    e.x.assign(msg.begin(), msg.begin() + first);
+    if (has_second(tr.tensor)) e.y.assign(msg.begin() + first, msg.end());
+    store(tr.tensor).push_back(std::move(e));
+  }
+
+  kernels::TileInput tile_input(const AttnTile& tile, std::vector<float>& q, std::vector<float>& k,
+                                std::vector<float>& v, std::vector<kernels::KeyRanges>& ranges, Status& st) {
+    kernels::TileInput in;
+    const bool has_q = assemble(AttnTensor::q, tile.q, q, nullptr);
+    if (!has_q || !assemble(AttnTensor::kv, tile.kv, k, &v)) {
+      st = Error{"", "", "rank " + std::to_string(me_) + " computes a tile whose " + (has_q ? "K/V" : "Q") +
+                             " it does not hold (a plan error)"};
+      return in;
+    }
+    const int64_t L = p_.seq_lengths[tile.q.seq];
+    ranges.resize(static_cast<size_t>(tile.q.tokens()));
+    for (int64_t t = 0; t < tile.q.tokens(); ++t) {
+      KeyRanges r = mask_row(p_.mask, L, tile.q.tok_begin + t);
+      ranges[t] = {r.begin0, r.end0, r.begin1, r.end1};
+    }
+    in.dims = {tile.q.heads(), tile.q.heads() / p_.group(), p_.head_dim, 1.0 / std::sqrt(double(p_.head_dim))};
+    in.q = q.data();
+    in.rows_q = tile.q.tokens();
+    in.ranges = ranges.data();
+    in.k = k.data();
+    in.v = v.data();
+    in.rows_k = tile.kv.tokens();
+    in.key_begin = tile.kv.tok_begin;
+    return in;
+  }
+
+  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep) {
+    for (const auto& tile : tiles) {
+      std::vector<float> q, k, v;
+      std::vector<kernels::KeyRanges> ranges;
+      Status st = ok_status();
+      auto in = tile_input(tile, q, k, v, ranges, st);
+      if (!st) return st;
+      auto t0 = Clock::now();
+      kernels::PartialOutput part = kernels::flash_tile_forward(in, cfg_);
+      rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      Entry* e = find_exact(AttnTensor::out, tile.q);
+      if (!e) e = &fresh(AttnTensor::out, tile.q);
+      merge_out(*e, tile.q, p_.head_dim, part.out.data(), part.lse.data());
+    }
+    return ok_status();
+  }
+
+  const AttentionPlan& p_;
+  Communicator& comm_;
+  const AttentionInputs& in_;
+  kernels::FlashConfig cfg_;
+  std::vector<int64_t> offsets_;
+  int32_t me_;
+  std::vector<Entry> stores_[6];
+  std::vector<Entry> home_out_;  // final O/LSE per home slice
+};
+
+Status Rank::forward(ExecutionReport& rep) {
+  for (const auto& s : p_.home[me_]) {
+    load_home(AttnTensor::q, s, in_.q, {}, p_.heads_q);
+    load_home(AttnTensor::kv, s, in_.k, in_.v, p_.heads_kv);
+  }
+  const auto keep_fn = [this](const AttnTransfer& tr, const std::vector<float>& msg) { keep(tr, msg); };
+  // Stage i's transfers go out before stage i−1's tiles run.
+  for (size_t i = 0; i <= p_.stages.size(); ++i) {
+    std::vector<Request> reqs;
+    std::vector<std::vector<float>> data;
+    std::vector<const AttnTransfer*> incoming;
+    std::vector<size_t> slots;
+    if (i < p_.stages.size()) {
+      data.reserve(2 * p_.stages[i].transfers.size());
+      for (const auto& tr : p_.stages[i].transfers) {
+        if (tr.src != me_ && tr.dst != me_) continue;
+        if (auto s = post(tr, kTagForward, reqs, data, incoming); !s) return s;
+        if (tr.dst == me_) slots.push_back(data.size() - 1);
+      }
+    }
+    if (i > 0 && static_cast<size_t>(me_) < p_.stages[i - 1].tiles.size())
+      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep); !s) return s;
+    auto t0 = Clock::now();
+    if (auto s = comm_.wait_all(reqs); !s) return s;
+    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t j = 0; j < incoming.size(); ++j) keep_fn(*incoming[j], data[slots[j]]);
+  }
+  // Partials computed away from home come home; home merges everything it has.
+  std::vector<std::pair<AttnSlice, std::vector<float>>> gathered;
+  if (auto s = exchange(p_.gather_out, kTagGather, rep,
+                        [&](const AttnTransfer& tr, const std::vector<float>& msg) { gathered.emplace_back(tr.slice, msg); });
+      !s)
+    return s;
+  for (const auto& h : p_.home[me_]) {
+    Entry e{h, std::vector<float>(static_cast<size_t>(h.tokens() * h.heads() * p_.head_dim), 0.f),
+            std::vector<float>(static_cast<size_t>(h.heads() * h.tokens()), kNegInf)};
+    for (const auto& part : store(AttnTensor::out))
+      if (h.contains(part.slice)) merge_out(e, part.slice, p_.head_dim, part.x.data(), part.y.data());
+    for (const auto& [slice, msg] : gathered)
+      if (h.contains(slice)) {
+        const size_t n = static_cast<size_t>(slice.tokens() * slice.heads() * p_.head_dim);
+        merge_out(e, slice, p_.head_dim, msg.data(), msg.data() + n);
+      }
+    home_out_.push_back(std::move(e));
+  }
+  rep.home.clear();
+  for (const auto& e : home_out_) rep.home.push_back({e.slice, e.x, e.y, {}, {}, {}});
+  return ok_status();
+}
+
+Status Rank::backward(ExecutionReport& rep) {
+  // Only home data survives the forward pass, as in a real step; the final O and LSE replace the
+  // partials, and dO arrives.
+  for (auto& s : stores_) s.clear();
+  for (const auto& s : p_.home[me_]) {
+    load_home(AttnTensor::q, s, in_.q, {}, p_.heads_q);
+    load_home(AttnTensor::kv, s, in_.k, in_.v, p_.heads_kv);
+    load_home(AttnTensor::dout, s, in_.dout, {}, p_.heads_q);
+    fresh(AttnTensor::dq, s);
+    fresh(AttnTensor::dkv, s);
+  }
+  for (const auto& e : home_out_) store(AttnTensor::out).push_back(e);
+  BackwardTransfers bt = backward_transfers(p_);
+  if (auto s = exchange(bt.inputs, kTagBackwardIn, rep, [this](const AttnTransfer& tr, const std::vector<float>& m) { keep(tr, m); }); !s)
+    return s;
+  // One gradient slot per slice this rank returns, beside the home slots: the slots are disjoint
+  // and cover every slice a tile touches.
+  for (const auto& tr : bt.returns)
+    if (tr.src == me_) fresh(tr.tensor, tr.slice);
+  // Tiles backward; partial gradients of remote slices get entries of their own.
+  const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
+  for (const auto& stage : p_.stages) {
+    if (static_cast<size_t>(me_) >= stage.tiles.size()) continue;
+    for (const auto& tile : stage.tiles[me_]) {
+      std::vector<float> q, k, v, o, lse, dout;
+      std::vector<kernels::KeyRanges> ranges;
+      Status st = ok_status();
+      auto in = tile_input(tile, q, k, v, ranges, st);
+      if (!st) return st;
+      if (!assemble(AttnTensor::out, tile.q, o, &lse) || !assemble(AttnTensor::dout, tile.q, dout, nullptr))
+        return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
+      std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+      auto t0 = Clock::now();
+      kernels::flash_tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(),
+                                   dv.data(), cfg_);
+      rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
+          !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
+        return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
+    }
+  }
+  // Gradients of remote slices go home and are summed there.
+  auto add_home = [&](const AttnTransfer& tr, const std::vector<float>& msg) {
+    const Shape sh = shape_of(p_, tr.tensor);
+    Entry* e = find(tr.tensor, tr.slice);
+    const size_t n = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
+    if (e) accumulate(*e, tr.slice, sh, msg.data(), has_second(tr.tensor) ? msg.data() + n : nullptr);
+  };
+  if (auto s = exchange(bt.returns, kTagBackwardOut, rep, add_home); !s) return s;
+  for (size_t i = 0; i < p_.home[me_].size(); ++i) {
+    const AttnSlice& h = p_.home[me_][i];
+    // The home entries were created first, so they are the first entries of each store.
+    const Entry& dqe = store(AttnTensor::dq)[i];
+    const Entry& dkve = store(AttnTensor::dkv)[i];
+    if (!(dqe.slice == h) || !(dkve.slice == h)) return Error{"", "", "executor: home gradient entries out of order"};
+    rep.home[i].dq = dqe.x;
+    rep.home[i].dk = dkve.x;
+    rep.home[i].dv = dkve.y;
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::vector<int64_t> packed_offsets(const AttentionPlan& plan) {
+  std::vector<int64_t> off(plan.seq_lengths.size() + 1, 0);
+  for (size_t i = 0; i < plan.seq_lengths.size(); ++i) off[i + 1] = off[i] + plan.seq_lengths[i];
+  return off;
+}
+
+Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, const AttentionInputs& in,
+                                            bool backward, const kernels::FlashConfig& config) {
+  if (comm.size() != plan.ranks)
+    return Error{"", "", "the plan needs " + std::to_string(plan.ranks) + " ranks, the communicator has " +
+                             std::to_string(comm.size()) + " (run under mpirun -np " + std::to_string(plan.ranks) + ")"};
+  const double sent0 = static_cast<double>(comm.bytes_sent()), recv0 = static_cast<double>(comm.bytes_received());
+  ExecutionReport rep;
+  Rank rank(plan, comm, in, config);
+  if (auto s = rank.forward(rep); !s) return s.errors();
+  if (backward)
+    if (auto s = rank.backward(rep); !s) return s.errors();
+  rep.bytes_sent = static_cast<double>(comm.bytes_sent()) - sent0;
+  rep.bytes_received = static_cast<double>(comm.bytes_received()) - recv0;
+  return rep;
+}
+
+}  // namespace cpbench
