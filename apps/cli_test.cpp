@@ -148,6 +148,19 @@ TEST_F(CliTest, CalibrateWritesAFittedPresetThatLoads) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST_F(CliTest, ExecChecksAPlanAndRefusesABadBatch) {
+  // One rank (no mpirun): the zigzag layout at cp = 1 still pads, runs and is checked.
+  auto ok = cpbench("exec --layout zigzag --mask causal --lengths 37,100,5 --pad --backward --heads 4 --kv-heads 2 "
+                    "--head-dim 16");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("rank 0: compute"), std::string::npos) << ok.out;
+  // Without --pad an odd length breaks zigzag's rule: a clear error, exit 2.
+  auto bad = cpbench("exec --layout zigzag --mask causal --lengths 37 --heads 4 --kv-heads 2 --head-dim 16");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("zigzag"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("37"), std::string::npos) << bad.out;
+}
+
 TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
   // Enough points that the run is still going when it is killed.
   auto f = write_spec("long", small_spec(1500));
