@@ -1,5 +1,6 @@
 #include "core/runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -111,26 +112,33 @@ class Rank {
       if (e.slice == s) return &e;
     return nullptr;
   }
-  // Copies `want` out of the entries that hold it, which may be several contiguous pieces (a KV
-  // range gathered from several ranks). False when some token of it is held nowhere.
-  bool assemble(AttnTensor t, const AttnSlice& want, std::vector<float>& x, std::vector<float>* y) {
-    if (const Entry* e = find(t, want)) {
-      extract(*e, want, shape_of(p_, t), x, y);
-      return true;
-    }
-    const Shape sh = shape_of(p_, t);
-    const int64_t row = (want.heads() / sh.heads_div) * sh.width;
-    x.assign(static_cast<size_t>(want.tokens() * row), 0.f);
-    if (y) y->assign(sh.lse_second ? static_cast<size_t>(want.heads() * want.tokens()) : x.size(), 0.f);
-    int64_t covered = 0;
-    std::vector<char> seen(static_cast<size_t>(want.tokens()), 0);
-    for (const auto& e : store(t)) {
+  // Calls f(entry, part) for every held entry of `t` that holds part of `want` (same sequence,
+  // its heads), `part` being the overlapping tokens.
+  template <class F>
+  void for_each_piece(AttnTensor t, const AttnSlice& want, F f) {
+    for (auto& e : store(t)) {
       const AttnSlice& h = e.slice;
       if (h.seq != want.seq || h.head_begin > want.head_begin || h.head_end < want.head_end) continue;
       AttnSlice part = want;
       part.tok_begin = std::max(want.tok_begin, h.tok_begin);
       part.tok_end = std::min(want.tok_end, h.tok_end);
-      if (part.tok_begin >= part.tok_end) continue;
+      if (part.tok_begin < part.tok_end) f(e, part);
+    }
+  }
+
+  // Copies `want` out of the entries that hold it, which may be several contiguous pieces (a KV
+  // range gathered from several ranks). False when some token of it is held nowhere.
+  bool assemble(AttnTensor t, const AttnSlice& want, std::vector<float>& x, std::vector<float>* y) {
+    const Shape sh = shape_of(p_, t);
+    if (const Entry* e = find(t, want)) {
+      extract(*e, want, sh, x, y);
+      return true;
+    }
+    const int64_t row = (want.heads() / sh.heads_div) * sh.width;
+    x.assign(static_cast<size_t>(want.tokens() * row), 0.f);
+    if (y) y->assign(sh.lse_second ? static_cast<size_t>(want.heads() * want.tokens()) : x.size(), 0.f);
+    std::vector<char> seen(static_cast<size_t>(want.tokens()), 0);
+    for_each_piece(t, want, [&](const Entry& e, const AttnSlice& part) {
       std::vector<float> px, py;
       extract(e, part, sh, px, y ? &py : nullptr);
       const int64_t off = part.tok_begin - want.tok_begin;
@@ -141,30 +149,20 @@ class Rank {
       } else if (y) {
         std::copy(py.begin(), py.end(), y->begin() + off * row);
       }
-      for (int64_t i = 0; i < part.tokens(); ++i)
-        if (!seen[off + i]) {
-          seen[off + i] = 1;
-          ++covered;
-        }
-    }
-    return covered == want.tokens();
+      std::fill_n(seen.begin() + off, part.tokens(), 1);
+    });
+    return std::count(seen.begin(), seen.end(), 1) == want.tokens();
   }
 
   // Adds a tile's gradient (rows of `slice`, packed) into the disjoint slots that cover it.
   bool spread(AttnTensor t, const AttnSlice& slice, const Shape& sh, const float* x, const float* y) {
     const int64_t row = (slice.heads() / sh.heads_div) * sh.width;
     int64_t covered = 0;
-    for (auto& e : store(t)) {
-      const AttnSlice& h = e.slice;
-      if (h.seq != slice.seq || h.head_begin > slice.head_begin || h.head_end < slice.head_end) continue;
-      AttnSlice part = slice;
-      part.tok_begin = std::max(slice.tok_begin, h.tok_begin);
-      part.tok_end = std::min(slice.tok_end, h.tok_end);
-      if (part.tok_begin >= part.tok_end) continue;
+    for_each_piece(t, slice, [&](Entry& e, const AttnSlice& part) {
       const int64_t off = (part.tok_begin - slice.tok_begin) * row;
       accumulate(e, part, sh, x + off, y ? y + off : nullptr);
       covered += part.tokens();
-    }
+    });
     return covered == slice.tokens();
   }
 
