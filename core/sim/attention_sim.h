@@ -1,0 +1,47 @@
+// attention_sim.h — prices an AttentionPlan: lowers it to a task graph that mirrors what the
+// executor (core/runtime/executor.cpp) does on each rank, then runs the discrete-event engine.
+// Requires: a well-formed plan (check_attention_plan; only out-of-range ranks and sequences are
+// rejected here) and a CostModel. Decides nothing: the plan's tiles and transfers are priced as is.
+// Note: per rank and stage i the executor posts stage i's transfers, runs stage i−1's tiles, then
+// waits for all of its stage-i sends and receives; a transfer starts once both ends have posted
+// it (a rendezvous, as MPI and NCCL send/recv of large messages). Then gather_out; backward:
+// inputs exchange, every tile backward in stage order, returns exchange (backward_transfers).
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "core/common/expected.h"
+#include "core/cost/cost_model.h"
+#include "core/plan/attention_plan.h"
+#include "core/sim/engine.h"
+
+namespace cpbench {
+
+struct AttentionSimResult {
+  double step_time_s = 0;                 // makespan, forward (+ backward when asked)
+  std::vector<double> compute_s, wait_s;  // per rank: kernel time, time blocked on transfers
+  std::vector<double> bytes_sent;         // per rank (from the plan: plan_bytes)
+};
+
+// The seconds of one forward tile (backward: flash_attention_bwd_s) of `plan`: its allowed pairs
+// per head (mask_pairs_in_tile), the tile's query heads, and mean_len = 2·pairs / query rows, so
+// that the cost model's rows = pairs / (mean_len / 2) are the tile's query rows.
+double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const CostModel& cost, bool backward);
+
+// The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'), stream 1 the
+// rank's sends (kind 'm', cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's
+// sends serialize, its receives do not occupy its own link).
+Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
+                                         Link link = Link::nvlink);
+
+// Simulates the plan. wait_s is measured as the executor measures it: the time a rank spends in a
+// wait point after its own tiles of the stage are done, i.e. for its transfers and for a partner
+// that has not posted yet. With `trace` non-empty, writes the timeline there (write_chrome_trace,
+// one process per rank). Errors: a malformed plan (a rank, sequence or stage out of range), an
+// unwritable trace file.
+Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
+                                                     Link link = Link::nvlink,
+                                                     const std::filesystem::path& trace = {});
+
+}  // namespace cpbench

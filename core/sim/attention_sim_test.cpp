@@ -1,0 +1,242 @@
+// attention_sim_test.cpp — the lowering of AttentionPlans against hand-derived timelines (one
+// rank: the sum of its tiles; a 2-rank ring: a + max(a, c) forward, plus c + 2b + c backward)
+// and against properties: ring bounds, zero-cost links give the max per-rank compute, zigzag
+// beats contiguous ring on causal masks, monotone in length, malformed plans are errors.
+#include "core/sim/attention_sim.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "baselines/cp_layouts.h"
+#include "core/cost/cost_test_util.h"
+#include "core/workload/mask.h"
+
+namespace cpbench {
+namespace {
+
+const MaskSpec kCausal{.kind = MaskKind::causal};
+const MaskSpec kFull{.kind = MaskKind::full};
+
+AttentionPlan layout(const std::string& name, int32_t cp, std::vector<int64_t> lengths, MaskSpec mask = kCausal) {
+  CpLayoutRequest r;
+  r.layout = name;
+  r.cp = cp;
+  r.seq_lengths = std::move(lengths);
+  r.mask = mask;
+  r.heads_q = 32;
+  r.heads_kv = 8;
+  r.head_dim = 128;
+  auto plan = plan_cp_layout(r);
+  EXPECT_TRUE(plan.ok()) << plan.error_str();
+  return plan.ok() ? *plan : AttentionPlan{};
+}
+
+// Textbook formulas (no latency, no overheads) on the round-number test cluster.
+CostModel ideal_model(double nvlink_GBps = 100) {
+  ClusterSpec c = test_cluster();
+  c.gpu.nvlink_bandwidth_GBps = nvlink_GBps;
+  return CostModel(c, EfficiencyParams::ideal());
+}
+
+AttentionSimResult sim(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link = Link::nvlink) {
+  auto r = simulate_attention_plan(plan, cost, backward, link);
+  EXPECT_TRUE(r.ok()) << r.error_str();
+  return r.ok() ? *r : AttentionSimResult{};
+}
+
+double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+TEST(AttentionSim, TileCostIsTheCostModelOnTheTilesAllowedPairs) {
+  const AttentionPlan plan = layout("single", 1, {4096});
+  const CostModel cost = ideal_model();
+  const AttnTile whole{{0, 0, 4096, 0, 32}, {0, 0, 4096, 0, 32}};
+  // A whole causal sequence: L(L+1)/2 pairs, mean_len = 2·pairs/L = L + 1.
+  EXPECT_DOUBLE_EQ(attention_tile_s(plan, whole, cost, false),
+                   cost.flash_attention_fwd_s(4096.0 * 4097 / 2, 32, 128, 4097));
+  // An off-diagonal block of 1024 rows × 1024 keys below the diagonal: every pair allowed, each
+  // row sees 1024 keys (mean_len 2048); with ideal constants the time is 4·d flops per pair·head.
+  const AttnTile block{{0, 2048, 3072, 0, 32}, {0, 0, 1024, 0, 32}};
+  EXPECT_DOUBLE_EQ(attention_tile_s(plan, block, cost, false),
+                   cost.flash_attention_fwd_s(1024.0 * 1024, 32, 128, 2048));
+  EXPECT_NEAR(attention_tile_s(plan, block, cost, false), 4.0 * 128 * 1024 * 1024 * 32 / 100e12, 1e-15);
+  EXPECT_DOUBLE_EQ(attention_tile_s(plan, block, cost, true),
+                   cost.flash_attention_bwd_s(1024.0 * 1024, 32, 128, 2048));
+  // Above the diagonal a causal tile is empty and costs nothing.
+  const AttnTile masked{{0, 0, 1024, 0, 32}, {0, 2048, 3072, 0, 32}};
+  EXPECT_EQ(attention_tile_s(plan, masked, cost, false), 0.0);
+}
+
+TEST(AttentionSim, OneRankIsTheSumOfItsTiles) {
+  const AttentionPlan plan = layout("single", 1, {3000, 1000, 517});
+  const CostModel cost = preset_model("h100_dgx");
+  double fwd = 0, bwd = 0;
+  for (const auto& stage : plan.stages)
+    for (const AttnTile& t : stage.tiles[0]) {
+      fwd += attention_tile_s(plan, t, cost, false);
+      bwd += attention_tile_s(plan, t, cost, true);
+    }
+  ASSERT_GT(fwd, 0);
+  const AttentionSimResult f = sim(plan, cost, false), fb = sim(plan, cost, true);
+  EXPECT_DOUBLE_EQ(f.step_time_s, fwd);
+  EXPECT_DOUBLE_EQ(fb.step_time_s, fwd + bwd);
+  ASSERT_EQ(fb.compute_s.size(), 1u);
+  EXPECT_DOUBLE_EQ(fb.compute_s[0], fwd + bwd);
+  EXPECT_EQ(fb.wait_s, std::vector<double>{0.0});
+  EXPECT_EQ(fb.bytes_sent, std::vector<double>{0.0});
+}
+
+// Ring on 2 ranks, full mask: every tile costs a, every KV (and dKV) transfer c. Forward: stage 0
+// tiles run while stage 1's KV is in flight, so a + max(a, c). Backward: KV of the other rank
+// again (c), two tiles (2b), dKV home (c).
+TEST(AttentionSim, TwoRankRingMatchesTheHandTimeline) {
+  const AttentionPlan plan = layout("ring", 2, {8192}, kFull);
+  // 100 GB/s: the transfer hides behind the tile (c < a); 1 GB/s: it does not (c > a).
+  for (double nvlink_GBps : {100.0, 1.0}) {
+    const CostModel cost = ideal_model(nvlink_GBps);
+    const Link link = Link::nvlink;
+    const AttnTile& tile = plan.stages[0].tiles[0][0];
+    const double a = attention_tile_s(plan, tile, cost, false), b = attention_tile_s(plan, tile, cost, true);
+    const AttnTransfer& kv = plan.stages[1].transfers[0];
+    const double c = cost.p2p_s(transfer_bytes(plan, kv), link);
+    ASSERT_GT(a, 0);
+    ASSERT_GT(c, 0);
+    const AttentionSimResult f = sim(plan, cost, false, link), fb = sim(plan, cost, true, link);
+    const double fwd = a + std::max(a, c);
+    EXPECT_NEAR(f.step_time_s, fwd, 1e-12 * fwd);
+    EXPECT_NEAR(fb.step_time_s, fwd + 2 * c + 2 * b, 1e-12 * fwd);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NEAR(f.compute_s[r], 2 * a, 1e-12 * a);
+      EXPECT_NEAR(f.wait_s[r], std::max(0.0, c - a), 1e-12 * fwd);
+      EXPECT_NEAR(fb.wait_s[r], std::max(0.0, c - a) + 2 * c, 1e-12 * fwd);
+      EXPECT_DOUBLE_EQ(fb.bytes_sent[r], 3 * transfer_bytes(plan, kv));  // KV fwd, KV bwd, dKV
+    }
+  }
+}
+
+TEST(AttentionSim, RingIsBoundedByComputeAndByEachRanksLink) {
+  const AttentionPlan plan = layout("ring", 4, {12288, 4096});
+  const CostModel cost = preset_model("h100_dgx");
+  for (Link link : {Link::nvlink, Link::network})
+    for (bool backward : {false, true}) {
+      const AttentionSimResult r = sim(plan, cost, backward, link);
+      EXPECT_GE(r.step_time_s, max_of(r.compute_s));
+      const RankBytes bytes = plan_bytes(plan, backward);
+      EXPECT_EQ(r.bytes_sent, bytes.sent);
+      std::vector<AttnTransfer> sends = forward_transfers(plan);
+      if (backward) {
+        const BackwardTransfers bt = backward_transfers(plan);
+        sends.insert(sends.end(), bt.inputs.begin(), bt.inputs.end());
+        sends.insert(sends.end(), bt.returns.begin(), bt.returns.end());
+      }
+      for (int32_t rank = 0; rank < plan.ranks; ++rank) {
+        double link_s = 0;
+        for (const AttnTransfer& t : sends)
+          if (t.src == rank) link_s += cost.p2p_s(transfer_bytes(plan, t), link);
+        EXPECT_GE(r.step_time_s, link_s) << "rank " << rank;
+        // A rank is never idle outside a wait point, so it finishes at compute + wait; the last
+        // rank to finish sets the step.
+        EXPECT_GE(r.wait_s[rank], 0);
+      }
+      double last = 0;
+      for (int32_t rank = 0; rank < plan.ranks; ++rank) last = std::max(last, r.compute_s[rank] + r.wait_s[rank]);
+      EXPECT_NEAR(r.step_time_s, last, 1e-12 * last);
+    }
+}
+
+TEST(AttentionSim, FreeTransfersLeaveTheBusiestRanksCompute) {
+  const CostModel free_links = ideal_model(1e15);
+  for (const char* name : {"ring", "zigzag"})
+    for (const MaskSpec& mask : {kCausal, kFull})
+      for (bool backward : {false, true}) {
+        const AttentionPlan plan = layout(name, 4, {16384}, mask);
+        const AttentionSimResult r = sim(plan, free_links, backward);
+        EXPECT_NEAR(r.step_time_s, max_of(r.compute_s), 1e-9 * r.step_time_s) << name << " backward " << backward;
+      }
+}
+
+TEST(AttentionSim, ZigzagBalancesCausalWorkAndBeatsContiguousRing) {
+  const CostModel cost = preset_model("h100_dgx");
+  for (bool backward : {false, true}) {
+    const AttentionSimResult ring = sim(layout("ring", 4, {32768}), cost, backward);
+    const AttentionSimResult zigzag = sim(layout("zigzag", 4, {32768}), cost, backward);
+    EXPECT_LT(zigzag.step_time_s, ring.step_time_s);
+    // Contiguous: the last rank does (2·cp − 1)/cp of the mean causal work, ~1.75× for cp = 4.
+    const double mean_ring = (ring.compute_s[0] + ring.compute_s[1] + ring.compute_s[2] + ring.compute_s[3]) / 4;
+    const double mean_zz = (zigzag.compute_s[0] + zigzag.compute_s[1] + zigzag.compute_s[2] + zigzag.compute_s[3]) / 4;
+    EXPECT_GT(max_of(ring.compute_s) / mean_ring, 1.5);
+    EXPECT_LT(max_of(zigzag.compute_s) / mean_zz, 1.05);
+  }
+}
+
+TEST(AttentionSim, StepTimeGrowsWithSequenceLength) {
+  const CostModel cost = preset_model("h100_dgx");
+  for (const char* name : {"ring", "zigzag", "all_gather", "a2a"})
+    for (bool backward : {false, true}) {
+      double previous = 0;
+      for (int64_t L : {2048, 4096, 8192, 16384, 32768}) {
+        const double t = sim(layout(name, 4, {L}), cost, backward).step_time_s;
+        EXPECT_GT(t, previous) << name << " L = " << L << " backward " << backward;
+        previous = t;
+      }
+    }
+}
+
+TEST(AttentionSim, LoweringPutsTilesOnComputeAndSendsOnTheSendersLink) {
+  const AttentionPlan plan = layout("ring", 4, {8192});
+  auto g = lower_attention_plan(plan, ideal_model(), true);
+  ASSERT_TRUE(g.ok()) << g.error_str();
+  size_t sends = 0, tiles = 0;
+  for (const TaskSpec& t : g->tasks()) {
+    if (t.kind == 'm') {
+      ++sends;
+      EXPECT_EQ(t.stream, 1);
+      EXPECT_EQ(t.link, t.device);
+    } else {
+      ++tiles;
+      EXPECT_EQ(t.stream, 0);
+      EXPECT_EQ(t.kind, 'c');
+    }
+  }
+  const BackwardTransfers bt = backward_transfers(plan);
+  EXPECT_EQ(sends, forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
+  size_t plan_tiles = 0;
+  for (const auto& stage : plan.stages)
+    for (const auto& rank_tiles : stage.tiles) plan_tiles += rank_tiles.size();
+  EXPECT_EQ(tiles, 2 * plan_tiles);
+  EXPECT_EQ(g->device_count(), 4);
+}
+
+TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {
+  const auto path = std::filesystem::temp_directory_path() / "cpbench_attention_sim_trace.json";
+  std::filesystem::remove(path);
+  auto r = simulate_attention_plan(layout("ring", 2, {4096}), ideal_model(), true, Link::nvlink, path);
+  ASSERT_TRUE(r.ok()) << r.error_str();
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("\"rank 1\""), std::string::npos);
+  EXPECT_NE(text.str().find("s1 kv 0->1"), std::string::npos);
+  EXPECT_NE(text.str().find("bwd out dkv"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(AttentionSim, MalformedPlansAreErrors) {
+  AttentionPlan plan = layout("ring", 2, {4096});
+  plan.stages[1].transfers[0].dst = 5;
+  auto r = simulate_attention_plan(plan, ideal_model(), false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_str().find("stage 1: transfer 0 -> 5 names a rank outside [0, 2)"), std::string::npos)
+      << r.error_str();
+  plan = layout("ring", 2, {4096});
+  plan.stages[0].tiles[1][0].q.seq = 3;
+  r = simulate_attention_plan(plan, ideal_model(), false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_str().find("stage 0 tile q: slice seq3"), std::string::npos) << r.error_str();
+}
+
+}  // namespace
+}  // namespace cpbench
