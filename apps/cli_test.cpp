@@ -161,6 +161,22 @@ TEST_F(CliTest, ExecChecksAPlanAndRefusesABadBatch) {
   EXPECT_NE(bad.out.find("37"), std::string::npos) << bad.out;
 }
 
+TEST_F(CliTest, CalibrateLocalThenValidate) {
+  fs::path preset = dir_ / "cpu_local.json";
+  auto cal = cpbench("calibrate --local --out " + preset.string());
+  ASSERT_EQ(cal.code, 0) << cal.out;
+  auto j = load_json_file(preset);
+  ASSERT_TRUE(j.ok()) << j.error_str();
+  EXPECT_NE((*j)["gpu"]["peak_dense_tflops"]["source"].get<std::string>().find("measured by cpbench calibrate --local"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "cpu_local.csv"));
+  auto val = cpbench("validate --preset " + preset.string() + " --layout single --mask causal --lengths 512,300 "
+                     "--heads 2 --kv-heads 2 --head-dim 32");
+  ASSERT_EQ(val.code, 0) << val.out;
+  EXPECT_NE(val.out.find("step time: measured"), std::string::npos) << val.out;
+  EXPECT_NE(val.out.find("simulated"), std::string::npos) << val.out;
+}
+
 TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
   // Enough points that the run is still going when it is killed.
   auto f = write_spec("long", small_spec(1500));

@@ -176,26 +176,37 @@ int run_cli(int argc, char** argv) {
 
   std::string cal_file, cal_preset, cal_out;
   auto* calibrate = app.add_subcommand("calibrate", "fit a hardware preset's efficiency constants to measured op times");
-  calibrate->add_option("measurements", cal_file, "CSV of measured ops: op,key=value;key=value,time_s")->required();
-  calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from")->required();
+  bool cal_local = false;
+  calibrate->add_option("measurements", cal_file, "CSV of measured ops: op,key=value;key=value,time_s");
+  calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from");
+  calibrate->add_flag("--local", cal_local, "measure this machine (under mpirun -np 2 for transfers) into a cpu_local preset");
   calibrate->add_option("--out", cal_out, "where to write the fitted preset")->required();
 
   ExecArgs ea;
+  auto add_exec_options = [&ea](CLI::App* sub) {
+    sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p")->capture_default_str();
+    sub->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
+    sub->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")->delimiter(',');
+    sub->add_option("--dataset", ea.dataset, "or: a dataset preset to sample sequences from");
+    sub->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")->capture_default_str();
+    sub->add_option("--seed", ea.seed, "seed of the sampled lengths and of the inputs")->capture_default_str();
+    sub->add_option("--heads", ea.heads, "query heads")->capture_default_str();
+    sub->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->capture_default_str();
+    sub->add_option("--head-dim", ea.head_dim, "head dimension")->capture_default_str();
+    sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")->capture_default_str();
+    sub->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");
+    sub->add_flag("--backward", ea.backward, "also run the backward pass");
+    sub->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")
+        ->capture_default_str();
+  };
   auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
                                           "and compare with the single-device reference");
-  exec->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p")->capture_default_str();
-  exec->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
-  exec->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")->delimiter(',');
-  exec->add_option("--dataset", ea.dataset, "or: a dataset preset to sample sequences from");
-  exec->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")->capture_default_str();
-  exec->add_option("--seed", ea.seed, "seed of the sampled lengths and of the inputs")->capture_default_str();
-  exec->add_option("--heads", ea.heads, "query heads")->capture_default_str();
-  exec->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->capture_default_str();
-  exec->add_option("--head-dim", ea.head_dim, "head dimension")->capture_default_str();
-  exec->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")->capture_default_str();
-  exec->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");
-  exec->add_flag("--backward", ea.backward, "also run and check the backward pass");
-  exec->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")->capture_default_str();
+  add_exec_options(exec);
+  std::string validate_preset = "cpu_local";
+  auto* validate = app.add_subcommand("validate", "execute a CP layout here and simulate the same plan with a preset: "
+                                                  "measured against predicted time");
+  add_exec_options(validate);
+  validate->add_option("--preset", validate_preset, "hardware preset (name or file) to simulate with")->capture_default_str();
 
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
@@ -209,14 +220,21 @@ int run_cli(int argc, char** argv) {
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
   if (*run) return cmd_run(ra, experiments_dir);
-  if (*exec) {
+  if (*exec || *validate) {
     if (ea.lengths.empty() && ea.dataset.empty()) {
-      std::cerr << "cpbench exec: give --lengths or --dataset\n";
+      std::cerr << "cpbench: give --lengths or --dataset\n";
       return kExitBadInput;
     }
-    return cmd_exec(ea, experiments_dir);
+    return *exec ? cmd_exec(ea, experiments_dir) : cmd_validate(ea, validate_preset, experiments_dir);
   }
-  if (*calibrate) return cmd_calibrate(cal_file, cal_preset, cal_out, experiments_dir);
+  if (*calibrate) {
+    if (cal_local) return cmd_calibrate_local(cal_out, experiments_dir);
+    if (cal_file.empty() || cal_preset.empty()) {
+      std::cerr << "cpbench calibrate: give a measurements file and --preset, or --local\n";
+      return kExitBadInput;
+    }
+    return cmd_calibrate(cal_file, cal_preset, cal_out, experiments_dir);
+  }
   return cmd_show(show_file);
 }
 

@@ -4,7 +4,10 @@
 #include <iostream>
 
 #include "baselines/cp_layouts.h"
+#include "core/cost/cost_model.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/local_measure.h"
+#include "core/sim/attention_sim.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
 #include "core/workload/batch.h"
@@ -21,6 +24,33 @@ constexpr int kTagResult = 900;
 
 }  // namespace
 
+namespace {
+
+// The plan of the batch `a` describes, on comm.size() ranks; prints why not on rank 0.
+Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::filesystem::path& experiments_dir) {
+  CpLayoutRequest req;
+  req.layout = a.layout;
+  req.cp = ranks;
+  req.a2a_size = a.a2a_size;
+  req.heads_q = a.heads;
+  req.heads_kv = a.kv_heads;
+  req.head_dim = a.head_dim;
+  req.pad = a.pad;
+  auto mask = mask_from_name(a.mask);
+  if (!mask) return Error{"--mask", "", mask.error_str()};
+  req.mask = *mask;
+  req.seq_lengths = a.lengths;
+  if (req.seq_lengths.empty()) {
+    auto profile = load_length_profile(experiments_dir / "datasets" / (a.dataset + ".json"));
+    if (!profile) return profile.errors();
+    req.seq_lengths = make_global_batch(*profile, {0, a.tokens, profile->min_length,
+                                                   std::min(profile->max_length, a.tokens), a.seed}).lengths;
+  }
+  return plan_cp_layout(req);
+}
+
+}  // namespace
+
 int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   MpiSession session;  // a singleton MPI job when not started by mpirun
   auto world = MpiCommunicator::world(std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)));
@@ -30,32 +60,7 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   }
   Communicator& comm = **world;
   const int rank = comm.rank();
-
-  CpLayoutRequest req;
-  req.layout = a.layout;
-  req.cp = comm.size();
-  req.a2a_size = a.a2a_size;
-  req.heads_q = a.heads;
-  req.heads_kv = a.kv_heads;
-  req.head_dim = a.head_dim;
-  req.pad = a.pad;
-  auto mask = mask_from_name(a.mask);
-  if (!mask) {
-    if (rank == 0) std::cerr << "cpbench exec: --mask: " << mask.error_str() << "\n";
-    return 2;
-  }
-  req.mask = *mask;
-  req.seq_lengths = a.lengths;
-  if (req.seq_lengths.empty()) {
-    auto profile = load_length_profile(experiments_dir / "datasets" / (a.dataset + ".json"));
-    if (!profile) {
-      if (rank == 0) std::cerr << "cpbench exec: --dataset: " << profile.error_str() << "\n";
-      return 2;
-    }
-    req.seq_lengths = make_global_batch(*profile, {0, a.tokens, profile->min_length,
-                                                   std::min(profile->max_length, a.tokens), a.seed}).lengths;
-  }
-  auto plan = plan_cp_layout(req);
+  auto plan = plan_from_args(a, comm.size(), experiments_dir);
   if (!plan) {
     if (rank == 0) std::cerr << "cpbench exec: " << plan.error_str() << "\n";
     return 2;  // every rank reaches the same verdict: nothing to abort
@@ -105,6 +110,92 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   std::vector<double> all{ok};
   if (auto s = comm.all_reduce(std::span<double>(all), ReduceOp::kSum); !s) fail(s.error_str());
   return all[0] == comm.size() ? 0 : 1;
+}
+
+}  // namespace cpbench
+
+namespace cpbench {
+
+int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesystem::path& experiments_dir) {
+  MpiSession session;
+  auto world = MpiCommunicator::world(std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)));
+  if (!world) {
+    std::cerr << "cpbench validate: " << world.error_str() << "\n";
+    return 2;
+  }
+  Communicator& comm = **world;
+  const int rank = comm.rank();
+  auto plan = plan_from_args(a, comm.size(), experiments_dir);
+  std::filesystem::path preset_file = std::filesystem::path(preset).extension() == ".json"
+                                          ? std::filesystem::path(preset)
+                                          : experiments_dir / "hardware" / (preset + ".json");
+  auto cost = load_cost_model(preset_file);
+  if (!plan || !cost) {
+    if (rank == 0) std::cerr << "cpbench validate: " << (plan ? cost.error_str() : plan.error_str()) << "\n";
+    return 2;
+  }
+  OwnedInputs in = make_attention_inputs(*plan, a.seed);
+  // A warm-up run (page faults, thread start-up), then the best of three.
+  std::vector<double> best{1e30, 1e30};  // step, this rank's kernel time
+  for (int run = 0; run < 4; ++run) {
+    if (auto s = comm.barrier(); !s) fail(s.error_str());
+    auto t0 = std::chrono::steady_clock::now();
+    auto rep = execute_attention(*plan, comm, in.view(), a.backward);
+    if (!rep) fail("rank " + std::to_string(rank) + ": " + rep.error_str());
+    std::vector<double> step{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+    if (auto s = comm.all_reduce(std::span<double>(step), ReduceOp::kMax); !s) fail(s.error_str());
+    if (run > 0 && step[0] < best[0]) best = {step[0], rep->compute_s};
+  }
+  std::vector<double> kernel_times(comm.size(), 0.0);
+  kernel_times[rank] = best[1];
+  if (auto s = comm.all_reduce(std::span<double>(kernel_times), ReduceOp::kSum); !s) fail(s.error_str());
+  if (rank != 0) return 0;
+  auto sim = simulate_attention_plan(*plan, *cost, a.backward, Link::nvlink);
+  if (!sim) {
+    std::cerr << "cpbench validate: " << sim.error_str() << "\n";
+    return 1;
+  }
+  std::printf("%s, mask %s, cp %d, %s, preset %s\n", a.layout.c_str(), a.mask.c_str(), comm.size(),
+              a.backward ? "forward + backward" : "forward", preset_file.string().c_str());
+  std::printf("step time: measured %.4f s, simulated %.4f s, error %+.1f%%\n", best[0], sim->step_time_s,
+              100 * (sim->step_time_s - best[0]) / best[0]);
+  for (int r = 0; r < comm.size(); ++r)
+    std::printf("rank %d kernels: measured %.4f s, simulated %.4f s\n", r, kernel_times[r], sim->compute_s[r]);
+  return 0;
+}
+
+int cmd_calibrate_local(const std::string& out, const std::filesystem::path& experiments_dir) {
+  MpiSession session;
+  auto world = MpiCommunicator::world(std::chrono::minutes(10));
+  if (!world) {
+    std::cerr << "cpbench calibrate: " << world.error_str() << "\n";
+    return 2;
+  }
+  auto m = measure_local(**world);
+  if (!m) fail(m.error_str());
+  if ((*world)->rank() != 0) return 0;
+  auto start = load_json_file(experiments_dir / "hardware" / "a100_80gb_dgx.json");
+  if (!start) {
+    std::cerr << "cpbench calibrate: " << start.error_str() << "\n";
+    return 2;
+  }
+  std::filesystem::path csv = std::filesystem::path(out).replace_extension(".csv");
+  if (auto s = write_file_atomic(csv, measurements_csv(*m)); !s) {
+    std::cerr << "cpbench calibrate: " << s.error_str() << "\n";
+    return 1;
+  }
+  auto preset = local_preset(*m, (*start)["efficiency"], csv.string());
+  if (!preset) {
+    std::cerr << "cpbench calibrate: " << preset.error_str() << "\n";
+    return 1;
+  }
+  if (auto s = write_file_atomic(out, preset->dump(2) + "\n"); !s) {
+    std::cerr << "cpbench calibrate: " << s.error_str() << "\n";
+    return 1;
+  }
+  std::fprintf(stderr, "cpbench: wrote %s and %s (SGEMM %.1f GFLOP/s, memory %.1f GB/s, MPI link %.1f GB/s)\n",
+               out.c_str(), csv.string().c_str(), m->sgemm_gflops, m->memory_GBps, m->link_GBps);
+  return 0;
 }
 
 }  // namespace cpbench

@@ -25,4 +25,14 @@ struct ExecArgs {
 
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);
 
+// `cpbench validate`: the same plan executed here (best of 3 timed runs after a warm-up) and
+// simulated with a hardware preset (normally the cpu_local one `calibrate --local` wrote); prints
+// measured against predicted step time and per-rank kernel time.
+int cmd_validate(const ExecArgs& args, const std::string& preset, const std::filesystem::path& experiments_dir);
+
+// `cpbench calibrate --local`: measures this machine (SGEMM, memory, the attention kernel, MPI
+// transfers when run under mpirun -np 2) and writes a fitted cpu_local preset to `out`, and the
+// measurements beside it (out with .csv).
+int cmd_calibrate_local(const std::string& out, const std::filesystem::path& experiments_dir);
+
 }  // namespace cpbench
