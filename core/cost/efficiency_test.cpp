@@ -22,9 +22,15 @@ TEST(Efficiency, EveryShippedPresetParsesWithASourceForEveryConstant) {
     const EfficiencyParams& p = model->params();
     EXPECT_EQ(p.sources.size(), efficiency_param_table().size()) << entry.path();
     for (const auto& [key, source] : p.sources) EXPECT_FALSE(source.empty()) << key;
-    // Achievable rates are below the datasheet's.
-    EXPECT_LT(p.gemm_peak_fraction, 1);
-    EXPECT_LT(p.hbm_efficiency, 1);
+    // Achievable rates are below the datasheet's. A preset measured by `calibrate --local` takes
+    // its peak and bandwidth from the best measurement itself, so its fractions may reach 1.
+    const bool measured_peak = model->cluster().sources.at("gpu/peak_dense_tflops").find("calibrate --local") != std::string::npos;
+    EXPECT_LE(p.gemm_peak_fraction, 1);
+    EXPECT_LE(p.hbm_efficiency, 1);
+    if (!measured_peak) {
+      EXPECT_LT(p.gemm_peak_fraction, 1) << entry.path();
+      EXPECT_LT(p.hbm_efficiency, 1) << entry.path();
+    }
     EXPECT_LT(p.nvlink_busbw_efficiency, 1);
     EXPECT_LT(p.network_busbw_efficiency, 1);
     // NCCL's LL protocol trades bandwidth for latency: its step latency is the lower one.
@@ -32,7 +38,7 @@ TEST(Efficiency, EveryShippedPresetParsesWithASourceForEveryConstant) {
     EXPECT_LT(p.network_ll_step_latency_us, p.network_step_latency_us);
     ++presets;
   }
-  EXPECT_EQ(presets, 5);
+  EXPECT_GE(presets, 6);  // five datasheet presets and the measured cpu_local
 }
 
 // The shipped A100 values, checked against the published figures they cite.
