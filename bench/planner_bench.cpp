@@ -1,0 +1,84 @@
+// planner_bench.cpp — planning latency of the variable-length planners (packing.h, dynamic_cp.h)
+// for the Dynamic-CP blog's batch shape: 2048 sequences of dynamic_cp_github (min 256, max 131072,
+// seed 1), max_seqlen_per_dp_cp_rank 65536, over 64 and 512 DP×CP ranks. Target: Megatron-main
+// Dynamic-CP ≤ 5 ms at 64 ranks. Build: -DCPBENCH_BUILD_BENCH=ON, then run build/planner_bench.
+// Note: the packers run at cp = 2 (the smallest static CP that holds a 131072-token sequence at
+// 65536 tokens per rank), dp = ranks / 2; the FLOPs packer's cost is L + L²/4096 (illustrative:
+// attention equals linear work at 4K tokens), not a calibrated model.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include "core/strategies/dynamic_cp.h"
+#include "core/strategies/packing.h"
+#include "core/workload/length_profile.h"
+#include "core/workload/sampling.h"
+
+namespace cpbench {
+namespace {
+
+constexpr int64_t kMaxSeqlenPerRank = 65536;
+constexpr int64_t kStaticCp = 2;
+
+const std::vector<int64_t>& batch() {
+  static const std::vector<int64_t> lengths = [] {
+    auto profile = load_length_profile(CPBENCH_SOURCE_DIR "/experiments/datasets/dynamic_cp_github.json");
+    if (!profile.ok()) std::abort();  // a benchmark binary, not library code: no batch, no numbers
+    return sample_lengths(*profile, 1, 2048, 256, 131072);
+  }();
+  return lengths;
+}
+
+void BM_DpBalanced(benchmark::State& state) {
+  const int64_t ranks = state.range(0);
+  size_t packs = 0;
+  for (auto _ : state) {
+    auto p = pack_dp_balanced(batch(), kMaxSeqlenPerRank * kStaticCp, ranks / kStaticCp);
+    packs = p->size();
+    benchmark::DoNotOptimize(p->data());
+  }
+  state.counters["packs"] = static_cast<double>(packs);
+}
+
+void BM_FirstFitDecreasing(benchmark::State& state) {
+  const int64_t ranks = state.range(0);
+  size_t packs = 0;
+  for (auto _ : state) {
+    auto p = pack_first_fit_decreasing(batch(), kMaxSeqlenPerRank * kStaticCp, ranks / kStaticCp);
+    packs = p->size();
+    benchmark::DoNotOptimize(p->data());
+  }
+  state.counters["packs"] = static_cast<double>(packs);
+}
+
+void BM_FlopsBalanced(benchmark::State& state) {
+  const int64_t ranks = state.range(0);
+  size_t packs = 0;
+  for (auto _ : state) {
+    auto p = pack_flops_balanced(batch(), kMaxSeqlenPerRank * kStaticCp, ranks / kStaticCp, 1.0, 1.0 / 4096);
+    packs = p->size();
+    benchmark::DoNotOptimize(p->data());
+  }
+  state.counters["packs"] = static_cast<double>(packs);
+}
+
+void BM_DynamicCpMain(benchmark::State& state) {
+  const int64_t ranks = state.range(0);
+  size_t rounds = 0;
+  for (auto _ : state) {
+    auto s = schedule_dynamic_cp_main(batch(), ranks, kMaxSeqlenPerRank);
+    rounds = s->rounds.size();
+    benchmark::DoNotOptimize(s->rounds.data());
+  }
+  state.counters["rounds"] = static_cast<double>(rounds);
+}
+
+BENCHMARK(BM_DpBalanced)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FirstFitDecreasing)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FlopsBalanced)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DynamicCpMain)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace cpbench
+
+BENCHMARK_MAIN();

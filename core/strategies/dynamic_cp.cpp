@@ -1,0 +1,280 @@
+// dynamic_cp.cpp — Megatron main's BalancedCPScheduler as references/context_parallel.md
+// describes it, written from that description (and checked against Megatron-LM's
+// get_groups_and_subsamples / next_hdp_group behaviour; no code is copied).
+//
+// Choices where the reference text is ambiguous, each marked [Cn] below:
+// [C1] Groups hold a packed THD micro-batch: a sequence joins an existing group only while the
+//      group's per-rank tokens Σ L / size stay ≤ max_seqlen_per_dp_cp_rank. Megatron main runs a
+//      group's samples one by one and has no such check; the cap keeps every group within the
+//      memory budget the CP size was chosen for.
+// [C2] Buckets: k = number of distinct cp_min among the samples still pending, target = total
+//      work / k; a bucket closes before the next sample when it is non-empty and either the sample
+//      would take it past 1.1 · target, or only as many samples remain as buckets still to open.
+// [C3] Placement scans the buckets in order and takes the first head that can be placed (an
+//      existing group of exactly its size with room, or enough free ranks); a new group is
+//      preferred whenever free ranks suffice (its load, 0, is below any existing group's, as in
+//      Megatron); otherwise the least-loaded group of that size (ties: the earliest opened).
+// [C4] "Sizes start shrinking" = a sample needs a smaller CP size than the round's first sample;
+//      from then on the round stops as soon as max − min ≤ 5% of max over all ranks (idle ranks
+//      count as 0, so a round with idle ranks never stops early).
+// [C5] Trim: while max − min > 5% of max and no rank is idle, remove the last-placed sample of the
+//      most-loaded group (ties: earliest opened) when the group keeps ≥ 1 sample and the slack
+//      strictly drops. Trimmed and unplaced samples go back, re-sorted by length descending
+//      (ties by id), so every round starts from a sorted list.
+// [C6] Idle ranks: repeatedly double a group of the smallest size that fits in the idle ranks
+//      (ties: the most-loaded, since halving it helps balance most; Megatron takes the first) while
+//      2·size ≤ the largest power of two ≤ ranks. Idle ranks left over (possible only when ranks
+//      is not a power of two) stay idle.
+// [C7] Rank layout: Megatron shifts groups to make room when it doubles one; here ranks are
+//      assigned once the round is final: groups sorted by size descending (ties: opening order)
+//      and laid contiguously from rank 0. Every offset is then a sum of powers of two ≥ the
+//      current size, so every group is an aligned slice; the groups fit because Σ size ≤ ranks.
+#include "core/strategies/dynamic_cp.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace cpbench {
+namespace {
+
+constexpr double kBalanceSlack = 0.05;  // "max − min ≤ 5% of max" (context_parallel.md)
+constexpr double kBucketSlack = 0.10;   // "k equal-work buckets (10% slack)"
+
+struct OpenGroup {
+  int64_t size = 1;
+  std::vector<int64_t> seq_ids;
+  int64_t tokens = 0;
+  double work = 0;  // Σ L² / size
+};
+
+double sq(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
+
+class RoundBuilder {
+ public:
+  RoundBuilder(const std::vector<int64_t>& lengths, const std::vector<int64_t>& cp_min, int64_t ranks,
+               int64_t largest_pow2, int64_t max_seqlen)
+      : lengths_(lengths), cp_min_(cp_min), ranks_(ranks), largest_pow2_(largest_pow2), max_seqlen_(max_seqlen) {}
+
+  // Builds one round from `pending` (sorted); returns the samples left for later rounds, sorted.
+  std::vector<int64_t> build(const std::vector<int64_t>& pending, DcpRound* round) {
+    groups_.clear();
+    free_ranks_ = ranks_;
+    std::vector<std::vector<int64_t>> buckets = make_buckets(pending);
+    std::vector<size_t> heads(buckets.size(), 0);
+    size_t remaining = pending.size();
+    const int64_t first_needed = cp_min_[pending.front()];
+    bool check_balance = false;
+    while (remaining > 0) {
+      size_t b = 0;
+      int64_t group = -1;
+      for (; b < buckets.size(); ++b) {
+        if (heads[b] == buckets[b].size()) continue;
+        group = find_group(buckets[b][heads[b]]);
+        if (group != kNone) break;
+      }
+      if (b == buckets.size()) break;  // nothing left fits this round
+      const int64_t id = buckets[b][heads[b]++];
+      --remaining;
+      place(id, group);
+      if (cp_min_[id] < first_needed) check_balance = true;  // [C4]
+      if (check_balance && remaining > 0 && balanced()) break;
+    }
+    std::vector<int64_t> left;
+    for (size_t b = 0; b < buckets.size(); ++b) left.insert(left.end(), buckets[b].begin() + heads[b], buckets[b].end());
+    trim(&left);
+    fill_idle_ranks();
+    lay_out(round);
+    sort_pending(&left);
+    return left;
+  }
+
+  void sort_pending(std::vector<int64_t>* ids) const {
+    std::sort(ids->begin(), ids->end(), [&](int64_t a, int64_t b) {
+      return lengths_[a] != lengths_[b] ? lengths_[a] > lengths_[b] : a < b;
+    });
+  }
+
+ private:
+  static constexpr int64_t kNone = -2;
+  static constexpr int64_t kNewGroup = -1;
+
+  double work(int64_t id) const { return sq(lengths_[id]) / static_cast<double>(cp_min_[id]); }
+
+  // [C2]
+  std::vector<std::vector<int64_t>> make_buckets(const std::vector<int64_t>& pending) const {
+    std::vector<int64_t> sizes;
+    double total = 0;
+    for (int64_t id : pending) {
+      sizes.push_back(cp_min_[id]);
+      total += work(id);
+    }
+    std::sort(sizes.begin(), sizes.end());
+    const size_t k = static_cast<size_t>(std::unique(sizes.begin(), sizes.end()) - sizes.begin());
+    const double target = total / static_cast<double>(k);
+    std::vector<std::vector<int64_t>> buckets(1);
+    double current = 0;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const double w = work(pending[i]);
+      const size_t to_open_after = k > buckets.size() ? k - buckets.size() : 0;
+      if (!buckets.back().empty() &&
+          (current + w > (1 + kBucketSlack) * target || pending.size() - i <= to_open_after)) {
+        buckets.emplace_back();
+        current = 0;
+      }
+      buckets.back().push_back(pending[i]);
+      current += w;
+    }
+    return buckets;
+  }
+
+  // [C1] [C3] Where sample `id` would go: kNewGroup, an open group's index, or kNone.
+  int64_t find_group(int64_t id) const {
+    const int64_t need = cp_min_[id];
+    if (free_ranks_ >= need) return kNewGroup;
+    int64_t best = kNone;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const OpenGroup& og = groups_[g];
+      if (og.size != need || og.tokens + lengths_[id] > max_seqlen_ * og.size) continue;
+      if (best == kNone || og.work < groups_[best].work) best = static_cast<int64_t>(g);
+    }
+    return best;
+  }
+
+  void place(int64_t id, int64_t group) {
+    if (group == kNewGroup) {
+      groups_.push_back(OpenGroup{cp_min_[id], {}, 0, 0});
+      free_ranks_ -= cp_min_[id];
+      group = static_cast<int64_t>(groups_.size()) - 1;
+    }
+    OpenGroup& og = groups_[group];
+    og.seq_ids.push_back(id);
+    og.tokens += lengths_[id];
+    og.work += sq(lengths_[id]) / static_cast<double>(og.size);
+  }
+
+  // Max and min per-rank work over all ranks; idle ranks count as 0.
+  std::pair<double, double> extremes() const {
+    double hi = 0, lo = free_ranks_ > 0 ? 0 : groups_.front().work;
+    for (const OpenGroup& g : groups_) {
+      hi = std::max(hi, g.work);
+      lo = std::min(lo, g.work);
+    }
+    return {hi, lo};
+  }
+
+  bool balanced() const {
+    auto [hi, lo] = extremes();
+    return hi - lo <= kBalanceSlack * hi;
+  }
+
+  // [C5]
+  void trim(std::vector<int64_t>* left) {
+    while (free_ranks_ == 0) {
+      auto [hi, lo] = extremes();
+      if (hi - lo <= kBalanceSlack * hi) return;
+      size_t g = 0;
+      while (groups_[g].work != hi) ++g;
+      OpenGroup& og = groups_[g];
+      if (og.seq_ids.size() <= 1) return;
+      const int64_t id = og.seq_ids.back();
+      const double saved = og.work;
+      og.work -= sq(lengths_[id]) / static_cast<double>(og.size);
+      auto [new_hi, new_lo] = extremes();
+      if (new_hi - new_lo >= hi - lo) {
+        og.work = saved;
+        return;
+      }
+      og.seq_ids.pop_back();
+      og.tokens -= lengths_[id];
+      left->push_back(id);
+    }
+  }
+
+  // [C6]
+  void fill_idle_ranks() {
+    for (;;) {
+      int64_t best = -1;
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        const OpenGroup& og = groups_[g];
+        if (og.size > free_ranks_ || 2 * og.size > largest_pow2_) continue;
+        if (best < 0 || og.size < groups_[best].size ||
+            (og.size == groups_[best].size && og.work > groups_[best].work)) {
+          best = static_cast<int64_t>(g);
+        }
+      }
+      if (best < 0) return;
+      OpenGroup& og = groups_[best];
+      free_ranks_ -= og.size;
+      og.size *= 2;
+      og.work /= 2;
+    }
+  }
+
+  // [C7]
+  void lay_out(DcpRound* round) const {
+    std::vector<size_t> order(groups_.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return groups_[a].size > groups_[b].size; });
+    int64_t next_rank = 0;
+    for (size_t g : order) {
+      const OpenGroup& og = groups_[g];
+      round->groups.push_back(DcpGroup{next_rank, og.size, og.seq_ids, og.work});
+      next_rank += og.size;
+    }
+  }
+
+  const std::vector<int64_t>& lengths_;
+  const std::vector<int64_t>& cp_min_;
+  int64_t ranks_, largest_pow2_, max_seqlen_;
+  std::vector<OpenGroup> groups_;
+  int64_t free_ranks_ = 0;
+};
+
+}  // namespace
+
+int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
+  const int64_t ranks_needed = (length + max_seqlen_per_dp_cp_rank - 1) / max_seqlen_per_dp_cp_rank;
+  int64_t cp = 1;
+  while (cp < ranks_needed) cp *= 2;
+  return cp;
+}
+
+Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+                                               int64_t max_seqlen_per_dp_cp_rank) {
+  if (ranks < 1) return Error{"", "", "ranks (dp·cp) must be ≥ 1, got " + std::to_string(ranks)};
+  if (max_seqlen_per_dp_cp_rank < 1) {
+    return Error{"", "", "max_seqlen_per_dp_cp_rank must be ≥ 1, got " + std::to_string(max_seqlen_per_dp_cp_rank)};
+  }
+  int64_t largest_pow2 = 1;
+  while (2 * largest_pow2 <= ranks) largest_pow2 *= 2;
+  std::vector<int64_t> cp_min(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (lengths[i] < 1) {
+      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                               " tokens; lengths must be ≥ 1"};
+    }
+    cp_min[i] = dcp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
+    if (cp_min[i] > largest_pow2) {
+      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
+                               " tokens and needs CP size " + std::to_string(cp_min[i]) +
+                               " at max_seqlen_per_dp_cp_rank " + std::to_string(max_seqlen_per_dp_cp_rank) +
+                               ", but the largest power-of-two group of " + std::to_string(ranks) +
+                               " ranks has " + std::to_string(largest_pow2)};
+    }
+  }
+  RoundBuilder builder(lengths, cp_min, ranks, largest_pow2, max_seqlen_per_dp_cp_rank);
+  std::vector<int64_t> pending(lengths.size());
+  std::iota(pending.begin(), pending.end(), int64_t{0});
+  builder.sort_pending(&pending);
+  DcpSchedule schedule;
+  while (!pending.empty()) {
+    DcpRound round;
+    pending = builder.build(pending, &round);
+    schedule.rounds.push_back(std::move(round));
+  }
+  return schedule;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,156 @@
+// dynamic_cp_test.cpp — Megatron-main Dynamic-CP scheduler: cp_min, errors, small exact cases,
+// and the properties of issue 5 on seeded dynamic_cp_github batches (each sequence once, aligned
+// power-of-two groups that do not overlap, per-rank tokens ≤ max_seqlen_per_dp_cp_rank,
+// work = Σ L² / size, determinism).
+#include "core/strategies/dynamic_cp.h"
+
+#include <gtest/gtest.h>
+
+#include "core/workload/length_profile.h"
+#include "core/workload/sampling.h"
+
+namespace cpbench {
+namespace {
+
+std::vector<int64_t> github_batch(uint64_t seed, size_t n) {
+  auto profile = load_length_profile(CPBENCH_SOURCE_DIR "/experiments/datasets/dynamic_cp_github.json");
+  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error_str());
+  return sample_lengths(*profile, seed, n, 256, 131072);
+}
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+void expect_valid(const DcpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
+  std::vector<int> seen(lengths.size(), 0);
+  for (size_t r = 0; r < s.rounds.size(); ++r) {
+    std::vector<int> owner(static_cast<size_t>(ranks), 0);
+    int64_t used = 0;
+    for (const DcpGroup& g : s.rounds[r].groups) {
+      SCOPED_TRACE("round " + std::to_string(r) + " group at " + std::to_string(g.first_rank));
+      EXPECT_TRUE(is_pow2(g.size));
+      EXPECT_EQ(g.first_rank % g.size, 0);
+      ASSERT_GE(g.first_rank, 0);
+      ASSERT_LE(g.first_rank + g.size, ranks);
+      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) EXPECT_EQ(owner[k]++, 0) << "rank " << k;
+      used += g.size;
+      EXPECT_FALSE(g.seq_ids.empty());
+      int64_t tokens = 0;
+      double sum_sq = 0;
+      for (int64_t id : g.seq_ids) {
+        ++seen[static_cast<size_t>(id)];
+        const int64_t L = lengths[static_cast<size_t>(id)];
+        tokens += L;
+        sum_sq += static_cast<double>(L) * static_cast<double>(L);
+        EXPECT_GE(g.size, dcp_min_cp_size(L, max_seqlen));
+      }
+      EXPECT_LE(tokens, max_seqlen * g.size);  // per-rank tokens Σ L / size ≤ max
+      EXPECT_NEAR(g.work, sum_sq / static_cast<double>(g.size), 1e-9 * g.work);
+    }
+    if (is_pow2(ranks)) EXPECT_EQ(used, ranks) << "idle ranks in round " << r;
+  }
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sequence " << i;
+}
+
+TEST(DynamicCp, MinimumCpSizeIsTheNextPowerOfTwoOfTheRankCount) {
+  EXPECT_EQ(dcp_min_cp_size(1, 65536), 1);
+  EXPECT_EQ(dcp_min_cp_size(65536, 65536), 1);
+  EXPECT_EQ(dcp_min_cp_size(65537, 65536), 2);
+  EXPECT_EQ(dcp_min_cp_size(131072, 65536), 2);
+  EXPECT_EQ(dcp_min_cp_size(131073, 65536), 4);
+  EXPECT_EQ(dcp_min_cp_size(3 * 65536, 65536), 4);  // 2^ceil(log2 3) = 4
+  EXPECT_EQ(dcp_min_cp_size(5 * 65536, 65536), 8);
+}
+
+TEST(DynamicCp, SequenceNeedingMoreRanksThanTheLargestGroupIsAnErrorNamingIt) {
+  auto s = schedule_dynamic_cp_main({1000, 300000}, 4, 65536);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error_str().find("sequence 1 has 300000 tokens and needs CP size 8"), std::string::npos) << s.error_str();
+  // 6 ranks: the largest power-of-two group has 4 ranks.
+  EXPECT_FALSE(schedule_dynamic_cp_main({5 * 65536}, 6, 65536).ok());
+  EXPECT_TRUE(schedule_dynamic_cp_main({4 * 65536}, 6, 65536).ok());
+  EXPECT_FALSE(schedule_dynamic_cp_main({100}, 0, 65536).ok());
+  EXPECT_FALSE(schedule_dynamic_cp_main({0}, 4, 65536).ok());
+}
+
+TEST(DynamicCp, EqualShortSequencesGetOneRankEach) {
+  auto s = schedule_dynamic_cp_main({100, 100, 100, 100}, 4, 65536);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->rounds.size(), 1u);
+  ASSERT_EQ(s->rounds[0].groups.size(), 4u);
+  for (int64_t g = 0; g < 4; ++g) {
+    EXPECT_EQ(s->rounds[0].groups[g].first_rank, g);
+    EXPECT_EQ(s->rounds[0].groups[g].size, 1);
+    EXPECT_EQ(s->rounds[0].groups[g].seq_ids, (std::vector<int64_t>{g}));
+    EXPECT_DOUBLE_EQ(s->rounds[0].groups[g].work, 10000.0);
+  }
+}
+
+TEST(DynamicCp, IdleRanksAreFilledByDoublingTheSmallestGroup) {
+  // One sequence on 4 ranks: its group doubles 1 → 2 → 4, so its work is L² / 4.
+  auto s = schedule_dynamic_cp_main({100}, 4, 65536);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->rounds.size(), 1u);
+  ASSERT_EQ(s->rounds[0].groups.size(), 1u);
+  EXPECT_EQ(s->rounds[0].groups[0].size, 4);
+  EXPECT_DOUBLE_EQ(s->rounds[0].groups[0].work, 2500.0);
+  // A CP-2 sequence and a short one on 4 ranks: the short one's group doubles to 2 ranks and is
+  // laid out after the CP-2 group.
+  auto t = schedule_dynamic_cp_main({1000, 100000}, 4, 65536);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->rounds.size(), 1u);
+  ASSERT_EQ(t->rounds[0].groups.size(), 2u);
+  EXPECT_EQ(t->rounds[0].groups[0].seq_ids, (std::vector<int64_t>{1}));
+  EXPECT_EQ(t->rounds[0].groups[0].first_rank, 0);
+  EXPECT_EQ(t->rounds[0].groups[1].seq_ids, (std::vector<int64_t>{0}));
+  EXPECT_EQ(t->rounds[0].groups[1].first_rank, 2);
+  EXPECT_EQ(t->rounds[0].groups[1].size, 2);
+}
+
+TEST(DynamicCp, GroupsStayWithinTheTokenBudgetSoLongSequencesNeedMoreRounds) {
+  // Two 65536-token sequences cannot share one rank (2·65536 > 65536): two groups, one round.
+  auto s = schedule_dynamic_cp_main({65536, 65536}, 2, 65536);
+  ASSERT_TRUE(s.ok());
+  expect_valid(*s, {65536, 65536}, 2, 65536);
+  ASSERT_EQ(s->rounds.size(), 1u);
+  EXPECT_EQ(s->rounds[0].groups.size(), 2u);
+  // Three on 2 ranks: the third waits for a second round.
+  auto t = schedule_dynamic_cp_main({65536, 65536, 65536}, 2, 65536);
+  ASSERT_TRUE(t.ok());
+  expect_valid(*t, {65536, 65536, 65536}, 2, 65536);
+  EXPECT_EQ(t->rounds.size(), 2u);
+}
+
+TEST(DynamicCp, SampledBatchesSatisfyEveryProperty) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::vector<int64_t> lengths = github_batch(seed, 2048);
+    for (int64_t ranks : {4, 8, 64, 512, 6, 12, 24}) {
+      for (int64_t max_seqlen : {65536, 16384}) {
+        if (dcp_min_cp_size(131072, max_seqlen) > ranks) continue;
+        SCOPED_TRACE("seed " + std::to_string(seed) + " ranks " + std::to_string(ranks) + " max " +
+                     std::to_string(max_seqlen));
+        auto s = schedule_dynamic_cp_main(lengths, ranks, max_seqlen);
+        ASSERT_TRUE(s.ok()) << s.error_str();
+        expect_valid(*s, lengths, ranks, max_seqlen);
+      }
+    }
+  }
+}
+
+TEST(DynamicCp, SameInputSamePlan) {
+  const std::vector<int64_t> lengths = github_batch(11, 1024);
+  auto x = schedule_dynamic_cp_main(lengths, 64, 65536);
+  auto y = schedule_dynamic_cp_main(lengths, 64, 65536);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_EQ(x->rounds.size(), y->rounds.size());
+  for (size_t r = 0; r < x->rounds.size(); ++r) {
+    ASSERT_EQ(x->rounds[r].groups.size(), y->rounds[r].groups.size());
+    for (size_t g = 0; g < x->rounds[r].groups.size(); ++g) {
+      EXPECT_EQ(x->rounds[r].groups[g].first_rank, y->rounds[r].groups[g].first_rank);
+      EXPECT_EQ(x->rounds[r].groups[g].size, y->rounds[r].groups[g].size);
+      EXPECT_EQ(x->rounds[r].groups[g].seq_ids, y->rounds[r].groups[g].seq_ids);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpbench
