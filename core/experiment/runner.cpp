@@ -1,6 +1,7 @@
 #include "core/experiment/runner.h"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>

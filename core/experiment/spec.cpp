@@ -1,5 +1,6 @@
 #include "core/experiment/spec.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/experiment/metrics.h"
