@@ -121,8 +121,7 @@ int cmd_show(const std::string& file) {
 // preset (every fitted constant's source names the measurement file).
 int cmd_calibrate(const std::string& measurements, const std::string& preset, const std::string& out,
                   const fs::path& experiments_dir) {
-  fs::path preset_file = fs::path(preset).extension() == ".json" ? fs::path(preset)
-                                                                  : experiments_dir / "hardware" / (preset + ".json");
+  fs::path preset_file = hardware_preset_path(preset, experiments_dir);
   auto raw = load_json_file(preset_file);
   if (!raw) return report_errors(raw.errors());
   auto rows = load_measurements(measurements);

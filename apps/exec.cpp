@@ -5,6 +5,7 @@
 
 #include "baselines/cp_layouts.h"
 #include "core/cost/cost_model.h"
+#include "core/experiment/registry.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/local_measure.h"
 #include "core/sim/attention_sim.h"
@@ -49,16 +50,27 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   return plan_cp_layout(req);
 }
 
+// The job's world communicator with a deadline on every wait; prints why not.
+std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout) {
+  auto world = MpiCommunicator::world(timeout);
+  if (!world) {
+    std::cerr << "cpbench " << command << ": " << world.error_str() << "\n";
+    return nullptr;
+  }
+  return std::move(*world);
+}
+
+std::chrono::milliseconds timeout_of(const ExecArgs& a) {
+  return std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
+}
+
 }  // namespace
 
 int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   MpiSession session;  // a singleton MPI job when not started by mpirun
-  auto world = MpiCommunicator::world(std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)));
-  if (!world) {
-    std::cerr << "cpbench exec: " << world.error_str() << "\n";
-    return 2;
-  }
-  Communicator& comm = **world;
+  auto world = open_world("exec", timeout_of(a));
+  if (!world) return 2;
+  Communicator& comm = *world;
   const int rank = comm.rank();
   auto plan = plan_from_args(a, comm.size(), experiments_dir);
   if (!plan) {
@@ -118,17 +130,12 @@ namespace cpbench {
 
 int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesystem::path& experiments_dir) {
   MpiSession session;
-  auto world = MpiCommunicator::world(std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000)));
-  if (!world) {
-    std::cerr << "cpbench validate: " << world.error_str() << "\n";
-    return 2;
-  }
-  Communicator& comm = **world;
+  auto world = open_world("validate", timeout_of(a));
+  if (!world) return 2;
+  Communicator& comm = *world;
   const int rank = comm.rank();
   auto plan = plan_from_args(a, comm.size(), experiments_dir);
-  std::filesystem::path preset_file = std::filesystem::path(preset).extension() == ".json"
-                                          ? std::filesystem::path(preset)
-                                          : experiments_dir / "hardware" / (preset + ".json");
+  std::filesystem::path preset_file = hardware_preset_path(preset, experiments_dir);
   auto cost = load_cost_model(preset_file);
   if (!plan || !cost) {
     if (rank == 0) std::cerr << "cpbench validate: " << (plan ? cost.error_str() : plan.error_str()) << "\n";
@@ -166,14 +173,11 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
 
 int cmd_calibrate_local(const std::string& out, const std::filesystem::path& experiments_dir) {
   MpiSession session;
-  auto world = MpiCommunicator::world(std::chrono::minutes(10));
-  if (!world) {
-    std::cerr << "cpbench calibrate: " << world.error_str() << "\n";
-    return 2;
-  }
-  auto m = measure_local(**world);
+  auto world = open_world("calibrate", std::chrono::minutes(10));
+  if (!world) return 2;
+  auto m = measure_local(*world);
   if (!m) fail(m.error_str());
-  if ((*world)->rank() != 0) return 0;
+  if (world->rank() != 0) return 0;
   auto start = load_json_file(experiments_dir / "hardware" / "a100_80gb_dgx.json");
   if (!start) {
     std::cerr << "cpbench calibrate: " << start.error_str() << "\n";

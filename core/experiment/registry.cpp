@@ -50,4 +50,9 @@ Expected<SpecRef> resolve_experiment(const std::string& arg, const fs::path& dir
   return SpecRef{file, arg};
 }
 
+fs::path hardware_preset_path(const std::string& name_or_file, const fs::path& experiments_dir) {
+  fs::path p(name_or_file);
+  return p.extension() == ".json" ? p : experiments_dir / "hardware" / (name_or_file + ".json");
+}
+
 }  // namespace cpbench

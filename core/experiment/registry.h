@@ -25,4 +25,8 @@ struct SpecRef {
 // A registered name ("megatron_ptdp/table1") or a path to a spec file.
 Expected<SpecRef> resolve_experiment(const std::string& name_or_file, const std::filesystem::path& experiments_dir);
 
+// A hardware preset given by name ("a100_80gb_dgx" → experiments/hardware/a100_80gb_dgx.json) or
+// as a path to a .json file (a fitted preset written elsewhere).
+std::filesystem::path hardware_preset_path(const std::string& name_or_file, const std::filesystem::path& experiments_dir);
+
 }  // namespace cpbench
