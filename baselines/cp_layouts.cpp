@@ -223,6 +223,12 @@ std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& le
 
 }  // namespace
 
+std::string cp_layout_for_comm_type(const std::string& t) {
+  if (t == "p2p") return "zigzag";
+  if (t == "all_gather" || t == "a2a" || t == "a2a+p2p") return t;
+  return "";
+}
+
 std::vector<std::string> cp_layout_names() { return {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"}; }
 
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {

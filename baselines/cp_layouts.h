@@ -47,6 +47,10 @@ struct CpLayoutRequest {
 // Every rank's tiles are (q piece × kv piece) of one sequence where the mask allows a pair.
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
 
+// The layout that runs TransformerEngine's `cp_comm_type` (references/context_parallel.md): p2p is
+// the ring with causal load balancing (zigzag), the others by name. Unknown: an empty string.
+std::string cp_layout_for_comm_type(const std::string& cp_comm_type);
+
 // The layout names plan_cp_layout accepts, in the order above.
 std::vector<std::string> cp_layout_names();
 

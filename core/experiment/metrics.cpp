@@ -17,6 +17,8 @@ const std::vector<MetricInfo>& known_metrics() {
       {"activation_memory_gib", "GiB", "activations held at the peak, per GPU"},
       {"bubble_fraction", "fraction", "pipeline idle time / step time"},
       {"exposed_comm_s", "s", "communication time not hidden under compute"},
+      {"exposed_cp_comm_s", "s", "of which: attention waiting on context-parallel transfers, mean per rank"},
+      {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},
       {"comm_bytes", "B", "bytes sent per iteration, all ranks"},
       {"compute_imbalance", "ratio", "max / mean compute time across ranks"},
       {"padding_fraction", "fraction", "padding tokens / real tokens"},

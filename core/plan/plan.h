@@ -1,8 +1,9 @@
 // plan.h — the Plan: what a strategy decides for one iteration, and nothing else. The simulator
 // prices it; the runtime executes it; neither re-decides anything (DESIGN.md, "The Plan").
-// Requires: parallel_config.h. This version carries the step-level layout and the micro-batches
-// of every data-parallel replica; per-rank attention steps (CP layouts) join it with the runtime.
-// Note: replicas with identical micro-batches are simulated once (symmetry); distinct ones each.
+// Requires: parallel_config.h. Carries the step-level layout and, per DP×CP rank, its micro-batches:
+// each names the CP group that runs it (an aligned power-of-two slice of the DP×CP ranks), so a
+// static CP layout, Dynamic-CP's per-micro-batch groups and plain PTD-P (cp = 1) share one form.
+// Note: ranks with identical micro-batch lists are simulated once (symmetry); distinct ones each.
 #pragma once
 
 #include <cstdint>
@@ -13,20 +14,33 @@
 
 namespace cpbench {
 
-// Sequences packed into one micro-batch (each attends only to itself), in tokens.
+// Sequences packed into one micro-batch (THD: each attends only to itself), in tokens, and the CP
+// group that runs it: DP×CP ranks [first_rank, first_rank + cp), each holding 1/cp of every
+// sequence. An empty micro-batch is an idle slot (Dynamic-CP rounds leave ranks idle).
 struct PlanMicroBatch {
-  std::vector<int64_t> lengths;
+  std::vector<int64_t> lengths;  // real tokens per sequence (what FLOPs and loss count)
+  int64_t cp = 1;                // CP group size (a power of two for Dynamic-CP)
+  int64_t first_rank = -1;       // the group's first DP×CP rank; -1 = the rank that holds it (cp = 1)
+  int64_t pad_to = 1;            // every sequence is padded to a multiple of this for the kernels
 
   int64_t tokens() const;
-  double sum_sq() const;  // Σ L²
+  double sum_sq() const;              // Σ L²
+  int64_t padded_length(size_t i) const;  // lengths[i] rounded up to a multiple of pad_to
+  std::vector<int64_t> padded_lengths() const;
+  int64_t padded_tokens() const;      // what the kernels and the CP slicing see
   bool operator==(const PlanMicroBatch&) const = default;
 };
 
 struct Plan {
   ParallelConfig layout;
   std::string pipeline_schedule = "1f1b";  // "1f1b" | "interleaved" | "gpipe"
-  // [data-parallel replica][k]: the micro-batches each pipeline runs, in order.
+  // [DP×CP rank][k]: the micro-batches each pipeline runs, in order; layout.dp()·layout.cp lists
+  // (Dynamic-CP plans set layout.cp = 1: the CP size is per micro-batch). Every rank has the same
+  // count; the members of a micro-batch's CP group hold the same micro-batch at the same k.
   std::vector<std::vector<PlanMicroBatch>> micro_batches;
+  // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round (micro-batch), so
+  // micro-batch k starts on a stage only when every DP×CP rank of that stage is ready for it.
+  bool round_barrier = false;
 };
 
 }  // namespace cpbench

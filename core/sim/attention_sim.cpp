@@ -34,8 +34,10 @@ struct Lowering {
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
 
-  Lowering(const AttentionPlan& p, const CostModel& c, Link l)
-      : plan(p), cost(c), link(l), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {}
+  bool fuse_tiles;
+
+  Lowering(const AttentionPlan& p, const CostModel& c, Link l, bool fuse)
+      : plan(p), cost(c), link(l), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0), fuse_tiles(fuse) {}
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
   void phase(const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<const AttnTile*>>& tiles,
@@ -61,7 +63,17 @@ struct Lowering {
     }
     for (int32_t r = 0; r < plan.ranks; ++r) {
       int last = -1;
-      if (static_cast<size_t>(r) < tiles.size()) {
+      if (fuse_tiles && static_cast<size_t>(r) < tiles.size() && !tiles[r].empty()) {
+        TaskSpec task;
+        task.device = r;
+        task.stream = 0;
+        task.kind = 'c';
+        task.duration_s = attention_tiles_s(plan, tiles[r], cost, backward);
+        task.deps = barrier[r];
+        task.name = label + (backward ? " bwd " : " fwd ") + std::to_string(tiles[r].size()) + " tiles";
+        compute_s[r] += task.duration_s;
+        last = graph.add(std::move(task));
+      } else if (static_cast<size_t>(r) < tiles.size()) {
         for (const AttnTile* tile : tiles[r]) {
           TaskSpec task;
           task.device = r;
@@ -150,9 +162,9 @@ Status check_ranges(const AttentionPlan& p) {
   return ok_status();
 }
 
-Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
+Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link, bool fuse) {
   if (auto s = check_ranges(plan); !s) return s.errors();
-  Lowering low(plan, cost, link);
+  Lowering low(plan, cost, link, fuse);
   low.lower(backward);
   return low;
 }
@@ -171,15 +183,36 @@ double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const C
                   : cost.flash_attention_fwd_s(pairs, tile.q.heads(), plan.head_dim, mean_len);
 }
 
+double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
+                         bool backward) {
+  double pair_heads = 0, rows = 0, pairs = 0;
+  int64_t heads = 0;
+  for (const AttnTile* tile : tiles) {
+    const double p = static_cast<double>(mask_pairs_in_tile(plan.mask, plan.seq_lengths[tile->q.seq], tile->q.tok_begin,
+                                                            tile->q.tok_end, tile->kv.tok_begin, tile->kv.tok_end));
+    if (p <= 0) continue;
+    heads = std::max<int64_t>(heads, tile->q.heads());
+    pair_heads += p * tile->q.heads();
+    pairs += p;
+    rows += static_cast<double>(tile->q.tokens());
+  }
+  if (heads == 0 || rows <= 0) return 0;
+  // One varlen call: the pairs of every tile, counted in units of the widest tile's heads.
+  const double call_pairs = pair_heads / static_cast<double>(heads);
+  const double mean_len = 2 * pairs / rows;
+  return backward ? cost.flash_attention_bwd_s(call_pairs, heads, plan.head_dim, mean_len)
+                  : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
+}
+
 Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
-  auto low = build(plan, cost, backward, link);
+  auto low = build(plan, cost, backward, link, false);
   if (!low) return low.errors();
   return std::move(low->graph);
 }
 
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
-                                                     Link link, const std::filesystem::path& trace) {
-  auto low = build(plan, cost, backward, link);
+                                                     Link link, const std::filesystem::path& trace, bool fuse_tiles) {
+  auto low = build(plan, cost, backward, link, fuse_tiles);
   if (!low) return low.errors();
   auto sim = simulate_checked(low->graph);
   if (!sim) return sim.errors();

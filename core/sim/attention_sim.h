@@ -29,6 +29,11 @@ struct AttentionSimResult {
 // that the cost model's rows = pairs / (mean_len / 2) are the tile's query rows.
 double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const CostModel& cost, bool backward);
 
+// The seconds of `tiles` run as one varlen kernel call (TransformerEngine runs a CP step's THD
+// pack in one call): summed pairs and query rows, one launch, one grid.
+double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
+                         bool backward);
+
 // The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'), stream 1 the
 // rank's sends (kind 'm', cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's
 // sends serialize, its receives do not occupy its own link).
@@ -39,9 +44,10 @@ Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostMo
 // wait point after its own tiles of the stage are done, i.e. for its transfers and for a partner
 // that has not posted yet. With `trace` non-empty, writes the timeline there (write_chrome_trace,
 // one process per rank). Errors: a malformed plan (a rank, sequence or stage out of range), an
-// unwritable trace file.
+// unwritable trace file. fuse_tiles: a rank's tiles of one stage are one kernel call
+// (attention_tiles_s), as on a GPU with TransformerEngine; the CPU executor runs them one by one.
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
                                                      Link link = Link::nvlink,
-                                                     const std::filesystem::path& trace = {});
+                                                     const std::filesystem::path& trace = {}, bool fuse_tiles = false);
 
 }  // namespace cpbench

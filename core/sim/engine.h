@@ -35,6 +35,8 @@ class TaskGraph {
   int add(TaskSpec t);
   // Adds a dependency after the fact (a lowering that allocates ids before knowing all edges).
   void add_dep(int task, int dep) { tasks_.at(task).deps.push_back(dep); }
+  // Makes a task a member of a collective after the fact (members start together).
+  void set_collective(int task, int collective) { tasks_.at(task).collective = collective; }
 
   size_t size() const { return tasks_.size(); }
   const TaskSpec& task(int id) const { return tasks_.at(id); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
 #include "core/sim/layer_cost.h"
 #include "core/sim/memory.h"
@@ -16,15 +17,17 @@ constexpr int kGradStream = 3;  // DP gradient reduction (streams 1 and 2 carry 
 
 // Per micro-batch and model chunk: forward and backward seconds of one stage, and the TP share.
 struct ChunkCost {
-  double fwd_s = 0, bwd_s = 0, tp_s = 0;
+  double fwd_s = 0, bwd_s = 0, tp_s = 0, cp_wait_s = 0;
 };
 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                     const PlanMicroBatch& mb, int stage, int chunk) {
+                     const PlanMicroBatch& mb, const AttentionCost* attention, int stage, int chunk) {
+  if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
   const double layers = static_cast<double>(model.layers) / (L.pp * L.vp);
-  LayerCost layer = layer_cost(cost, model, L, mb);
+  LayerCost layer = layer_cost(cost, model, L, mb, attention);
   ChunkCost c{layers * layer.forward.total(), layers * layer.backward.total(),
-              layers * (layer.forward.tp_comm_s + layer.backward.tp_comm_s)};
+              layers * (layer.forward.tp_comm_s + layer.backward.tp_comm_s),
+              layers * (layer.forward.cp_wait_s + layer.backward.cp_wait_s)};
   if (!L.gradient_accumulation_fusion)
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
     c.bwd_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
@@ -45,7 +48,8 @@ double boundary_s(const CostModel& cost, const ModelShape& model, const Parallel
   const int64_t stride = L.tp * L.cp * L.dp();  // ranks between consecutive stages (Megatron order)
   const bool inter_node = (from_stage * stride) / g != (to_stage * stride) / g;
   const Link link = inter_node ? Link::network : Link::nvlink;
-  const double bytes = 2.0 * static_cast<double>(mb.tokens()) * model.hidden / L.cp;
+  if (mb.lengths.empty()) return 0;
+  const double bytes = 2.0 * static_cast<double>(mb.padded_tokens()) * model.hidden / std::max<int64_t>(1, mb.cp);
   if (L.sequence_parallel) return cost.p2p_s(bytes / L.tp, link);  // already sharded over TP
   if (L.scatter_gather && L.tp > 1 && inter_node) {
     // SC'21 §4.1: each TP rank sends 1/t over its own NIC; the receivers all-gather on NVLink.
@@ -61,32 +65,59 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
                                              const std::filesystem::path& trace_path) {
   const ParallelConfig& L = plan.layout;
   const int p = static_cast<int>(L.pp), v = static_cast<int>(L.vp);
-  // Symmetry: identical replicas are simulated once.
+  const int64_t ranks = static_cast<int64_t>(plan.micro_batches.size());  // DP×CP ranks of a stage
+  if (ranks == 0) return Error{"", "", "the plan has no micro-batches"};
+  // Symmetry: ranks with identical micro-batch lists are one simulated pipeline ("replica").
   std::vector<const std::vector<PlanMicroBatch>*> replicas;
-  for (const auto& r : plan.micro_batches)
-    if (std::none_of(replicas.begin(), replicas.end(), [&](auto* x) { return *x == r; })) replicas.push_back(&r);
-  if (replicas.empty()) return Error{"", "", "the plan has no micro-batches"};
+  std::vector<int> replica_of(ranks);
+  std::vector<double> weight;  // ranks each replica stands for
+  for (int64_t r = 0; r < ranks; ++r) {
+    const auto& list = plan.micro_batches[r];
+    if (list.size() != plan.micro_batches[0].size())
+      return Error{"", "", "DP×CP rank " + std::to_string(r) + " has " + std::to_string(list.size()) +
+                               " micro-batches, rank 0 has " + std::to_string(plan.micro_batches[0].size())};
+    auto it = std::find_if(replicas.begin(), replicas.end(), [&](auto* x) { return *x == list; });
+    replica_of[r] = static_cast<int>(it - replicas.begin());
+    if (it == replicas.end()) {
+      replicas.push_back(&list);
+      weight.push_back(0);
+    }
+    weight[replica_of[r]] += 1;
+  }
+  const int m = static_cast<int>(plan.micro_batches[0].size());
+  auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
+  if (!schedule) return schedule.errors();
 
+  CpAttentionCache attention(cost, model, L);
   TaskGraph g;
   std::vector<std::vector<int>> grad_tasks(p);  // per stage: the DP reduction tasks of every replica
+  std::vector<PipelineTasks> pipelines;
   std::vector<std::string> names;
   int collective_id = 0;
-  double tp_s_first_replica = 0;  // blocking TP collectives summed over its stages
+  std::vector<double> tp_s(replicas.size(), 0), cp_wait_s(replicas.size(), 0);  // summed over stages
   for (size_t r = 0; r < replicas.size(); ++r) {
     const auto& mbs = *replicas[r];
-    const int m = static_cast<int>(mbs.size());
-    auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
-    if (!schedule) return schedule.errors();
     // Cost of each (micro-batch, chunk) on each stage, computed once (micro-batches repeat).
     std::vector<std::vector<ChunkCost>> costs(p, std::vector<ChunkCost>(static_cast<size_t>(m) * v));
-    for (int s = 0; s < p; ++s)
-      for (int k = 0; k < m; ++k)
+    for (int k = 0; k < m; ++k) {
+      const bool repeat = k > 0 && mbs[k] == mbs[k - 1];
+      AttentionCost attn;
+      const bool priced = !repeat && mbs[k].cp > 1;
+      if (priced) {
+        auto a = attention.get(mbs[k]);
+        if (!a) return a.errors();
+        attn = *a;
+      }
+      for (int s = 0; s < p; ++s)
         for (int c = 0; c < v; ++c)
-          costs[s][k * v + c] = (k > 0 && mbs[k] == mbs[k - 1]) ? costs[s][(k - 1) * v + c]
-                                                                : chunk_cost(cost, model, L, mbs[k], s, c);
-    if (r == 0)
-      for (const auto& stage_costs : costs)
-        for (const auto& c : stage_costs) tp_s_first_replica += c.tp_s;
+          costs[s][k * v + c] = repeat ? costs[s][(k - 1) * v + c]
+                                       : chunk_cost(cost, model, L, mbs[k], priced ? &attn : nullptr, s, c);
+    }
+    for (const auto& stage_costs : costs)
+      for (const auto& c : stage_costs) {
+        tp_s[r] += c.tp_s;
+        cp_wait_s[r] += c.cp_wait_s;
+      }
     const int first_device = static_cast<int>(r) * p;
     // The transfer after an op, when there is a next virtual stage to send to.
     auto send_s = [&](int s, const PipeOp& op) {
@@ -106,11 +137,12 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
         first_device);
     for (int s = 0; s < p; ++s) {
       names.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
-      // Gradient reduction of each chunk once its last backward has run. With overlap the
-      // buckets of all but the chunk's last layer go out while that backward runs (Megatron's
-      // bucketed overlap); the last bucket after it.
+      // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
+      // (Megatron reduces over the data-parallel group with CP). With overlap the buckets of all
+      // but the chunk's last layer go out while that backward runs (Megatron's bucketed
+      // overlap); the last bucket after it.
       const double grad_bytes = L.grad_bytes() * params_per_gpu(model, L, 0, s) / v;
-      const GroupPlacement dp = placement(L.dp(), L.tp * L.cp, cost.cluster().gpus_per_node);
+      const GroupPlacement dp = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
       const Collective kind = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
       const double total_s = cost.collective_s(kind, grad_bytes, dp);
       const double layers_per_chunk = std::max(1.0, static_cast<double>(model.layers) / (p * v));
@@ -127,6 +159,44 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
           grad_tasks[s].push_back(g.add(t));
         }
       }
+    }
+    pipelines.push_back(std::move(tasks));
+  }
+  // Ranks of one CP group run its micro-batch together: when they are simulated apart (their
+  // other micro-batches differ), each op of that micro-batch starts at once on all of them.
+  // Megatron main's round barrier makes every forward of micro-batch k a start over all ranks.
+  auto join = [&](const std::vector<int>& members, int k, bool forward_only) {
+    for (int s = 0; s < p; ++s)
+      for (size_t i = 0; i < (*schedule)[s].size(); ++i) {
+        const PipeOp& op = (*schedule)[s][i];
+        if (op.micro_batch != k || (forward_only && !op.forward)) continue;
+        ++collective_id;
+        for (int r : members) g.set_collective(pipelines[r].compute[s][i], collective_id);
+      }
+  };
+  for (int k = 0; k < m; ++k) {
+    if (plan.round_barrier && replicas.size() > 1) {
+      std::vector<int> all(replicas.size());
+      for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+      join(all, k, true);
+    }
+    std::vector<int64_t> seen;  // first ranks of the groups already joined
+    for (int64_t r = 0; r < ranks; ++r) {
+      const PlanMicroBatch& mb = plan.micro_batches[r][k];
+      if (mb.cp <= 1 || mb.first_rank < 0 || std::find(seen.begin(), seen.end(), mb.first_rank) != seen.end()) continue;
+      seen.push_back(mb.first_rank);
+      if (mb.first_rank + mb.cp > ranks)
+        return Error{"", "", "micro-batch " + std::to_string(k) + ": CP group [" + std::to_string(mb.first_rank) + ", " +
+                                 std::to_string(mb.first_rank + mb.cp) + ") exceeds the " + std::to_string(ranks) +
+                                 " DP×CP ranks"};
+      std::vector<int> members;
+      for (int64_t q = mb.first_rank; q < mb.first_rank + mb.cp; ++q) {
+        if (!(plan.micro_batches[q][k] == mb))
+          return Error{"", "", "micro-batch " + std::to_string(k) + ": rank " + std::to_string(q) +
+                                   " does not hold the micro-batch of its CP group at rank " + std::to_string(mb.first_rank)};
+        if (std::find(members.begin(), members.end(), replica_of[q]) == members.end()) members.push_back(replica_of[q]);
+      }
+      if (members.size() > 1) join(members, k, plan.round_barrier);
     }
   }
   // Replicas that differ reduce gradients together: the last DP task of each stage is a
@@ -167,17 +237,25 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   IterationResult out;
   out.step_time_s = sim->makespan_s;
   out.tasks = g.size();
-  // TP collectives sit inside the compute tasks (blocking); count them as exposed communication.
-  const double tp_per_device = tp_s_first_replica / p;
-  const size_t devices = sim->compute_busy_s.size();
-  double busy_sum = 0, busy_max = 0, idle = 0, exposed = 0;
-  for (size_t d = 0; d < devices; ++d) {
-    busy_sum += sim->compute_busy_s[d];
-    busy_max = std::max(busy_max, sim->compute_busy_s[d]);
-    exposed += sim->exposed_comm_s[d];
-    idle += std::max(0.0, sim->makespan_s - sim->compute_busy_s[d] - sim->exposed_comm_s[d]);
+  out.simulated_pipelines = replicas.size();
+  // Means over the DP×CP ranks of a stage (a replica counts once per rank it stands for) and over
+  // stages. TP collectives and CP waits sit inside the compute tasks (blocking): they count as
+  // exposed communication, not compute.
+  double busy_sum = 0, busy_max = 0, idle = 0, exposed = 0, devices = 0;
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    const double blocked = tp_s[r] + cp_wait_s[r];
+    out.exposed_cp_comm_s += weight[r] * cp_wait_s[r] / p / ranks;
+    for (int s = 0; s < p; ++s) {
+      const size_t d = r * p + s;
+      const double compute = sim->compute_busy_s[d] - blocked / p;
+      busy_sum += weight[r] * compute;
+      busy_max = std::max(busy_max, compute);
+      exposed += weight[r] * (sim->exposed_comm_s[d] + blocked / p);
+      idle += weight[r] * std::max(0.0, sim->makespan_s - sim->compute_busy_s[d] - sim->exposed_comm_s[d]);
+      devices += weight[r];
+    }
   }
-  out.exposed_comm_s = exposed / devices + tp_per_device;
+  out.exposed_comm_s = exposed / devices;
   out.bubble_fraction = sim->makespan_s > 0 ? idle / devices / sim->makespan_s : 0;
   out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
   if (!trace_path.empty()) {

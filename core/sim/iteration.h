@@ -1,9 +1,13 @@
 // iteration.h — lowers a Plan to the task graph of one training iteration and simulates it:
 // per pipeline stage the forward/backward of every micro-batch (TP collectives inside, blocking),
 // pipeline sends, data-parallel gradient reduction (overlapped or not), the optimizer step.
-// Requires: a Plan whose layout passed check_parallel_config and whose micro-batch counts suit
-// the schedule. Symmetry: TP ranks of a stage and identical DP replicas are one simulated
-// device; replicas with different micro-batches are simulated each, joined by the DP collective.
+// Micro-batches with cp > 1 price their attention core through the AttentionPlan of their group
+// (cp_attention.h), CP transfers and their exposed part included.
+// Requires: a Plan whose layout passed check_parallel_config, one micro-batch list per DP×CP rank,
+// all of one length that suits the schedule. Symmetry: TP ranks of a stage and DP×CP ranks with
+// identical lists are one simulated pipeline; distinct ones are simulated each; the members of a
+// CP group simulated apart start each op of their shared micro-batch together (a collective), as
+// do all ranks' forwards of a round under plan.round_barrier; all join the DP gradient reduction.
 // Note: returns an Error (not a crash) when the schedule cannot take the plan (m % p for interleaving).
 #pragma once
 
@@ -20,8 +24,10 @@ struct IterationResult {
   double step_time_s = 0;
   double bubble_fraction = 0;  // mean over simulated devices of idle (not compute, not exposed comm) / step
   double exposed_comm_s = 0;   // mean over devices: blocking TP collectives + waits on transfers
-  double compute_imbalance = 1;  // max / mean compute time over simulated devices
+  double exposed_cp_comm_s = 0;  // of which: attention waiting on CP transfers (mean over ranks)
+  double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages
   size_t tasks = 0;
+  size_t simulated_pipelines = 0;  // distinct DP×CP rank lists simulated (symmetry)
 };
 
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,

@@ -16,6 +16,9 @@ struct Gemm {
 double fwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.n, g.k); }
 double bwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.k, g.n) + c.gemm_s(g.k, g.n, g.m); }
 
+// Tokens one rank of the micro-batch's CP group holds.
+int64_t rank_tokens(const PlanMicroBatch& mb) { return mb.padded_tokens() / std::max<int64_t>(1, mb.cp); }
+
 GroupPlacement tp_group(const CostModel& cost, const ParallelConfig& layout) {
   return placement(layout.tp, 1, cost.cluster().gpus_per_node);
 }
@@ -27,12 +30,14 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
   const int64_t heads = m.heads / layout.tp;
   const int64_t d = m.head_dim();
   if (layout.attention_kernel == "flash") {
-    double pairs = 0, mean_len = 0;
+    // One varlen kernel over the packed sequences; mean_len = 2·pairs / query rows makes the
+    // cost model's per-row overhead exact for the pack (attention_sim.h uses the same rule).
+    double pairs = 0, rows = 0;
     for (int64_t L : mb.lengths) {
       pairs += 0.5 * static_cast<double>(L) * static_cast<double>(L + 1);  // causal
-      mean_len += static_cast<double>(L);
+      rows += static_cast<double>(L);
     }
-    mean_len /= std::max<size_t>(1, mb.lengths.size());
+    const double mean_len = rows > 0 ? 2 * pairs / rows : 0;
     p.compute_s = backward ? cost.flash_attention_bwd_s(pairs, heads, d, mean_len)
                            : cost.flash_attention_fwd_s(pairs, heads, d, mean_len);
     return p;
@@ -68,9 +73,11 @@ GroupPlacement placement(int64_t size, int64_t stride, int64_t gpus_per_node) {
 }
 
 LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
-                     const PlanMicroBatch& mb) {
+                     const PlanMicroBatch& mb, const AttentionCost* attention) {
+  LayerCost c;
+  if (mb.lengths.empty()) return c;  // an idle slot
   const int64_t t = layout.tp;
-  const int64_t T = mb.tokens();
+  const int64_t T = rank_tokens(mb);
   const int64_t h = m.hidden;
   const int64_t qkv_n = (h + 2 * m.kv_dim()) / t;
   const int64_t ffn_n = (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t;
@@ -95,12 +102,21 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
                                     cost.collective_s(Collective::reduce_scatter, act_bytes, tp))
                              : 2 * cost.collective_s(Collective::all_reduce, act_bytes, tp);
 
-  LayerCost c;
-  const PassCost attn_f = attention_core(cost, m, layout, mb, false);
-  const PassCost attn_b = attention_core(cost, m, layout, mb, true);
+  PassCost attn_f, attn_b;
+  if (attention) {
+    attn_f.compute_s = attention->fwd_s - attention->fwd_wait_s;
+    attn_f.cp_wait_s = attention->fwd_wait_s;
+    attn_b.compute_s = attention->bwd_s - attention->bwd_wait_s;
+    attn_b.cp_wait_s = attention->bwd_wait_s;
+  } else {
+    attn_f = attention_core(cost, m, layout, mb, false);
+    attn_b = attention_core(cost, m, layout, mb, true);
+  }
   c.forward.compute_s = fwd(cost, qkv) + fwd(cost, proj) + fwd(cost, fc1) + fwd(cost, fc2) + attn_f.compute_s +
                         cost.memory_bound_s(ew_fwd);
   c.forward.tp_comm_s = tp_pass;
+  c.forward.cp_wait_s = attn_f.cp_wait_s;
+  c.backward.cp_wait_s = attn_b.cp_wait_s;
   c.backward.compute_s = bwd(cost, qkv) + bwd(cost, proj) + bwd(cost, fc1) + bwd(cost, fc2) + attn_b.compute_s +
                          cost.memory_bound_s(ew_bwd);
   c.backward.tp_comm_s = tp_pass;
@@ -108,8 +124,10 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
     // The whole layer's forward runs again, TP collectives included, before its backward.
     c.backward.compute_s += c.forward.compute_s;
     c.backward.tp_comm_s += c.forward.tp_comm_s;
+    c.backward.cp_wait_s += c.forward.cp_wait_s;
   } else if (layout.recompute == "selective") {
     c.backward.compute_s += attn_f.compute_s;  // Korthikanti et al.: only the attention core
+    c.backward.cp_wait_s += attn_f.cp_wait_s;
   }
   return c;
 }
@@ -117,8 +135,9 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
 LayerCost embedding_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                          const PlanMicroBatch& mb) {
   // Gather rows of the (vocabulary-parallel) table, add positions, all-reduce over TP.
-  const double bytes = kAct * static_cast<double>(mb.tokens()) * m.hidden;
+  const double bytes = kAct * static_cast<double>(rank_tokens(mb)) * m.hidden;
   LayerCost c;
+  if (bytes <= 0) return c;
   c.forward.compute_s = cost.memory_bound_s(3 * bytes);
   c.forward.tp_comm_s = cost.collective_s(Collective::all_reduce, bytes, tp_group(cost, layout));
   c.backward.compute_s = cost.memory_bound_s(3 * bytes);  // scatter-add of the gradient rows
@@ -127,7 +146,8 @@ LayerCost embedding_cost(const CostModel& cost, const ModelShape& m, const Paral
 
 LayerCost output_layer_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                             const PlanMicroBatch& mb) {
-  const int64_t T = mb.tokens();
+  const int64_t T = rank_tokens(mb);
+  if (T == 0) return {};
   const Gemm logits{T, m.vocab / layout.tp, m.hidden};
   // Vocabulary-parallel cross-entropy in fp32: max, sum-exp and gradient passes over the logits,
   // plus three small all-reduces of [T] fp32 statistics.

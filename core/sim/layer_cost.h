@@ -16,7 +16,15 @@ namespace cpbench {
 struct PassCost {
   double compute_s = 0;  // GEMMs, attention, element-wise kernels
   double tp_comm_s = 0;  // blocking TP collectives
-  double total() const { return compute_s + tp_comm_s; }
+  double cp_wait_s = 0;  // attention waiting on CP transfers it could not hide
+  double total() const { return compute_s + tp_comm_s + cp_wait_s; }
+};
+
+// One layer's attention core on one rank of a CP group, as the attention-plan simulation prices
+// it (core/sim/attention_sim.h): the makespan of the pass and the part spent waiting on transfers.
+struct AttentionCost {
+  double fwd_s = 0, fwd_wait_s = 0;
+  double bwd_s = 0, bwd_wait_s = 0;
 };
 
 struct LayerCost {
@@ -24,9 +32,11 @@ struct LayerCost {
   PassCost backward;  // including the recomputation the layout asks for
 };
 
-// One transformer layer.
+// One transformer layer on one rank of the micro-batch's CP group: linear layers and element-wise
+// kernels see padded_tokens / cp tokens. The attention core is `attention` when given (required
+// for cp > 1), else one flash (or unfused) call over the micro-batch's sequences.
 LayerCost layer_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
-                     const PlanMicroBatch& mb);
+                     const PlanMicroBatch& mb, const AttentionCost* attention = nullptr);
 // Word (and position) embedding lookup on the first stage.
 LayerCost embedding_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                          const PlanMicroBatch& mb);

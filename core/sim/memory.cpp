@@ -30,7 +30,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan) {
   for (const auto& replica : plan.micro_batches) {
     micro_batches = std::max<int64_t>(micro_batches, replica.size());
     for (const auto& mb : replica) {
-      if (!largest || mb.tokens() > largest->tokens()) largest = &mb;
+      if (!largest || mb.padded_tokens() / mb.cp > largest->padded_tokens() / largest->cp) largest = &mb;
       for (int64_t len : mb.lengths) longest = std::max(longest, len);
     }
   }
@@ -41,17 +41,18 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan) {
   // Korthikanti's per-layer bytes are linear in the micro-batch size b, so a packed micro-batch
   // costs the sum over its sequences (each attends only to itself). Flash attention keeps no
   // s×s scores: it stores what selective recompute stores, plus an fp32 LSE per row and head.
+  // A CP group splits every sequence's tokens evenly: each rank keeps 1/cp of them.
   const Recompute rc = recompute_of(L);
   const bool flash = L.attention_kernel == "flash";
   auto layer_bytes = [&](Recompute mode) {
     double bytes = 0;
-    for (int64_t len : largest->lengths) {
+    for (int64_t len : largest->padded_lengths()) {
       bool no_scores = flash && mode == Recompute::none;
       bytes += activation_bytes_per_layer(model, 1, len, static_cast<int>(L.tp), L.sequence_parallel,
                                           no_scores ? Recompute::selective : mode);
       if (no_scores) bytes += 4.0 * len * model.heads / L.tp;
     }
-    return bytes;
+    return bytes / static_cast<double>(std::max<int64_t>(1, largest->cp));
   };
   const double per_layer = layer_bytes(rc);
   // 1F1B: the first stage keeps p micro-batches in flight (fewer when m < p); interleaving

@@ -13,7 +13,9 @@ namespace cpbench {
 
 // "sc21": Σ over sequences of SC'21's per-sequence formula (96 coefficient with full recompute,
 //         72 otherwise; attention not halved);
-// "megatron": Megatron's variable-length count, causal attention (Σ L, Σ L²), recompute counted;
+// "megatron": Megatron's variable-length count, causal attention (Σ L, Σ L²), recompute NOT
+//         counted: training.py's num_floating_point_operations charges every GEMM 3× (forward,
+//         wgrad, dgrad) whatever --recompute-granularity says, so its TFLOP/s are model FLOPs;
 // "kwai": Σ over sequences of L × Kwai's MFU FLOPs per token at that length (recompute not counted).
 double model_flops_per_iteration(const ModelShape& model, const GlobalBatch& batch, Recompute recompute,
                                  const std::string& definition);

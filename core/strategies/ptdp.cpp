@@ -55,10 +55,13 @@ std::string plan_ptdp(const StrategyInput& in, Plan* plan) {
 }
 
 StrategyOutcome run_ptdp(const StrategyInput& in) {
-  StrategyOutcome out = run_analytical(in);
   Plan plan;
   if (auto why = plan_ptdp(in, &plan); !why.empty()) return StrategyOutcome::infeasible(why);
+  return evaluate_plan(in, plan);
+}
 
+StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan) {
+  StrategyOutcome out = run_analytical(in);
   MemoryEstimate mem = estimate_memory(in.model, plan);
   const double usable_gib = in.cluster.gpu.hbm_gib - kReservedGiB;
   if (mem.total() / kGiB > usable_gib) {
@@ -84,7 +87,9 @@ StrategyOutcome run_ptdp(const StrategyInput& in) {
   mt["tokens_per_s_per_gpu"] = mt["tokens_per_iteration"] / step / gpus;
   mt["bubble_fraction"] = sim->bubble_fraction;
   mt["exposed_comm_s"] = sim->exposed_comm_s;
+  mt["exposed_cp_comm_s"] = sim->exposed_cp_comm_s;
   mt["compute_imbalance"] = sim->compute_imbalance;
+  mt["micro_batches"] = static_cast<double>(plan.micro_batches.front().size());
   mt["peak_memory_gib"] = mem.total() / kGiB;
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;

@@ -15,4 +15,10 @@ std::string plan_ptdp(const StrategyInput& in, Plan* plan);
 
 StrategyOutcome run_ptdp(const StrategyInput& in);
 
+// Prices any strategy's plan: memory per GPU (infeasible with the reason when it does not fit,
+// keeping a 2 GiB reserve), the simulated iteration, and the step metrics every strategy reports
+// (step time, TFLOP/s per GPU by in.flops_definition, MFU, bubble, exposed communication,
+// compute imbalance, memory).
+StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan);
+
 }  // namespace cpbench

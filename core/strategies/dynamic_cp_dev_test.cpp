@@ -1,0 +1,278 @@
+// dynamic_cp_dev_test.cpp — Megatron-dev packing-aware Dynamic-CP scheduler: errors, hand-derived
+// rounds (cap, smallest projected max, a short sample on a larger CP group, deferral, doubling and
+// the full-group fallback), the properties on seeded dynamic_cp_github batches (each sequence once,
+// aligned power-of-two groups that do not overlap, no idle rank, per-rank tokens ≤ max, work ≤ the
+// round's cap), determinism, and the per-round balance against Megatron main's scheduler.
+#include "core/strategies/dynamic_cp_dev.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/workload/length_profile.h"
+#include "core/workload/sampling.h"
+
+namespace cpbench {
+namespace {
+
+std::vector<int64_t> github_batch(uint64_t seed, size_t n) {
+  auto profile = load_length_profile(CPBENCH_SOURCE_DIR "/experiments/datasets/dynamic_cp_github.json");
+  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error_str());
+  return sample_lengths(*profile, seed, n, 256, 131072);
+}
+
+bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+void expect_valid(const DcpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
+  std::vector<int> seen(lengths.size(), 0);
+  for (size_t r = 0; r < s.rounds.size(); ++r) {
+    std::vector<int> owner(static_cast<size_t>(ranks), 0);
+    int64_t used = 0, tallest = 0;
+    double max_work = 0;
+    for (const DcpGroup& g : s.rounds[r].groups) {
+      SCOPED_TRACE("round " + std::to_string(r) + " group at " + std::to_string(g.first_rank));
+      // The full DP×CP group is the only size that may not be a power of two, and it is alone.
+      if (!is_pow2(g.size)) {
+        EXPECT_EQ(g.size, ranks);
+        EXPECT_EQ(s.rounds[r].groups.size(), 1u);
+      }
+      EXPECT_EQ(g.first_rank % g.size, 0);
+      ASSERT_GE(g.first_rank, 0);
+      ASSERT_LE(g.first_rank + g.size, ranks);
+      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) EXPECT_EQ(owner[k]++, 0) << "rank " << k;
+      used += g.size;
+      EXPECT_FALSE(g.seq_ids.empty());
+      int64_t tokens = 0;
+      double sum_sq = 0;
+      for (int64_t id : g.seq_ids) {
+        ++seen[static_cast<size_t>(id)];
+        const int64_t L = lengths[static_cast<size_t>(id)];
+        tokens += L;
+        tallest = std::max(tallest, L);
+        sum_sq += static_cast<double>(L) * static_cast<double>(L);
+        EXPECT_GE(g.size, dcp_min_cp_size(L, max_seqlen));
+      }
+      EXPECT_LE(tokens, max_seqlen * g.size);  // per-rank tokens Σ L / size ≤ max
+      EXPECT_NEAR(g.work, sum_sq / static_cast<double>(g.size), 1e-9 * g.work);
+      max_work = std::max(max_work, g.work);
+    }
+    EXPECT_EQ(used, ranks) << "idle ranks in round " << r;  // doubling or the full group fills all
+    // [D1]: within the token budget no rank exceeds L_tall · max, the cap without its 5%.
+    EXPECT_LE(max_work, static_cast<double>(tallest) * static_cast<double>(max_seqlen) * (1 + 1e-12));
+  }
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sequence " << i;
+}
+
+// (max − min) / max over ranks of Σ L² / size in each round; idle ranks count as 0.
+std::vector<double> round_imbalance(const DcpSchedule& s, int64_t ranks) {
+  std::vector<double> out;
+  for (const DcpRound& round : s.rounds) {
+    std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+    for (const DcpGroup& g : round.groups) {
+      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) load[k] = g.work;
+    }
+    auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    out.push_back((*hi - *lo) / *hi);
+  }
+  return out;
+}
+
+TEST(DynamicCpDev, CapIsTallestTimesTheTokenBudgetPlusFivePercent) {
+  EXPECT_DOUBLE_EQ(dcp_dev_round_cap(101, 100), 10605.0);
+  // 131072 tokens at CP 2 fill their ranks: the cap is 1.05 × that sample's own load L² / 2.
+  EXPECT_DOUBLE_EQ(dcp_dev_round_cap(131072, 65536), 1.05 * 131072.0 * 131072.0 / 2);
+}
+
+TEST(DynamicCpDev, BadInputIsAnErrorNamingTheSequence) {
+  auto s = schedule_dynamic_cp_dev({1000, 300000}, 4, 65536);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error_str().find("sequence 1 has 300000 tokens and needs CP size 8"), std::string::npos) << s.error_str();
+  // 6 ranks: the largest power-of-two group has 4 ranks.
+  auto t = schedule_dynamic_cp_dev({5 * 65536}, 6, 65536);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error_str().find("sequence 0 has 327680 tokens"), std::string::npos) << t.error_str();
+  EXPECT_TRUE(schedule_dynamic_cp_dev({4 * 65536}, 6, 65536).ok());
+  auto u = schedule_dynamic_cp_dev({100, 0}, 4, 65536);
+  ASSERT_FALSE(u.ok());
+  EXPECT_NE(u.error_str().find("sequence 1 has 0 tokens"), std::string::npos) << u.error_str();
+  EXPECT_FALSE(schedule_dynamic_cp_dev({100}, 0, 65536).ok());
+  EXPECT_FALSE(schedule_dynamic_cp_dev({100}, 4, 0).ok());
+}
+
+TEST(DynamicCpDev, HandDerivedRoundFollowsTheSmallestProjectedMax) {
+  // 4 ranks, max 100 tokens per rank; cap = 1.05 · 101 · 100 = 10605.
+  // s0 (101, cp_min 2) opens A = CP 2: load 101²/2 = 5100.5; max 5100.5.
+  // s1 (100, cp_min 1): new CP-1 group → max(5100.5, 10000) = 10000; join A: 201 > 200 tokens;
+  //   new CP-2 group → max(5100.5, 5000) = 5100.5, smaller: B = CP 2, load 5000. No rank is free.
+  // s2 (60): join A → 5100.5 + 1800 = 6900.5; join B → 5000 + 1800 = 6800, smaller: B (160 tokens).
+  // s3 (50): join A → max(6800, 5100.5 + 1250) = 6800; B would hold 210 > 200 tokens: A (151).
+  // s4 (40): join A → 6350.5 + 800 = 7150.5; join B → 6800 + 800 = 7600: A (191 tokens).
+  // One round, A laid out first (equal sizes keep opening order); every load ≤ the cap.
+  const std::vector<int64_t> lengths = {101, 100, 60, 50, 40};
+  auto s = schedule_dynamic_cp_dev(lengths, 4, 100);
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  expect_valid(*s, lengths, 4, 100);
+  ASSERT_EQ(s->rounds.size(), 1u);
+  ASSERT_EQ(s->rounds[0].groups.size(), 2u);
+  const DcpGroup& a = s->rounds[0].groups[0];
+  const DcpGroup& b = s->rounds[0].groups[1];
+  EXPECT_EQ(a.first_rank, 0);
+  EXPECT_EQ(a.size, 2);
+  EXPECT_EQ(a.seq_ids, (std::vector<int64_t>{0, 3, 4}));
+  EXPECT_DOUBLE_EQ(a.work, 7150.5);
+  EXPECT_EQ(b.first_rank, 2);
+  EXPECT_EQ(b.size, 2);
+  EXPECT_EQ(b.seq_ids, (std::vector<int64_t>{1, 2}));
+  EXPECT_DOUBLE_EQ(b.work, 6800.0);
+}
+
+TEST(DynamicCpDev, ShortSampleJoinsTheLongGroupWhenNoRankIsFree) {
+  // Megatron dev's own example: 6144 tokens need CP 2 on 2 ranks (max 4096); 2048 (cp_min 1)
+  // finds no free rank and joins at CP 2: 3072 + 1024 = 4096 tokens per rank.
+  auto s = schedule_dynamic_cp_dev({6144, 2048}, 2, 4096);
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  ASSERT_EQ(s->rounds.size(), 1u);
+  ASSERT_EQ(s->rounds[0].groups.size(), 1u);
+  EXPECT_EQ(s->rounds[0].groups[0].size, 2);
+  EXPECT_EQ(s->rounds[0].groups[0].seq_ids, (std::vector<int64_t>{0, 1}));
+  EXPECT_DOUBLE_EQ(s->rounds[0].groups[0].work, (6144.0 * 6144 + 2048.0 * 2048) / 2);
+}
+
+TEST(DynamicCpDev, SampleWithNoRoomIsDeferredAndShorterOnesStillJoin) {
+  // 2 ranks, max 100. s0 (90) opens A on one rank (load 8100); s1 (90) cannot join A (180 > 100
+  // tokens) and opens B on the last free rank. s2 (80) fits neither group and no rank is free:
+  // deferred. s3 (10) joins A (100 tokens, max(8100, 8200) = 8200; B ties and comes later).
+  // Round 2 holds s2 alone: its group doubles to both ranks, work 80² / 2 = 3200.
+  const std::vector<int64_t> lengths = {90, 90, 80, 10};
+  auto s = schedule_dynamic_cp_dev(lengths, 2, 100);
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  expect_valid(*s, lengths, 2, 100);
+  ASSERT_EQ(s->rounds.size(), 2u);
+  ASSERT_EQ(s->rounds[0].groups.size(), 2u);
+  EXPECT_EQ(s->rounds[0].groups[0].seq_ids, (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(s->rounds[0].groups[0].first_rank, 0);
+  EXPECT_DOUBLE_EQ(s->rounds[0].groups[0].work, 8200.0);
+  EXPECT_EQ(s->rounds[0].groups[1].seq_ids, (std::vector<int64_t>{1}));
+  ASSERT_EQ(s->rounds[1].groups.size(), 1u);
+  EXPECT_EQ(s->rounds[1].groups[0].seq_ids, (std::vector<int64_t>{2}));
+  EXPECT_EQ(s->rounds[1].groups[0].size, 2);
+  EXPECT_DOUBLE_EQ(s->rounds[1].groups[0].work, 3200.0);
+}
+
+TEST(DynamicCpDev, IdleRanksDoubleTheSmallestGroupElseTakeTheFullGroup) {
+  // One sequence on 4 ranks: 1 → 2 → 4 ranks, work L² / 4.
+  auto s = schedule_dynamic_cp_dev({100}, 4, 65536);
+  ASSERT_TRUE(s.ok());
+  ASSERT_EQ(s->rounds[0].groups.size(), 1u);
+  EXPECT_EQ(s->rounds[0].groups[0].size, 4);
+  EXPECT_DOUBLE_EQ(s->rounds[0].groups[0].work, 2500.0);
+  // 6 ranks, max 100: 300 tokens open a CP-4 group; 250 (cp_min 4) has no room and 2 free ranks
+  // are too few: deferred. 2 ranks stay idle and CP 4 cannot double (8 > 4), so the round becomes
+  // the full 6-rank group, first fit: 300 + 250 ≤ 600 tokens, both in one round.
+  auto t = schedule_dynamic_cp_dev({300, 250}, 6, 100);
+  ASSERT_TRUE(t.ok()) << t.error_str();
+  expect_valid(*t, {300, 250}, 6, 100);
+  ASSERT_EQ(t->rounds.size(), 1u);
+  ASSERT_EQ(t->rounds[0].groups.size(), 1u);
+  EXPECT_EQ(t->rounds[0].groups[0].size, 6);
+  EXPECT_EQ(t->rounds[0].groups[0].seq_ids, (std::vector<int64_t>{0, 1}));
+  EXPECT_DOUBLE_EQ(t->rounds[0].groups[0].work, (90000.0 + 62500.0) / 6);
+  // Megatron dev's own case: two 50-token samples on 14 ranks end on the full 14-rank group.
+  auto u = schedule_dynamic_cp_dev({50, 50}, 14, 100);
+  ASSERT_TRUE(u.ok());
+  ASSERT_EQ(u->rounds.size(), 1u);
+  ASSERT_EQ(u->rounds[0].groups.size(), 1u);
+  EXPECT_EQ(u->rounds[0].groups[0].size, 14);
+  EXPECT_EQ(u->rounds[0].groups[0].seq_ids, (std::vector<int64_t>{0, 1}));
+}
+
+TEST(DynamicCpDev, SampledBatchesSatisfyEveryProperty) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::vector<int64_t> lengths = github_batch(seed, 2048);
+    for (int64_t ranks : {4, 8, 64, 512, 6, 12, 24}) {
+      for (int64_t max_seqlen : {65536, 16384}) {
+        if (dcp_min_cp_size(131072, max_seqlen) > ranks) continue;
+        SCOPED_TRACE("seed " + std::to_string(seed) + " ranks " + std::to_string(ranks) + " max " +
+                     std::to_string(max_seqlen));
+        auto s = schedule_dynamic_cp_dev(lengths, ranks, max_seqlen);
+        ASSERT_TRUE(s.ok()) << s.error_str();
+        expect_valid(*s, lengths, ranks, max_seqlen);
+      }
+    }
+  }
+}
+
+TEST(DynamicCpDev, SameInputSamePlan) {
+  const std::vector<int64_t> lengths = github_batch(11, 1024);
+  auto x = schedule_dynamic_cp_dev(lengths, 64, 65536);
+  auto y = schedule_dynamic_cp_dev(lengths, 64, 65536);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_EQ(x->rounds.size(), y->rounds.size());
+  for (size_t r = 0; r < x->rounds.size(); ++r) {
+    ASSERT_EQ(x->rounds[r].groups.size(), y->rounds[r].groups.size());
+    for (size_t g = 0; g < x->rounds[r].groups.size(); ++g) {
+      EXPECT_EQ(x->rounds[r].groups[g].first_rank, y->rounds[r].groups[g].first_rank);
+      EXPECT_EQ(x->rounds[r].groups[g].size, y->rounds[r].groups[g].size);
+      EXPECT_EQ(x->rounds[r].groups[g].seq_ids, y->rounds[r].groups[g].seq_ids);
+    }
+  }
+}
+
+// Σ over rounds of the most-loaded rank's work: a barrier over DP×CP follows each round, so this
+// is the attention critical path of the whole batch (ideal: Σ L² / ranks, no idle rank anywhere).
+double critical_path_work(const DcpSchedule& s) {
+  double sum = 0;
+  for (const DcpRound& round : s.rounds) {
+    double hi = 0;
+    for (const DcpGroup& g : round.groups) hi = std::max(hi, g.work);
+    sum += hi;
+  }
+  return sum;
+}
+
+// The blog's batch shape (2048 sequences, max 65536 per rank) on 64 ranks, as planner_bench.cpp.
+// Measured on seed 1: dev needs 8 rounds, max per-round imbalance 0.32, critical path 1.07 × ideal;
+// main needs 9 rounds, 0.57 and 1.16 ×. Dev packs every rank to its token budget under the
+// tallest sample's load, while main's rounds end on the 5% rule or run out of sizes with ranks far
+// apart. Over seeds 1–10 dev's critical path stays ≤ 1.14 × ideal and below main's on every seed,
+// but its worst single round is not always better (seed 10: 0.65 vs 0.56, a short tail round), so
+// the per-round bound is asserted on the blog batch only and the critical path on all ten.
+TEST(DynamicCpDev, BlogBatchIsBetterBalancedThanMain) {
+  constexpr int64_t kRanks = 64, kMaxSeqlen = 65536;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const std::vector<int64_t> lengths = github_batch(seed, 2048);
+    const auto start = std::chrono::steady_clock::now();
+    auto dev = schedule_dynamic_cp_dev(lengths, kRanks, kMaxSeqlen);
+    const double dev_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    auto main = schedule_dynamic_cp_main(lengths, kRanks, kMaxSeqlen);
+    ASSERT_TRUE(dev.ok() && main.ok());
+    double ideal = 0;
+    for (int64_t L : lengths) ideal += static_cast<double>(L) * static_cast<double>(L) / kRanks;
+    const std::vector<double> dev_imbalance = round_imbalance(*dev, kRanks);
+    const std::vector<double> main_imbalance = round_imbalance(*main, kRanks);
+    const double dev_worst = *std::max_element(dev_imbalance.begin(), dev_imbalance.end());
+    const double main_worst = *std::max_element(main_imbalance.begin(), main_imbalance.end());
+    const double dev_path = critical_path_work(*dev) / ideal;
+    const double main_path = critical_path_work(*main) / ideal;
+    std::printf("seed %2llu  dev: %zu rounds, worst imbalance %.3f, critical path %.3f x ideal, %.2f ms  |  "
+                "main: %zu rounds, worst imbalance %.3f, critical path %.3f x ideal\n",
+                static_cast<unsigned long long>(seed), dev_imbalance.size(), dev_worst, dev_path, dev_ms,
+                main_imbalance.size(), main_worst, main_path);
+    EXPECT_LE(dev->rounds.size(), main->rounds.size());
+    EXPECT_LT(dev_path, main_path);
+    EXPECT_LE(dev_path, 1.15);
+    if (seed == 1) {
+      RecordProperty("dev_worst_round_imbalance", std::to_string(dev_worst));
+      RecordProperty("main_worst_round_imbalance", std::to_string(main_worst));
+      RecordProperty("dev_plan_ms", std::to_string(dev_ms));
+      EXPECT_LE(dev_worst, main_worst);
+      EXPECT_LE(dev_worst, 0.35);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cpbench

@@ -1,0 +1,141 @@
+#include "core/strategies/varlen.h"
+
+#include <chrono>
+
+#include "core/model/formulas.h"
+#include "core/strategies/dynamic_cp_dev.h"
+#include "core/strategies/packing.h"
+#include "core/strategies/ptdp.h"
+
+namespace cpbench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+std::string needs_max_seqlen(const ParallelConfig& L) {
+  if (L.max_seqlen_per_dp_cp_rank > 0) return "";
+  return "parallel.max_seqlen_per_dp_cp_rank is not set: packing and Dynamic-CP need the per-rank token cap";
+}
+
+// Padding overhead of a plan: kernel tokens over real tokens, minus one, over all groups once.
+double padding_fraction(const Plan& plan) {
+  double real = 0, padded = 0;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank) {
+      // Count each group once: at its first rank (cp = 1 micro-batches are their own group).
+      const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, mb.cp));
+      real += share * static_cast<double>(mb.tokens());
+      padded += share * static_cast<double>(mb.padded_tokens());
+    }
+  return real > 0 ? padded / real - 1 : 0;
+}
+
+std::string schedule_kind(const ParallelConfig& L, int64_t* micro_batches) {
+  if (L.vp > 1 && *micro_batches % L.pp != 0) *micro_batches += L.pp - *micro_batches % L.pp;
+  return L.vp > 1 ? "interleaved" : "1f1b";
+}
+
+StrategyOutcome finish(const StrategyInput& in, const Plan& plan, double plan_ms) {
+  StrategyOutcome out = evaluate_plan(in, plan);
+  if (out.status != "ok") return out;
+  out.metrics["padding_fraction"] = padding_fraction(plan);
+  out.metrics["plan_time_ms"] = plan_ms;
+  return out;
+}
+
+StrategyOutcome run_static(const StrategyInput& in, const std::string& packer) {
+  const auto start = Clock::now();
+  Plan plan;
+  if (auto why = plan_static_cp(in, packer, &plan); !why.empty()) return StrategyOutcome::infeasible(why);
+  return finish(in, plan, elapsed_ms(start));
+}
+
+}  // namespace
+
+std::string plan_static_cp(const StrategyInput& in, const std::string& packer, Plan* plan) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = needs_max_seqlen(L); !why.empty()) return why;
+  const int64_t dp = L.dp(), cp = L.cp;
+  const int64_t capacity = L.max_seqlen_per_dp_cp_rank * cp;
+  Expected<std::vector<Pack>> packs = Error{"", "", "unknown packer '" + packer + "'"};
+  if (packer == "dp_balanced") packs = pack_dp_balanced(in.batch.lengths, capacity, dp);
+  if (packer == "first_fit_decreasing") packs = pack_first_fit_decreasing(in.batch.lengths, capacity, dp);
+  if (packer == "flops_balanced") {
+    // The model's own cost of a sequence: linear FLOPs per token and attention FLOPs per L².
+    const double linear = flops_varlen(in.model, 1, 0, Recompute::none, true);
+    const double quadratic = flops_varlen(in.model, 0, 1, Recompute::none, true);
+    packs = pack_flops_balanced(in.batch.lengths, capacity, dp, linear, quadratic);
+  }
+  if (!packs) return packs.error_str();
+  const int64_t pad_base = L.cp_comm_type == "a2a" ? cp : 2 * cp;
+  const int64_t pad_to = (cp > 1 ? pad_base : 1) * (L.sequence_parallel ? L.tp : 1);
+  int64_t m = static_cast<int64_t>(packs->size()) / dp;
+  plan->layout = L;
+  plan->pipeline_schedule = schedule_kind(L, &m);
+  plan->micro_batches.assign(dp * cp, std::vector<PlanMicroBatch>(m));
+  for (size_t i = 0; i < packs->size(); ++i) {
+    const int64_t replica = static_cast<int64_t>(i) % dp, k = static_cast<int64_t>(i) / dp;
+    PlanMicroBatch mb;
+    for (int64_t id : (*packs)[i].seq_ids) mb.lengths.push_back(in.batch.lengths[id]);
+    mb.cp = cp;
+    mb.first_rank = replica * cp;
+    mb.pad_to = pad_to;
+    for (int64_t c = 0; c < cp; ++c) plan->micro_batches[replica * cp + c][k] = mb;
+  }
+  return "";
+}
+
+Plan plan_from_dcp_schedule(const DcpSchedule& schedule, const std::vector<int64_t>& lengths,
+                            const ParallelConfig& layout, bool round_barrier) {
+  Plan plan;
+  plan.layout = layout;
+  const int64_t pool = layout.dp() * layout.cp;
+  plan.layout.cp = 1;  // the CP size is chosen per micro-batch
+  const int64_t pad_to = 2 * pool * (layout.sequence_parallel ? layout.tp : 1);
+  int64_t m = static_cast<int64_t>(schedule.rounds.size());
+  plan.pipeline_schedule = schedule_kind(plan.layout, &m);
+  plan.round_barrier = round_barrier;
+  plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
+  for (size_t k = 0; k < schedule.rounds.size(); ++k)
+    for (const DcpGroup& g : schedule.rounds[k].groups) {
+      PlanMicroBatch mb;
+      for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
+      mb.cp = g.size;
+      mb.first_rank = g.first_rank;
+      mb.pad_to = pad_to;
+      for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) plan.micro_batches[r][k] = mb;
+    }
+  return plan;
+}
+
+StrategyOutcome run_packing(const StrategyInput& in) { return run_static(in, "dp_balanced"); }
+StrategyOutcome run_packing_ffd(const StrategyInput& in) { return run_static(in, "first_fit_decreasing"); }
+StrategyOutcome run_packing_flops(const StrategyInput& in) { return run_static(in, "flops_balanced"); }
+
+namespace {
+
+using Scheduler = Expected<DcpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
+
+StrategyOutcome run_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
+  const auto start = Clock::now();
+  auto schedule = scheduler(in.batch.lengths, L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
+  if (!schedule) return StrategyOutcome::infeasible(schedule.error_str());
+  Plan plan = plan_from_dcp_schedule(*schedule, in.batch.lengths, L, round_barrier);
+  return finish(in, plan, elapsed_ms(start));
+}
+
+}  // namespace
+
+// Megatron main synchronizes DP×CP after every round (references/context_parallel.md).
+StrategyOutcome run_dynamic_cp(const StrategyInput& in) { return run_scheduler(in, schedule_dynamic_cp_main, true); }
+
+// Megatron dev runs its rounds as the micro-batches of the PP schedule, no extra barrier.
+StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in) { return run_scheduler(in, schedule_dynamic_cp_dev, false); }
+
+}  // namespace cpbench

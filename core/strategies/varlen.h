@@ -1,0 +1,38 @@
+// varlen.h — variable-length strategies: THD packing under one static CP size ("packing",
+// "packing_ffd", "packing_flops") and Dynamic-CP ("dynamic_cp"), each planning the global batch
+// into per-rank micro-batches with their CP groups (plan.h) and priced by evaluate_plan.
+// Requires: parallel.max_seqlen_per_dp_cp_rank > 0 (the per-rank token cap both Megatron paths
+// take); packing: cp_comm_type's layout rules; Dynamic-CP: the DP×CP pool = num_gpus / (tp·pp).
+// Note: metrics add padding_fraction (padded / real tokens − 1) and plan_time_ms (the planner's
+// wall time on this machine); infeasible inputs (a sequence no group can hold) are results.
+#pragma once
+
+#include <string>
+
+#include "core/plan/plan.h"
+#include "core/strategies/dynamic_cp.h"
+#include "core/strategies/strategy.h"
+
+namespace cpbench {
+
+// Packs the batch with `packer` ("dp_balanced" | "first_fit_decreasing" | "flops_balanced") into
+// packs of ≤ max_seqlen_per_dp_cp_rank · cp tokens and deals them round-robin to the DP replicas
+// (round k holds packs k·dp … k·dp + dp − 1, as Megatron's DpBalancedScheduler groups them); every
+// CP rank of a replica holds its pack. Sequences are padded to the layout's rule (2·cp for the
+// p2p / all_gather chunks, cp for a2a; ×tp with sequence parallelism). "" or why not.
+std::string plan_static_cp(const StrategyInput& in, const std::string& packer, Plan* plan);
+
+// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: round k is micro-batch k of every
+// rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
+// micro-batch. Sequences are padded to 2·pool (×tp with sequence parallelism): any sample may land
+// on the whole pool (references/context_parallel.md, THD packing). layout.cp is set to 1.
+Plan plan_from_dcp_schedule(const DcpSchedule& schedule, const std::vector<int64_t>& lengths,
+                            const ParallelConfig& layout, bool round_barrier);
+
+StrategyOutcome run_packing(const StrategyInput& in);        // Megatron dp_balanced
+StrategyOutcome run_packing_ffd(const StrategyInput& in);    // first-fit decreasing
+StrategyOutcome run_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
+StrategyOutcome run_dynamic_cp(const StrategyInput& in);     // Megatron main's scheduler, round barriers
+StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in); // Megatron dev's packing-aware scheduler
+
+}  // namespace cpbench

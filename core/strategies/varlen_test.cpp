@@ -1,0 +1,202 @@
+// varlen_test.cpp — packing and Dynamic-CP plans and their simulation: every sequence once, CP
+// groups held by all their members, per-rank token caps, CP group members starting their shared
+// micro-batch together, and equal results where packing and Dynamic-CP plan the same thing.
+#include "core/strategies/varlen.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "core/experiment/registry.h"
+#include "core/sim/cp_attention.h"
+#include "core/sim/iteration.h"
+
+namespace cpbench {
+namespace {
+
+class VarlenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = default_experiments_dir();
+    cluster_ = *load_hardware(dir / "hardware" / "h100_dgx.json");
+    model_ = *load_model(dir / "models" / "llama2_7b.json");
+    layout_.num_gpus = 16;
+    layout_.pp = 2;
+    layout_.cp = 2;
+    layout_.recompute = "full";
+    layout_.attention_kernel = "flash";
+    layout_.max_seqlen_per_dp_cp_rank = 8192;
+    // Distinct lengths identify sequences; a long tail needs CP.
+    for (int i = 0; i < 96; ++i) batch_.lengths.push_back(i % 8 == 0 ? 12000 + 7 * i : 300 + 41 * i);
+  }
+  StrategyInput input() const { return StrategyInput{cluster_, model_, layout_, batch_, "megatron", {}}; }
+
+  // Every sequence exactly once: each group counted at its first rank.
+  void expect_every_sequence_once(const Plan& plan) {
+    std::vector<int64_t> seen;
+    for (size_t r = 0; r < plan.micro_batches.size(); ++r)
+      for (const auto& mb : plan.micro_batches[r])
+        if (mb.first_rank == static_cast<int64_t>(r) || (mb.first_rank < 0 && !mb.lengths.empty()))
+          seen.insert(seen.end(), mb.lengths.begin(), mb.lengths.end());
+    std::vector<int64_t> want = batch_.lengths;
+    std::sort(seen.begin(), seen.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(seen, want);
+  }
+
+  // Members of a group hold its micro-batch at the same index; per-rank tokens within the cap.
+  void expect_groups_held(const Plan& plan, int64_t cap) {
+    const size_t m = plan.micro_batches.front().size();
+    for (size_t r = 0; r < plan.micro_batches.size(); ++r) {
+      ASSERT_EQ(plan.micro_batches[r].size(), m);
+      for (size_t k = 0; k < m; ++k) {
+        const PlanMicroBatch& mb = plan.micro_batches[r][k];
+        if (mb.lengths.empty()) continue;
+        EXPECT_LE(mb.tokens(), cap * mb.cp) << "rank " << r << " micro-batch " << k;
+        ASSERT_GE(mb.first_rank, 0);
+        EXPECT_EQ(mb.first_rank % mb.cp, 0);
+        EXPECT_LE(mb.first_rank, static_cast<int64_t>(r));
+        EXPECT_LT(static_cast<int64_t>(r), mb.first_rank + mb.cp);
+        for (int64_t q = mb.first_rank; q < mb.first_rank + mb.cp; ++q) EXPECT_EQ(plan.micro_batches[q][k], mb);
+      }
+    }
+  }
+
+  ClusterSpec cluster_;
+  ModelShape model_;
+  ParallelConfig layout_;
+  GlobalBatch batch_;
+};
+
+TEST_F(VarlenTest, StaticCpPlansHoldEverySequenceOnceOnWholeReplicas) {
+  for (const std::string packer : {"dp_balanced", "first_fit_decreasing", "flops_balanced"}) {
+    Plan plan;
+    ASSERT_EQ(plan_static_cp(input(), packer, &plan), "") << packer;
+    EXPECT_EQ(plan.micro_batches.size(), 8u);  // dp·cp = 16 / 2
+    expect_every_sequence_once(plan);
+    expect_groups_held(plan, layout_.max_seqlen_per_dp_cp_rank);
+    for (const auto& rank : plan.micro_batches)
+      for (const auto& mb : rank) {
+        EXPECT_EQ(mb.cp, 2);
+        EXPECT_EQ(mb.pad_to, 4);  // zigzag: 2·cp chunks per sequence
+      }
+  }
+}
+
+TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
+  auto schedule = schedule_dynamic_cp_main(batch_.lengths, 8, layout_.max_seqlen_per_dp_cp_rank);
+  ASSERT_TRUE(schedule.ok()) << schedule.error_str();
+  Plan plan = plan_from_dcp_schedule(*schedule, batch_.lengths, layout_, true);
+  EXPECT_EQ(plan.layout.cp, 1);
+  EXPECT_EQ(plan.micro_batches.size(), 8u);
+  EXPECT_EQ(plan.micro_batches.front().size(), schedule->rounds.size());
+  expect_every_sequence_once(plan);
+  expect_groups_held(plan, layout_.max_seqlen_per_dp_cp_rank);
+  bool long_group = false;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank) {
+      if (!mb.lengths.empty()) EXPECT_EQ(mb.pad_to, 16);  // 2 · the pool of 8
+      long_group |= mb.cp >= 2;                            // 12000+ tokens at 8192 per rank
+    }
+  EXPECT_TRUE(long_group);
+}
+
+TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  PlanMicroBatch one{{32768}, 1, 0, 1}, two{{32768}, 2, 0, 4}, four{{32768}, 4, 0, 8};
+  auto a1 = cp_attention_cost(*cost, model_, layout_, one);
+  auto a2 = cp_attention_cost(*cost, model_, layout_, two);
+  auto a4 = cp_attention_cost(*cost, model_, layout_, four);
+  ASSERT_TRUE(a1.ok() && a2.ok() && a4.ok());
+  // Zigzag balances causal work: each of c ranks does 1/c of it, plus what transfers expose.
+  EXPECT_GT(a2->fwd_s, a1->fwd_s / 2);
+  EXPECT_LT(a2->fwd_s, 0.6 * a1->fwd_s);
+  EXPECT_GT(a4->fwd_s, a1->fwd_s / 4);
+  EXPECT_LT(a4->fwd_s, 0.35 * a1->fwd_s);
+  EXPECT_EQ(a1->fwd_wait_s, 0);  // one rank sends nothing
+  EXPECT_GT(a2->bwd_s, a2->fwd_s);
+  // Short sequences cannot hide a ring step's KV transfer behind their tiny attention.
+  PlanMicroBatch short_two{{512, 512, 512, 512}, 2, 0, 4};
+  auto s2 = cp_attention_cost(*cost, model_, layout_, short_two);
+  ASSERT_TRUE(s2.ok());
+  EXPECT_GT(s2->fwd_wait_s, 0);
+}
+
+TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  Plan plan;
+  plan.layout = layout_;
+  plan.layout.num_gpus = 2;
+  plan.layout.pp = 1;
+  plan.layout.cp = 1;
+  const PlanMicroBatch heavy{{8192}, 1, 0, 1}, light{{512}, 1, 1, 1}, shared{{16384}, 2, 0, 4};
+  plan.micro_batches = {{heavy, shared}, {light, shared}};
+  auto joined = simulate_iteration(plan, model_, *cost);
+  ASSERT_TRUE(joined.ok()) << joined.error_str();
+  EXPECT_EQ(joined->simulated_pipelines, 2u);
+  // Without the group identity (first_rank −1: priced alike, not joined), rank 1's part would
+  // start right after its light micro-batch.
+  Plan apart = plan;
+  apart.micro_batches[0][1].first_rank = -1;
+  apart.micro_batches[1][1].first_rank = -1;
+  auto alone = simulate_iteration(apart, model_, *cost);
+  ASSERT_TRUE(alone.ok());
+  // Both end with the DP reduction at the slower rank, but the light rank idles while it waits
+  // for its partner: the joined plan shows the bubble.
+  EXPECT_GT(joined->bubble_fraction, alone->bubble_fraction);
+  EXPECT_NEAR(joined->step_time_s, alone->step_time_s, 1e-9);
+  // A group whose members hold different micro-batches is an error, not a silent plan.
+  Plan broken = plan;
+  broken.micro_batches[1][1].lengths = {16000};
+  auto bad = simulate_iteration(broken, model_, *cost);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error_str().find("does not hold the micro-batch of its CP group"), std::string::npos) << bad.error_str();
+}
+
+TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
+  // Every sequence fills one rank: dp_balanced at cp = 1 puts one per pack, round-robin over the
+  // 8 replicas; Dynamic-CP puts one per rank per round. Same micro-batches, same step (Dynamic-CP's
+  // round barrier costs nothing when every rank's micro-batch is the same).
+  batch_.lengths.assign(64, 8192);
+  layout_.cp = 1;
+  auto packing = run_packing(input());
+  layout_.cp = 2;  // Dynamic-CP uses the DP×CP pool whatever the static split
+  auto dynamic = run_dynamic_cp(input());
+  ASSERT_EQ(packing.status, "ok") << packing.reason;
+  ASSERT_EQ(dynamic.status, "ok") << dynamic.reason;
+  EXPECT_NEAR(packing.metrics.at("step_time_s"), dynamic.metrics.at("step_time_s"), 1e-9);
+  EXPECT_EQ(packing.metrics.at("micro_batches"), 8);
+  EXPECT_EQ(dynamic.metrics.at("padding_fraction"), 0);
+}
+
+TEST_F(VarlenTest, DynamicCpBeatsStaticCpOnALongTail) {
+  auto packing = run_packing(input());
+  auto dynamic = run_dynamic_cp(input());
+  ASSERT_EQ(packing.status, "ok") << packing.reason;
+  ASSERT_EQ(dynamic.status, "ok") << dynamic.reason;
+  // Same FLOPs counted (Megatron's definition is the batch's, not the plan's).
+  EXPECT_EQ(packing.metrics.at("flops_per_iteration"), dynamic.metrics.at("flops_per_iteration"));
+  EXPECT_GT(packing.metrics.at("exposed_cp_comm_s"), dynamic.metrics.at("exposed_cp_comm_s"));
+  EXPECT_LT(dynamic.metrics.at("step_time_s"), packing.metrics.at("step_time_s"));
+  EXPECT_GE(dynamic.metrics.at("plan_time_ms"), 0);
+}
+
+TEST_F(VarlenTest, InputsThatCannotBePlannedAreInfeasibleWithAReason) {
+  layout_.max_seqlen_per_dp_cp_rank = 0;
+  auto out = run_packing(input());
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("max_seqlen_per_dp_cp_rank is not set"), std::string::npos) << out.reason;
+  layout_.max_seqlen_per_dp_cp_rank = 4096;  // 12000 tokens need 3 ranks' worth: cp 2 holds 8192
+  out = run_packing(input());
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("12000"), std::string::npos) << out.reason;
+  layout_.max_seqlen_per_dp_cp_rank = 1024;  // 12000 tokens need cp 16 > the pool of 8
+  out = run_dynamic_cp(input());
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_FALSE(out.reason.empty());
+}
+
+}  // namespace
+}  // namespace cpbench
