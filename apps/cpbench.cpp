@@ -201,6 +201,11 @@ int run_cli(int argc, char** argv) {
   auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
                                           "and compare with the single-device reference");
   add_exec_options(exec);
+  exec->add_flag("--dynamic-cp", ea.dynamic_cp,
+                 "schedule the lengths with Megatron's Dynamic-CP over the job's ranks and run every round, each "
+                 "group as one --layout (padded) on its ranks");
+  exec->add_option("--max-seqlen-per-rank", ea.max_seqlen_per_rank,
+                   "--dynamic-cp: tokens one rank may hold (max_seqlen_per_dp_cp_rank)");
   std::string validate_preset = "cpu_local";
   auto* validate = app.add_subcommand("validate", "execute a CP layout here and simulate the same plan with a preset: "
                                                   "measured against predicted time");

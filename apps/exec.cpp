@@ -7,6 +7,7 @@
 #include "core/cost/cost_model.h"
 #include "core/experiment/registry.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/dynamic_cp_exec.h"
 #include "core/runtime/local_measure.h"
 #include "core/sim/attention_sim.h"
 #include "core/runtime/mpi_communicator.h"
@@ -27,6 +28,15 @@ constexpr int kTagResult = 900;
 
 namespace {
 
+// The batch's lengths: --lengths as given, or --dataset sampled up to --tokens.
+Expected<std::vector<int64_t>> lengths_from_args(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
+  if (!a.lengths.empty()) return a.lengths;
+  auto profile = load_length_profile(experiments_dir / "datasets" / (a.dataset + ".json"));
+  if (!profile) return profile.errors();
+  return make_global_batch(*profile, {0, a.tokens, profile->min_length, std::min(profile->max_length, a.tokens),
+                                      a.seed}).lengths;
+}
+
 // The plan of the batch `a` describes, on comm.size() ranks; prints why not on rank 0.
 Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::filesystem::path& experiments_dir) {
   CpLayoutRequest req;
@@ -40,13 +50,9 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   auto mask = mask_from_name(a.mask);
   if (!mask) return Error{"--mask", "", mask.error_str()};
   req.mask = *mask;
-  req.seq_lengths = a.lengths;
-  if (req.seq_lengths.empty()) {
-    auto profile = load_length_profile(experiments_dir / "datasets" / (a.dataset + ".json"));
-    if (!profile) return profile.errors();
-    req.seq_lengths = make_global_batch(*profile, {0, a.tokens, profile->min_length,
-                                                   std::min(profile->max_length, a.tokens), a.seed}).lengths;
-  }
+  auto lengths = lengths_from_args(a, experiments_dir);
+  if (!lengths) return lengths.errors();
+  req.seq_lengths = *lengths;
   return plan_cp_layout(req);
 }
 
@@ -67,6 +73,7 @@ std::chrono::milliseconds timeout_of(const ExecArgs& a) {
 }  // namespace
 
 int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
+  if (a.dynamic_cp) return cmd_exec_dynamic_cp(a, experiments_dir);
   MpiSession session;  // a singleton MPI job when not started by mpirun
   auto world = open_world("exec", timeout_of(a));
   if (!world) return 2;
@@ -119,6 +126,102 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
     if (auto s = comm.send(std::span<const std::byte>(buf), 0, kTagResult); !s) fail(s.error_str());
   }
   double ok = (worst.worst <= 1 && bytes_ok) ? 1 : 0;
+  std::vector<double> all{ok};
+  if (auto s = comm.all_reduce(std::span<double>(all), ReduceOp::kSum); !s) fail(s.error_str());
+  return all[0] == comm.size() ? 0 : 1;
+}
+
+
+namespace {
+
+std::string join(const std::vector<int64_t>& xs) {
+  std::string s;
+  for (int64_t x : xs) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+// One rank's line of a round.
+std::string round_line(const DcpRoundReport& r, const std::vector<int64_t>& lengths, int rank) {
+  if (r.idle()) return "  rank " + std::to_string(rank) + ": idle\n";
+  std::vector<int64_t> original;
+  for (int64_t id : r.seq_ids) original.push_back(lengths[id]);
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "  rank %d: group %d ranks [%lld, %lld) cp rank %d, sequences {%s} lengths {%s} padded {%s}, "
+                "compute %.3f s, wait %.3f s, sent %.0f B (plan %.0f), received %.0f B (plan %.0f), "
+                "max error %.3g (%.2f of tolerance%s)%s\n",
+                rank, r.group, static_cast<long long>(r.first_rank), static_cast<long long>(r.first_rank + r.group_size),
+                r.group_rank, join(r.seq_ids).c_str(), join(original).c_str(), join(r.padded_lengths).c_str(),
+                r.compute_s, r.wait_s, r.bytes_sent, r.plan_bytes_sent, r.bytes_received, r.plan_bytes_received,
+                r.check.max_abs_error, r.check.worst, r.check.worst > 1 ? (", worst at " + r.check.where).c_str() : "",
+                r.bytes_match() ? "" : "  BYTES DIFFER FROM PLAN");
+  return line;
+}
+
+// Rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
+void print_in_rank_order(Communicator& comm, const std::string& text) {
+  const int n = comm.size();
+  std::vector<double> sizes(n, 0.0);
+  sizes[comm.rank()] = static_cast<double>(text.size());
+  if (auto s = comm.all_reduce(std::span<double>(sizes), ReduceOp::kSum); !s) fail(s.error_str());
+  std::vector<std::size_t> counts(n), displs(n);
+  std::size_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    counts[r] = static_cast<std::size_t>(sizes[r]);
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<std::byte> all(total);
+  auto mine = std::as_bytes(std::span<const char>(text.data(), text.size()));
+  if (auto s = comm.all_gatherv(mine, std::span<std::byte>(all), counts, displs); !s) fail(s.error_str());
+  if (comm.rank() != 0) return;
+  std::fwrite(all.data(), 1, all.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
+  MpiSession session;
+  auto world = open_world("exec", timeout_of(a));
+  if (!world) return 2;
+  Communicator& comm = *world;
+  const int rank = comm.rank();
+  // Every verdict before the first round depends on the arguments only: every rank returns 2
+  // alike, and rank 0 says why.
+  auto refuse = [rank](const std::string& why) {
+    if (rank == 0) std::cerr << "cpbench exec --dynamic-cp: " << why << "\n";
+    return 2;
+  };
+  if (a.max_seqlen_per_rank < 1) return refuse("give --max-seqlen-per-rank N (tokens per rank, N ≥ 1)");
+  auto lengths = lengths_from_args(a, experiments_dir);
+  if (!lengths) return refuse(lengths.error_str());
+  auto schedule = schedule_dynamic_cp_main(*lengths, comm.size(), a.max_seqlen_per_rank);
+  if (!schedule) return refuse(schedule.error_str());
+  for (size_t r = 0; r < schedule->rounds.size(); ++r) {
+    auto plans = plan_dcp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
+                                a.head_dim);
+    if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
+  }
+  if (rank == 0) {
+    std::printf("dynamic-cp: %s, mask %s, %d ranks, %zu sequences, max %lld tokens per rank, %zu rounds, "
+                "heads %d/%d, d %d, %s\n",
+                a.layout.c_str(), a.mask.c_str(), comm.size(), lengths->size(),
+                static_cast<long long>(a.max_seqlen_per_rank), schedule->rounds.size(), a.heads, a.kv_heads,
+                a.head_dim, a.backward ? "forward + backward" : "forward");
+  }
+  double ok = 1;
+  for (size_t r = 0; r < schedule->rounds.size(); ++r) {
+    auto rep = execute_dcp_round(comm, schedule->rounds[r], *lengths, a.layout, a.mask, a.heads, a.kv_heads,
+                                 a.head_dim, a.backward, a.seed);
+    if (!rep) fail("rank " + std::to_string(rank) + ", round " + std::to_string(r) + ": " + rep.error_str());
+    if (!rep->ok()) ok = 0;
+    std::string text = rank == 0 ? "round " + std::to_string(r) + ":\n" : "";
+    print_in_rank_order(comm, text + round_line(*rep, *lengths, rank));
+  }
   std::vector<double> all{ok};
   if (auto s = comm.all_reduce(std::span<double>(all), ReduceOp::kSum); !s) fail(s.error_str());
   return all[0] == comm.size() ? 0 : 1;

@@ -21,9 +21,18 @@ struct ExecArgs {
   int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0;
   bool pad = false, backward = false;
   double timeout_s = 120;
+  // --dynamic-cp: schedule the lengths with schedule_dynamic_cp_main over the job's ranks and run
+  // every round, each group as one `layout` (always padded) on its own ranks.
+  bool dynamic_cp = false;
+  int64_t max_seqlen_per_rank = 0;
 };
 
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);
+
+// `cpbench exec --dynamic-cp` (cmd_exec calls it when args.dynamic_cp): prints per round and rank
+// the group, its sequences, kernel and wait time, bytes against the plan and the worst error;
+// exit 0 only when every rank of every round matches, 2 for a batch or round that cannot run.
+int cmd_exec_dynamic_cp(const ExecArgs& args, const std::filesystem::path& experiments_dir);
 
 // `cpbench validate`: the same plan executed here (best of 3 timed runs after a warm-up) and
 // simulated with a hardware preset (normally the cpu_local one `calibrate --local` wrote); prints

@@ -16,6 +16,7 @@ const std::vector<StrategyInfo>& strategies() {
       {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", run_packing_flops},
       {"dynamic_cp", "Dynamic-CP, Megatron main's scheduler: CP size per sequence, balanced rounds, barrier per round", run_dynamic_cp},
       {"dynamic_cp_dev", "Dynamic-CP, Megatron dev's packing-aware scheduler: rounds under a 1.05 cap, deferral, PP-friendly", run_dynamic_cp_dev},
+      {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", run_dynamic_cp_solver},
   };
   return table;
 }

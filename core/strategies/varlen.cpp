@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/model/formulas.h"
+#include "core/strategies/dcp_solver.h"
 #include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
 #include "core/strategies/ptdp.h"
@@ -137,5 +138,22 @@ StrategyOutcome run_dynamic_cp(const StrategyInput& in) { return run_scheduler(i
 
 // Megatron dev runs its rounds as the micro-batches of the PP schedule, no extra barrier.
 StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in) { return run_scheduler(in, schedule_dynamic_cp_dev, false); }
+
+// The solver searches its own micro-batch count (PP × {1..6}) with its FLOPs model and bubble term.
+StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
+  const auto start = Clock::now();
+  DcpSolverOptions opt;
+  opt.ranks = L.dp() * L.cp;
+  opt.max_seqlen_per_dp_cp_rank = L.max_seqlen_per_dp_cp_rank;
+  opt.pp = L.pp;
+  opt.vp = L.vp;
+  opt.full_recompute = L.recompute == "full";
+  auto solved = solve_dynamic_cp(in.batch.lengths, in.model, opt);
+  if (!solved) return StrategyOutcome::infeasible(solved.error_str());
+  Plan plan = plan_from_dcp_schedule(solved->schedule, in.batch.lengths, L, false);
+  return finish(in, plan, elapsed_ms(start));
+}
 
 }  // namespace cpbench

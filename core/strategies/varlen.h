@@ -34,5 +34,6 @@ StrategyOutcome run_packing_ffd(const StrategyInput& in);    // first-fit decrea
 StrategyOutcome run_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
 StrategyOutcome run_dynamic_cp(const StrategyInput& in);     // Megatron main's scheduler, round barriers
 StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in); // Megatron dev's packing-aware scheduler
+StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in);  // the blog's pipeline-aware solver
 
 }  // namespace cpbench

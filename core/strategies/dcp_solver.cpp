@@ -1,0 +1,388 @@
+// dcp_solver.cpp — the Dynamic-CP blog's solver as references/context_parallel.md describes it
+// ("The blog's solver (NVIDIA draft PR, not merged)"), written from that description; no code is
+// copied. For each candidate micro-batch count m the batch is planned into m rounds; the m with the
+// least predicted step wins (ties: the smaller m).
+//
+// Choices where the reference text is silent or ambiguous, each marked [Sn] below:
+// [S1] Candidates: m ∈ pp·{k0, …, k0 + max_microbatch_factor − 1} with k0 = max(1, ⌈m_lo / pp⌉),
+//      m_lo = ⌈Σ L / (ranks · max_seqlen_per_dp_cp_rank)⌉: no rank holds more than that many tokens
+//      per round, so a smaller m cannot hold the batch. For the blog's shape (PP 8) k0 = 1, i.e. the
+//      reference's PP×{1..6}. With pp = 1 the bubble term vanishes and m is chosen by balance alone.
+//      The cost model has no per-micro-batch overhead (GEMM efficiency, launch, P2P latency), so
+//      with pp > 1 the largest feasible m usually wins; the reference's memory check (70 GiB) is
+//      the tokens-per-rank bound here.
+// [S2] Units: a sample's cost is dcp_sequence_flops(L).total() (one layer; the layer count is a
+//      common factor). A sample split over c ranks costs cost / c on each: the reference has no CP
+//      communication term, so CP looks free to this solver; the simulator prices it.
+// [S3] Bucket target: W / (ranks · m), W = Σ cost. "Long" compares forward FLOPs with the same
+//      target in forward FLOPs (Σ forward / (ranks · m)), as the reference words it. A sample's CP
+//      size c is the smallest power of two ≥ cp_min(L) with forward / c ≤ 1.3 · that target,
+//      capped at the largest power of two ≤ ranks; a sample gets c > 1 only when it is long or
+//      does not fit one rank's memory.
+// [S4] CP samples are placed first, in order (c descending, cost descending, id): each opens a new
+//      group on the aligned free slice [first_rank, first_rank + c) of some round whose ranks have
+//      the least accumulated cost (max over the slice; ties: earliest round, lowest rank). When no
+//      round has a free aligned slice, it joins the group of size c with the least per-rank cost
+//      whose tokens stay ≤ c · max_seqlen; when none has room, this m is infeasible.
+// [S5] The other samples go largest cost first (ties: id) to the rank of least accumulated cost
+//      (ties: lowest rank) that has room: "buckets go to the DP rank with least accumulated FLOPs"
+//      applied per sample, which makes this LPT over ranks (the measure [S6] predicts from). On that
+//      rank the sample joins the bucket — a size-1 group, or a free slot (round, rank) — whose Σ L
+//      stays ≤ max_seqlen_per_dp_cp_rank and that raises its round's busiest rank least, then the
+//      one of least cost, then the earliest round: rounds stay balanced too. When no rank has room,
+//      it joins the CP group with room for its tokens whose busiest rank ends least loaded (it
+//      then runs at a CP size above its cp_min, as Megatron dev packs onto larger groups);
+//      when none has room, this m is infeasible. Slots left empty are idle ranks in that round.
+// [S6] Predicted step of m: max over ranks of its Σ per-rank cost, times (m·vp + pp − 1) / (m·vp),
+//      the 1F1B (interleaved when vp > 1) bubble; this is the reference's W1·(m1·V + p − 1) =
+//      W2·(m2·V + p − 1) comparison with W the busiest rank's work per micro-batch.
+#include "core/strategies/dcp_solver.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace cpbench {
+namespace {
+
+constexpr double kLongSampleFactor = 1.3;    // "fwd > 1.3 × mean bucket target" (blog solver)
+constexpr double kBackwardAttention = 2.77;  // backward / forward FLOPs of attention (blog solver)
+constexpr double kBackwardLinear = 2.7;      // backward / forward FLOPs of the other layers (ditto)
+
+struct Sample {
+  int64_t id = 0;
+  int64_t length = 0;
+  int64_t cp_min = 1;
+  double cost = 0;     // fwd + bwd (+ recompute), one layer
+  double forward = 0;  // fwd, one layer
+};
+
+struct Group {
+  int64_t round = 0;
+  int64_t first_rank = 0;
+  int64_t size = 1;
+  std::vector<int64_t> seq_ids;
+  int64_t tokens = 0;
+  double work = 0;  // per-rank cost Σ cost / size
+};
+
+struct Candidate {
+  DcpSchedule schedule;
+  double predicted = 0;
+};
+
+std::string sample_name(const Sample& s) {
+  return "sequence " + std::to_string(s.id) + " (" + std::to_string(s.length) + " tokens)";
+}
+
+// Plans the batch for one micro-batch count m ([S3]–[S6]).
+class RoundPlanner {
+ public:
+  RoundPlanner(const std::vector<Sample>& by_cost, const DcpSolverOptions& opt, int64_t largest_pow2,
+               double total_forward)
+      : by_cost_(by_cost), opt_(opt), largest_pow2_(largest_pow2), total_forward_(total_forward) {}
+
+  Expected<Candidate> plan(int64_t m) {
+    m_ = m;
+    const int64_t ranks = opt_.ranks;
+    owner_.assign(static_cast<size_t>(m * ranks), -1);
+    rank_work_.assign(static_cast<size_t>(ranks), 0.0);
+    round_max_.assign(static_cast<size_t>(m), 0.0);
+    groups_.clear();
+    const double slots = static_cast<double>(m * ranks);
+    const double long_forward = kLongSampleFactor * total_forward_ / slots;  // [S3]
+
+    std::vector<std::pair<int64_t, const Sample*>> cp_samples;  // (c, sample)
+    std::vector<const Sample*> short_samples;
+    for (const Sample& s : by_cost_) {
+      int64_t c = s.cp_min;
+      while (c < largest_pow2_ && s.forward / static_cast<double>(c) > long_forward) c *= 2;
+      if (c > 1) {
+        cp_samples.emplace_back(c, &s);
+      } else {
+        short_samples.push_back(&s);
+      }
+    }
+    // by_cost_ is sorted by (cost desc, id); a stable sort on c keeps that order within a size.
+    std::stable_sort(cp_samples.begin(), cp_samples.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [c, s] : cp_samples) {
+      Status placed = place_cp(*s, c);
+      if (!placed.ok()) return placed.errors();
+    }
+    Status packed = pack_short(short_samples);
+    if (!packed.ok()) return packed.errors();
+
+    Candidate out;
+    out.schedule.rounds.resize(static_cast<size_t>(m));
+    for (const Group& g : groups_) {
+      out.schedule.rounds[static_cast<size_t>(g.round)].groups.push_back(
+          DcpGroup{g.first_rank, g.size, g.seq_ids, g.work});
+    }
+    for (DcpRound& r : out.schedule.rounds) {
+      std::sort(r.groups.begin(), r.groups.end(),
+                [](const DcpGroup& a, const DcpGroup& b) { return a.first_rank < b.first_rank; });
+    }
+    const double busiest = *std::max_element(rank_work_.begin(), rank_work_.end());
+    const double chunks = static_cast<double>(m * opt_.vp);
+    out.predicted = busiest * (chunks + static_cast<double>(opt_.pp - 1)) / chunks;  // [S6]
+    return out;
+  }
+
+ private:
+  int64_t& owner(int64_t round, int64_t rank) { return owner_[static_cast<size_t>(round * opt_.ranks + rank)]; }
+
+  void add_to_group(size_t g, const Sample& s) {
+    Group& group = groups_[g];
+    const double per_rank = s.cost / static_cast<double>(group.size);
+    group.seq_ids.push_back(s.id);
+    group.tokens += s.length;
+    group.work += per_rank;
+    for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
+      rank_work_[static_cast<size_t>(k)] += per_rank;
+    }
+    double& round_max = round_max_[static_cast<size_t>(group.round)];
+    round_max = std::max(round_max, group.work);
+  }
+
+  size_t open_group(int64_t round, int64_t first_rank, int64_t size) {
+    groups_.push_back(Group{round, first_rank, size, {}, 0, 0.0});
+    const int64_t index = static_cast<int64_t>(groups_.size()) - 1;
+    for (int64_t k = first_rank; k < first_rank + size; ++k) owner(round, k) = index;
+    return static_cast<size_t>(index);
+  }
+
+  // [S4]
+  Status place_cp(const Sample& s, int64_t c) {
+    std::vector<std::pair<double, int64_t>> slices;  // (max accumulated cost, first_rank)
+    for (int64_t base = 0; base + c <= opt_.ranks; base += c) {
+      double key = 0;
+      for (int64_t k = base; k < base + c; ++k) key = std::max(key, rank_work_[static_cast<size_t>(k)]);
+      slices.emplace_back(key, base);
+    }
+    std::sort(slices.begin(), slices.end());
+    // Least key first; among equal keys the earliest round, then the lowest rank.
+    int64_t best_round = -1, best_base = -1;
+    double best_key = 0;
+    for (const auto& [key, base] : slices) {
+      if (best_round >= 0 && key > best_key) break;
+      const int64_t limit = best_round >= 0 ? best_round : m_;  // only an earlier round can win now
+      for (int64_t r = 0; r < limit; ++r) {
+        bool free = true;
+        for (int64_t k = base; k < base + c && free; ++k) free = owner(r, k) < 0;
+        if (!free) continue;
+        best_round = r, best_base = base, best_key = key;
+        break;
+      }
+    }
+    if (best_round >= 0) {
+      add_to_group(open_group(best_round, best_base, c), s);
+      return ok_status();
+    }
+    int64_t join = -1;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const Group& group = groups_[g];
+      if (group.size != c || group.tokens + s.length > c * opt_.max_seqlen_per_dp_cp_rank) continue;
+      if (join < 0 || group.work < groups_[static_cast<size_t>(join)].work) join = static_cast<int64_t>(g);
+    }
+    if (join < 0) {
+      return Error{"", "", sample_name(s) + " at CP size " + std::to_string(c) + " finds no free aligned slice of " +
+                               std::to_string(c) + " ranks in " + std::to_string(m_) +
+                               " micro-batches and no CP group of that size with room for it"};
+    }
+    add_to_group(static_cast<size_t>(join), s);
+    return ok_status();
+  }
+
+  // [S5]
+  Status pack_short(const std::vector<const Sample*>& samples) {
+    std::set<std::pair<double, int64_t>> by_load;  // (accumulated cost, rank)
+    for (int64_t k = 0; k < opt_.ranks; ++k) by_load.emplace(rank_work_[static_cast<size_t>(k)], k);
+    for (const Sample* s : samples) {
+      int64_t rank = -1, round = -1;
+      for (auto it = by_load.begin(); it != by_load.end() && round < 0; ++it) {
+        rank = it->second;
+        round = best_slot(rank, *s);
+      }
+      size_t g = 0;
+      if (round >= 0) {
+        const int64_t held = owner(round, rank);
+        g = held >= 0 ? static_cast<size_t>(held) : open_group(round, rank, 1);
+      } else {
+        const int64_t joined = cp_group_with_room(*s);
+        if (joined < 0) {
+          return Error{"", "", sample_name(*s) + " fits in no rank slot of the " + std::to_string(m_) +
+                                   " micro-batches: every slot and CP group is full at max_seqlen_per_dp_cp_rank " +
+                                   std::to_string(opt_.max_seqlen_per_dp_cp_rank)};
+        }
+        g = static_cast<size_t>(joined);
+      }
+      const Group& group = groups_[g];
+      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
+        by_load.erase({rank_work_[static_cast<size_t>(k)], k});
+      }
+      add_to_group(g, *s);
+      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
+        by_load.emplace(rank_work_[static_cast<size_t>(k)], k);
+      }
+    }
+    return ok_status();
+  }
+
+  // [S5] fallback: the CP group with room for s's tokens whose busiest rank ends least loaded
+  // (ties: the earliest opened), so that s runs at a CP size above its cp_min; −1 when none.
+  int64_t cp_group_with_room(const Sample& s) const {
+    int64_t best = -1;
+    double best_load = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const Group& group = groups_[g];
+      if (group.size == 1 || group.tokens + s.length > group.size * opt_.max_seqlen_per_dp_cp_rank) continue;
+      double load = 0;
+      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
+        load = std::max(load, rank_work_[static_cast<size_t>(k)]);
+      }
+      load += s.cost / static_cast<double>(group.size);
+      if (best < 0 || load < best_load) best = static_cast<int64_t>(g), best_load = load;
+    }
+    return best;
+  }
+
+  // The round of `rank` to put `s` in: among its size-1 buckets (or free slots, cost 0) with room
+  // for s's tokens, the one that raises its round's busiest rank least, then the one of least
+  // cost, then the earliest; −1 when none has room.
+  int64_t best_slot(int64_t rank, const Sample& s) {
+    int64_t best = -1;
+    double best_raise = 0, best_cost = 0;
+    for (int64_t r = 0; r < m_; ++r) {
+      const int64_t g = owner(r, rank);
+      double cost = 0;
+      if (g >= 0) {
+        const Group& group = groups_[static_cast<size_t>(g)];
+        if (group.size != 1 || group.tokens + s.length > opt_.max_seqlen_per_dp_cp_rank) continue;
+        cost = group.work;
+      }
+      const double raise = std::max(0.0, cost + s.cost - round_max_[static_cast<size_t>(r)]);
+      if (best < 0 || raise < best_raise || (raise == best_raise && cost < best_cost)) {
+        best = r, best_raise = raise, best_cost = cost;
+      }
+    }
+    return best;
+  }
+
+  const std::vector<Sample>& by_cost_;
+  const DcpSolverOptions& opt_;
+  int64_t largest_pow2_;
+  double total_forward_;
+  int64_t m_ = 0;
+  std::vector<int64_t> owner_;  // [round · ranks + rank] → group index, −1 when free
+  std::vector<double> rank_work_;
+  std::vector<double> round_max_;  // per round: the largest per-rank cost of any group
+  std::vector<Group> groups_;
+};
+
+Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model, const DcpSolverOptions& opt) {
+  auto positive = [](int64_t v, const std::string& name) -> Status {
+    if (v >= 1) return ok_status();
+    return Error{"", "", name + " must be ≥ 1, got " + std::to_string(v)};
+  };
+  for (const auto& [v, name] : {std::pair<int64_t, const char*>{opt.ranks, "ranks (dp·cp)"},
+                                {opt.max_seqlen_per_dp_cp_rank, "max_seqlen_per_dp_cp_rank"},
+                                {opt.pp, "pp"},
+                                {opt.vp, "vp"},
+                                {opt.max_microbatch_factor, "max_microbatch_factor"},
+                                {model.hidden, "model hidden"},
+                                {model.ffn_hidden, "model ffn_hidden"},
+                                {model.heads, "model heads"},
+                                {model.kv_heads, "model kv_heads"}}) {
+    Status s = positive(v, name);
+    if (!s.ok()) return s;
+  }
+  if (model.heads % model.kv_heads != 0) {
+    return Error{"", "", "model heads (" + std::to_string(model.heads) + ") must be a multiple of kv_heads (" +
+                             std::to_string(model.kv_heads) + ")"};
+  }
+  if (lengths.empty()) return Error{"", "", "the batch has no sequences"};
+  return ok_status();
+}
+
+}  // namespace
+
+DcpSequenceFlops dcp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute) {
+  const double s = static_cast<double>(length);
+  const double h = static_cast<double>(model.hidden);
+  const double ffn = static_cast<double>(model.ffn_hidden);
+  const double groups = static_cast<double>(model.heads) / static_cast<double>(model.kv_heads);
+  const double gemm = 2 * s * h * h;
+  const double qkv = gemm * (1 + 2 / groups);  // "gemm + 2·gemm/groups", as written
+  const double out_proj = gemm;
+  const double mlp = 2 * s * h * (model.gated_mlp ? 2 * ffn : ffn) + 2 * s * ffn * h;
+  DcpSequenceFlops f;
+  f.attention_forward = 2 * 2 * s * s * h * 0.5;  // causal: half of the s×s scores
+  f.linear_forward = qkv + out_proj + mlp;
+  f.forward = f.attention_forward + f.linear_forward;
+  f.backward = kBackwardAttention * f.attention_forward + kBackwardLinear * f.linear_forward;
+  f.recompute = full_recompute ? f.forward : 0;
+  return f;
+}
+
+Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
+                                           const DcpSolverOptions& opt) {
+  Status valid = check_inputs(lengths, model, opt);
+  if (!valid.ok()) return valid.errors();
+  int64_t largest_pow2 = 1;
+  while (2 * largest_pow2 <= opt.ranks) largest_pow2 *= 2;
+  std::vector<Sample> samples(lengths.size());
+  double total_forward = 0;
+  int64_t total_tokens = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int64_t L = lengths[i];
+    if (L < 1) {
+      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(L) +
+                               " tokens; lengths must be ≥ 1"};
+    }
+    Sample& s = samples[i];
+    s.id = static_cast<int64_t>(i);
+    s.length = L;
+    s.cp_min = dcp_min_cp_size(L, opt.max_seqlen_per_dp_cp_rank);
+    if (s.cp_min > largest_pow2) {
+      return Error{"", "", sample_name(s) + " needs CP size " + std::to_string(s.cp_min) +
+                               " at max_seqlen_per_dp_cp_rank " + std::to_string(opt.max_seqlen_per_dp_cp_rank) +
+                               ", but the largest power-of-two group of " + std::to_string(opt.ranks) +
+                               " ranks has " + std::to_string(largest_pow2)};
+    }
+    const DcpSequenceFlops f = dcp_sequence_flops(L, model, opt.full_recompute);
+    s.cost = f.total();
+    s.forward = f.forward;
+    total_forward += s.forward;
+    total_tokens += L;
+  }
+  std::stable_sort(samples.begin(), samples.end(), [](const Sample& a, const Sample& b) { return a.cost > b.cost; });
+
+  // [S1]
+  const int64_t per_round = opt.ranks * opt.max_seqlen_per_dp_cp_rank;
+  const int64_t m_lo = (total_tokens + per_round - 1) / per_round;
+  const int64_t k0 = std::max<int64_t>(1, (m_lo + opt.pp - 1) / opt.pp);
+  RoundPlanner planner(samples, opt, largest_pow2, total_forward);
+  Expected<DcpSolverResult> best = Error{"", "", ""};
+  std::string last_reason, tried;
+  for (int64_t k = k0; k < k0 + opt.max_microbatch_factor; ++k) {
+    const int64_t m = opt.pp * k;
+    tried += (tried.empty() ? "" : ", ") + std::to_string(m);
+    Expected<Candidate> c = planner.plan(m);
+    if (!c.ok()) {
+      last_reason = "at " + std::to_string(m) + " micro-batches, " + c.errors().list.front().message;
+      continue;
+    }
+    if (!best.ok() || c->predicted < best->predicted_time_units) {
+      best = DcpSolverResult{std::move(c->schedule), m, c->predicted};
+    }
+  }
+  if (!best.ok()) {
+    return Error{"", "", "no micro-batch count in {" + tried + "} holds the batch on " + std::to_string(opt.ranks) +
+                             " ranks: " + last_reason + "; raise max_microbatch_factor or ranks"};
+  }
+  return best;
+}
+
+}  // namespace cpbench
