@@ -9,8 +9,11 @@ strategy. A numeric x gives a line plot, anything else a grouped bar plot (`plot
 There is one series per strategy label and per value of every other axis. Infeasible and failed
 points are gaps marked with an 'x' at the bottom of the axes and counted in the legend; published
 values (comparisons of kind "value") are black hollow markers at their x; ratio comparisons are
-listed under the axes ("published 1.48x, reproduced 1.45x"). Output is deterministic: same
-results file, same bytes (no timestamps, no software version in the PNG).
+listed under the axes ("published 1.48x, reproduced 1.45x"). `plot.x_label` replaces the x axis
+label (the dimension's name). With `plot.speedup_over: LABEL` each metric also gets
+<metric>_speedup.png: every other strategy's value over LABEL's at the same case and grid point
+(scripts/plot_speedup.py). Output is deterministic: same results file, same bytes (no
+timestamps, no software version in the PNG).
 """
 import argparse
 import json
@@ -23,6 +26,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 from matplotlib.lines import Line2D  # noqa: E402
+
+# plot_speedup builds on this module: run as a script, this module is also the `plot` it imports.
+sys.modules.setdefault("plot", sys.modules[__name__])
+import plot_speedup  # noqa: E402
 
 # Units from the snake_case suffix of a metric name (DESIGN.md "Metric names"). Checked in order;
 # every suffix starts with '_' so "_s" never matches "_ms".
@@ -110,7 +117,9 @@ class Layout:
         known = {"case": cases, "strategy": labels,
                  **{axis: [hashable(x) for x in v] for axis, v in grid.items()}}
         dims = (["case"] if cases else []) + list(grid) + ["strategy"]
+        self.known = known
         self.x = hints.get("x") if hints.get("x") in dims else dims[0]
+        self.x_label = hints.get("x_label") or self.x
         rest = [d for d in dims if d != self.x]
         if hints.get("series") in rest:
             rest.remove(hints["series"])
@@ -250,7 +259,7 @@ def plot_metric(results, metric):
                   bbox_to_anchor=(1.01, 1.0))
     else:
         ax.legend(handles=series_handles + handles, fontsize=8)
-    ax.set_xlabel(lay.x)
+    ax.set_xlabel(lay.x_label)
     ax.set_ylabel(metric + (f" [{unit}]" if unit else ""))
     if lay.kind == "bar":
         ax.set_xticks(range(len(lay.x_values)), [fmt(x) for x in lay.x_values])
@@ -289,11 +298,17 @@ def metrics_to_plot(results):
 
 
 def plot_file(path):
-    """Writes <metric>.png beside one results.json; returns the paths written."""
+    """Writes <metric>.png (and <metric>_speedup.png) beside one results.json; returns the paths
+    written."""
     with open(path, encoding="utf-8") as f:
         results = json.load(f)
     if not isinstance(results, dict) or results.get("schema_version") != 1:
         raise ValueError("not a cpbench results file (schema_version 1 expected)")
+    hints = (results.get("spec") or {}).get("plot") or {}
+    if not isinstance(hints.get("x_label", ""), str):
+        raise ValueError(f"plot.x_label: expected a string, got {hints['x_label']!r}")
+    # Checked before any figure is written, so a typo leaves no half-drawn folder.
+    baseline = plot_speedup.check_baseline(results) if "speedup_over" in hints else None
     written = []
     metrics = metrics_to_plot(results)
     if not metrics:
@@ -304,6 +319,12 @@ def plot_file(path):
         fig.savefig(out, dpi=110, metadata={"Software": None})
         plt.close(fig)
         written.append(out)
+        if baseline is not None:
+            fig = plot_speedup.speedup_figure(results, metric, baseline)
+            out = os.path.join(os.path.dirname(path) or ".", f"{metric}_speedup.png")
+            fig.savefig(out, dpi=110, metadata={"Software": None})
+            plt.close(fig)
+            written.append(out)
     return written
 
 

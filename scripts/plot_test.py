@@ -4,7 +4,9 @@
 Builds, in a temporary folder, a results file with cases (bar plot, a ratio comparison), one with
 a numeric grid axis and two strategies where one point is infeasible (line plot, published values)
 and one with no ok point; runs both scripts as the CTest `unit` test does (`python3
-scripts/plot_test.py`) and checks the PNGs, the figure contents and the report's numbers.
+scripts/plot_test.py`) and checks the PNGs, the figure contents and the report's numbers. A fourth
+file, with two grid axes, three strategies and the `speedup_over` hint, checks the speedup ratios
+exactly, the skipped pairs, the published ratio markers and the error for an unknown baseline.
 Exits non-zero on failure.
 """
 import json
@@ -17,6 +19,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import plot  # noqa: E402
+import plot_speedup  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -84,6 +87,51 @@ EMPTY = {
     "points": [{"id": "strategy=ptdp", "params": {}, "strategy": "ptdp", "status": "infeasible",
                 "reason": "sizes do not divide", "metrics": {}}],
     "comparisons": []}
+
+
+CP = "parallel.cp"
+
+
+def speedup_point(n, cp, s, status, t):
+    p = {"id": f"{AXIS}={n}/{CP}={cp}/strategy={s}", "params": {AXIS: n, CP: cp}, "strategy": s,
+         "status": status, "metrics": {"step_time_s": t} if status == "ok" else {}}
+    if status != "ok":
+        p["reason"] = "out of memory"
+    return p
+
+
+def ratio(label, published, num, den):
+    return {"label": label, "metric": "step_time_s", "kind": "ratio", "published": published,
+            "reproduced": None, "rel_error": None, "pass": None,
+            "select": {"numerator": num, "denominator": den}}
+
+
+# Baseline "packing". Skipped pairs: packing infeasible at (16384, cp=4) takes both others there;
+# static_cp failed at (4096, cp=2): 3 in all.
+SPEEDUP = {
+    "schema_version": 1, "experiment": "dynamic_cp/speedup",
+    "spec": {"metrics": ["step_time_s"], "grid": {AXIS: [4096, 16384], CP: [2, 4]}, "cases": [],
+             "strategies": [strategy("packing", "packing"), strategy("dynamic_cp", "dynamic_cp"),
+                            strategy("static_cp", "static_cp")],
+             "plot": {"x": AXIS, "x_label": "max sequence [tokens]", "speedup_over": "packing"}},
+    "points": [speedup_point(n, cp, s, st, t) for n, cp, s, st, t in [
+        (4096, 2, "packing", "ok", 2.0), (4096, 2, "dynamic_cp", "ok", 1.0),
+        (4096, 2, "static_cp", "error", 0), (4096, 4, "packing", "ok", 4.0),
+        (4096, 4, "dynamic_cp", "ok", 3.0), (4096, 4, "static_cp", "ok", 5.0),
+        (16384, 2, "packing", "ok", 8.0), (16384, 2, "dynamic_cp", "ok", 4.0),
+        (16384, 2, "static_cp", "ok", 10.0), (16384, 4, "packing", "infeasible", 0),
+        (16384, 4, "dynamic_cp", "ok", 6.0), (16384, 4, "static_cp", "ok", 7.0)]],
+    "comparisons": [
+        ratio("drawn", 0.6, {"strategy": "dynamic_cp", "params": {AXIS: 16384, CP: 2}},
+              {"strategy": "packing", "params": {AXIS: 16384, CP: 2}}),
+        ratio("other denominator", 0.9, {"strategy": "dynamic_cp", "params": {AXIS: 4096, CP: 4}},
+              {"strategy": "static_cp", "params": {AXIS: 4096, CP: 4}}),
+        ratio("other grid point", 0.7, {"strategy": "dynamic_cp", "params": {AXIS: 4096, CP: 2}},
+              {"strategy": "packing", "params": {AXIS: 4096, CP: 4}}),
+        dict(ratio("direction only", None, {"strategy": "static_cp", "params": {AXIS: 4096, CP: 4}},
+                   {"strategy": "packing", "params": {AXIS: 4096, CP: 4}}), expect="above_one"),
+        ratio("no x", 0.8, {"strategy": "static_cp", "params": {CP: 4}},
+              {"strategy": "packing", "params": {CP: 4}})]}
 
 
 def run(script, *args):
@@ -193,6 +241,82 @@ class PlotAndReportTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2)
         self.assertIn(os.path.join("zz", "all_infeasible", "results.json"), result.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "paper", "results.md")))
+
+
+class SpeedupTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.path = write_results(os.path.join(self.tmp.name, "speedup"), SPEEDUP)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_series_are_exact_ratios_over_the_baseline_at_the_same_grid_point(self):
+        s = plot_speedup.speedup_series(SPEEDUP, "step_time_s", "packing")
+        self.assertEqual(s.x_values, [4096, 16384])
+        self.assertEqual(s.by_label(), {
+            "cp=2, dynamic_cp": [1.0 / 2.0, 4.0 / 8.0], "cp=2, static_cp": [None, 10.0 / 8.0],
+            "cp=4, dynamic_cp": [3.0 / 4.0, None], "cp=4, static_cp": [5.0 / 4.0, None]})
+        self.assertEqual(list(s.by_label()["cp=4, static_cp"]), [1.25, None])
+        self.assertEqual(s.skipped, 3)
+
+    def test_strategy_on_x_leaves_the_baseline_out(self):
+        results = {"schema_version": 1, "spec": {
+            "grid": {}, "strategies": ["a", strategy("b", "b"), strategy("c", "c")]},
+            "points": [{"params": {}, "strategy": s, "status": "ok", "metrics": {"m": v}}
+                       for s, v in [("a", 4.0), ("b", 2.0), ("c", 6.0)]]}
+        s = plot_speedup.speedup_series(results, "m", "a")
+        self.assertEqual((s.lay.x, s.x_values, s.by_label()), ("strategy", ["b", "c"],
+                                                                 {"value": [0.5, 1.5]}))
+        ax = plot_speedup.speedup_figure(results, "m", "a").axes[0]
+        self.assertEqual([p.get_height() for p in ax.patches], [0.5, 1.5])
+
+    def test_figure_draws_ratios_unity_line_and_matching_published_ratios(self):
+        fig = plot_speedup.speedup_figure(SPEEDUP, "step_time_s", "packing")
+        ax = fig.axes[0]
+        self.assertEqual(ax.get_ylabel(), "step_time_s speedup over packing")
+        self.assertEqual(ax.get_xlabel(), "max sequence [tokens]")
+        lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
+        self.assertEqual(lines["cp=2, dynamic_cp"], [0.5, 0.5])
+        self.assertEqual(lines["cp=2, static_cp"][1], 1.25)
+        self.assertNotEqual(lines["cp=2, static_cp"][0], lines["cp=2, static_cp"][0], "NaN gap")
+        unity = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"
+                 and list(ln.get_ydata()) == [1.0, 1.0]]
+        self.assertEqual(len(unity), 1)
+        marks = [tuple(map(float, o.get_offsets()[0])) for o in ax.collections]
+        self.assertEqual(marks, [(16384.0, 0.6)], "only the ratio over packing at one point")
+        self.assertIn("published", [t.get_text() for t in ax.get_legend().get_texts()])
+        texts = " ".join(t.get_text() for t in fig.texts)
+        self.assertIn("3 points skipped", texts)
+        self.assertIn("no x: published 0.8×", texts)
+        self.assertNotIn("other denominator", texts)
+
+    def test_x_label_hint_names_the_main_figure_axis(self):
+        ax = plot.plot_metric(SPEEDUP, "step_time_s").axes[0]
+        self.assertEqual(ax.get_xlabel(), "max sequence [tokens]")
+
+    def test_plot_writes_the_speedup_png_beside_the_main_one(self):
+        result = run("plot.py", self.path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        folder = os.path.dirname(self.path)
+        outs = [os.path.join(folder, n) for n in ("step_time_s.png", "step_time_s_speedup.png")]
+        self.assertEqual(result.stdout.split(), outs)
+        with open(outs[1], "rb") as f:
+            first = f.read()
+        self.assertEqual(first[:8], PNG_MAGIC)
+        self.assertEqual(run("plot.py", self.path).returncode, 0)
+        with open(outs[1], "rb") as f:
+            self.assertEqual(f.read(), first, "same input must give same bytes")
+
+    def test_unknown_baseline_is_an_error_naming_file_and_label(self):
+        bad = json.loads(json.dumps(SPEEDUP))
+        bad["spec"]["plot"]["speedup_over"] = "packnig"
+        path = write_results(os.path.join(self.tmp.name, "bad"), bad)
+        result = run("plot.py", path)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn(f"plot: {path}: plot.speedup_over: no strategy labelled 'packnig' "
+                      "(strategies: packing, dynamic_cp, static_cp)", result.stderr)
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["results.json"], "nothing drawn")
 
 
 if __name__ == "__main__":

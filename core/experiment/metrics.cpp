@@ -7,6 +7,7 @@ const std::vector<MetricInfo>& known_metrics() {
       {"params_b", "B", "model parameters, billions"},
       {"flops_per_iteration", "FLOP", "model FLOPs of one iteration by the spec's flops_definition"},
       {"tokens_per_iteration", "tokens", "tokens in the global batch (unpadded)"},
+      {"long_token_share", "fraction", "share of the batch's tokens in sequences longer than 32768"},
       {"step_time_s", "s", "time of one training iteration"},
       {"tflops_per_gpu", "TFLOP/s", "flops_per_iteration / step_time_s / num_gpus"},
       {"aggregate_pflops", "PFLOP/s", "flops_per_iteration / step_time_s over all GPUs"},

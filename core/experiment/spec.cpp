@@ -225,6 +225,7 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
 
   root.string("description");
   root.string_or("source", "");
+  std::string speedup_over;  // checked against the strategy labels below
   if (auto plot = root.object_opt("plot")) {
     plot->string_or("x", "");
     if (const json* y = plot->raw("y"); y && !y->is_array()) plot->error("y", "expected an array of metric names");
@@ -232,6 +233,8 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
     plot->boolean_or("logx", false);
     plot->boolean_or("logy", false);
     plot->string_or("series", "");
+    plot->string_or("x_label", "");
+    speedup_over = plot->string_or("speedup_over", "");
     plot->finish();
   }
 
@@ -281,6 +284,8 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       diag.error(ptr, "two strategy entries are labelled \"" + e.label + "\"; give each a distinct \"label\"");
     entries.push_back(std::move(e));
   }
+  if (!speedup_over.empty() && !labels.count(speedup_over))
+    diag.error("/plot/speedup_over", "no strategy entry is labelled \"" + speedup_over + "\"");
 
   // Cases: overrides of the base point, each named; a case may carry published values.
   struct CaseEntry { std::string name; json patch; json published; size_t index; };

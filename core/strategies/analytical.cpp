@@ -11,6 +11,13 @@ StrategyOutcome run_analytical(const StrategyInput& in) {
   out.metrics["flops_per_iteration"] = model_flops_per_iteration(
       in.model, in.batch, parse_recompute(in.parallel.recompute), in.flops_definition);
   out.metrics["tokens_per_iteration"] = static_cast<double>(in.batch.total_tokens());
+  // How long-tailed the batch is: the share of tokens in sequences above 32K (the Dynamic-CP
+  // sensitivity axis; 32K is where a sequence no longer fits a 16K–32K per-rank budget).
+  double long_tokens = 0;
+  for (int64_t L : in.batch.lengths)
+    if (L > 32768) long_tokens += static_cast<double>(L);
+  const double total = static_cast<double>(in.batch.total_tokens());
+  out.metrics["long_token_share"] = total > 0 ? long_tokens / total : 0;
   return out;
 }
 
