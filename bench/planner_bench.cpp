@@ -1,7 +1,8 @@
 // planner_bench.cpp — planning latency of the variable-length planners (packing.h, dynamic_cp.h)
 // for the Dynamic-CP blog's batch shape: 2048 sequences of dynamic_cp_github (min 256, max 131072,
-// seed 1), max_seqlen_per_dp_cp_rank 65536, over 64 and 512 DP×CP ranks. Target: Megatron-main
-// Dynamic-CP ≤ 5 ms at 64 ranks. Build: -DCPBENCH_BUILD_BENCH=ON, then run build/planner_bench.
+// seed 1), max_seqlen_per_dp_cp_rank 65536, over 64 and 512 DP×CP ranks: the three packers, Megatron
+// main's and dev's Dynamic-CP schedulers and the blog's solver. Target: Megatron-main Dynamic-CP
+// ≤ 5 ms at 64 ranks. Build: -DCPBENCH_BUILD_BENCH=ON, then run build/planner_bench.
 // Note: the packers run at cp = 2 (the smallest static CP that holds a 131072-token sequence at
 // 65536 tokens per rank), dp = ranks / 2; the FLOPs packer's cost is L + L²/4096 (illustrative:
 // attention equals linear work at 4K tokens), not a calibrated model.
@@ -9,7 +10,10 @@
 
 #include <cstdlib>
 
+#include "core/experiment/registry.h"
+#include "core/strategies/dcp_solver.h"
 #include "core/strategies/dynamic_cp.h"
+#include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
 #include "core/workload/length_profile.h"
 #include "core/workload/sampling.h"
@@ -73,10 +77,45 @@ void BM_DynamicCpMain(benchmark::State& state) {
   state.counters["rounds"] = static_cast<double>(rounds);
 }
 
+void BM_DynamicCpDev(benchmark::State& state) {
+  const int64_t ranks = state.range(0);
+  size_t rounds = 0;
+  for (auto _ : state) {
+    auto s = schedule_dynamic_cp_dev(batch(), ranks, kMaxSeqlenPerRank);
+    rounds = s->rounds.size();
+    benchmark::DoNotOptimize(s->rounds.data());
+  }
+  state.counters["rounds"] = static_cast<double>(rounds);
+}
+
+// The blog's solver with the benchmark's pipeline: PP 8, full recompute, Llama-13B shape; it
+// searches the micro-batch count over 8 × {1..6}.
+void BM_DynamicCpSolver(benchmark::State& state) {
+  static const ModelShape model = [] {
+    auto m = load_model(default_experiments_dir() / "models" / "llama_13b_dynamic_cp.json");
+    if (!m.ok()) std::abort();
+    return *m;
+  }();
+  DcpSolverOptions opt;
+  opt.ranks = state.range(0);
+  opt.max_seqlen_per_dp_cp_rank = kMaxSeqlenPerRank;
+  opt.pp = 8;
+  opt.full_recompute = true;
+  int64_t m = 0;
+  for (auto _ : state) {
+    auto s = solve_dynamic_cp(batch(), model, opt);
+    m = s->micro_batches;
+    benchmark::DoNotOptimize(s->schedule.rounds.data());
+  }
+  state.counters["micro_batches"] = static_cast<double>(m);
+}
+
 BENCHMARK(BM_DpBalanced)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FirstFitDecreasing)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FlopsBalanced)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_DynamicCpMain)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DynamicCpDev)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DynamicCpSolver)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cpbench
