@@ -92,6 +92,18 @@ struct Lowering {
       // the previous barrier, so only with neither does the previous barrier stay the bound.
       std::vector<int> next = posted[r];
       if (last >= 0) next.push_back(last);
+      if (next.size() > 1) {
+        // One zero-length marker stands for the wait point, so the next phase's tasks depend on
+        // it alone: without it every transfer would list all of both ends' previous transfers
+        // (quadratic in the transfers of a packed batch).
+        TaskSpec mark;
+        mark.device = r;
+        mark.stream = 2;
+        mark.kind = 'o';
+        mark.deps = std::move(next);
+        mark.name = label + " wait point";
+        next = {graph.add(std::move(mark))};
+      }
       if (!next.empty()) barrier[r] = std::move(next);
     }
   }

@@ -195,6 +195,9 @@ TEST(AttentionSim, LoweringPutsTilesOnComputeAndSendsOnTheSendersLink) {
       ++sends;
       EXPECT_EQ(t.stream, 1);
       EXPECT_EQ(t.link, t.device);
+    } else if (t.kind == 'o') {  // a wait point's zero-length marker, off the compute stream
+      EXPECT_EQ(t.duration_s, 0);
+      EXPECT_EQ(t.stream, 2);
     } else {
       ++tiles;
       EXPECT_EQ(t.stream, 0);
