@@ -72,6 +72,9 @@ bool crosses_nodes(const OpMeasurement& m) {
   return m.shape.count("size") && m.shape.at("size") > m.shape.at("ranks_per_node");
 }
 
+// attention_exp_overlap is in no family: it says which kernel design the stack runs (FA2 or
+// FA3-class), a fact of the software, and trades off exactly against the peak fractions, so
+// timings cannot tell it apart from them; it keeps the preset's value and source.
 std::vector<Family> families() {
   auto op_is = [](std::set<std::string> ops) {
     return [ops](const OpMeasurement& m) { return ops.count(m.op) > 0; };

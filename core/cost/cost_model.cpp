@@ -88,8 +88,11 @@ double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const Attent
   // Seconds per (pair, head) on a full GPU: the matmuls on the tensor cores, then one
   // exponential on the SFUs; FA2 does not overlap them, which is why small head dims reach a
   // lower fraction of peak (Shah et al., FlashAttention-3, §1).
-  const double per_pair_s = matmul_flops_per_pair / (c.gpu.peak_flops() * peak_fraction) +
-                            1 / (p.sfu_exp_rate_Tps * 1e12);
+  // FA3 / cuDNN on Hopper overlap the two (Shah et al., §3.1-3.2): then the slower of the two
+  // units bounds the rate.
+  const double matmul_s = matmul_flops_per_pair / (c.gpu.peak_flops() * peak_fraction);
+  const double exp_s = 1 / (p.sfu_exp_rate_Tps * 1e12);
+  const double per_pair_s = std::max(matmul_s + (1 - p.attention_exp_overlap) * exp_s, exp_s);
   // A causal row sees L/2 keys on average; its fixed cost (the masked half of its diagonal
   // tile, loading Q, rescaling and writing O) is amortized over them.
   const double keys_per_row = std::max(1.0, a.mean_len / 2);

@@ -86,6 +86,24 @@ TEST(Attention, IdealForwardIsFourHeadDimFlopsPerPairAtPeak) {
               kAttentionBwdFlopsPerFwd * 4.0 * 128 * pairs * 32 / 100e12, 1e-12);
 }
 
+TEST(Attention, OverlappedExponentialsCostOnlyWhenTheyAreTheBottleneck) {
+  // FA2 adds the SFU time per pair to the matmul time; FA3-class kernels hide it under the
+  // matmuls, so only the slower unit counts.
+  EfficiencyParams serial = EfficiencyParams::ideal(), overlapped = serial;
+  serial.sfu_exp_rate_Tps = overlapped.sfu_exp_rate_Tps = 4;
+  overlapped.attention_exp_overlap = 1;
+  const ClusterSpec c = test_cluster();
+  const double pairs = 1e12, d = 128, len = 1e6;  // long rows: no per-row overhead, full grid
+  const double matmul_s = pairs * 4 * d / c.gpu.peak_flops(), exp_s = pairs / 4e12;
+  EXPECT_NEAR(CostModel(c, serial).flash_attention_fwd_s(pairs, 1, d, len), matmul_s + exp_s, 1e-6 * matmul_s);
+  EXPECT_NEAR(CostModel(c, overlapped).flash_attention_fwd_s(pairs, 1, d, len), std::max(matmul_s, exp_s),
+              1e-6 * matmul_s);
+  // A tiny head dimension makes the exponentials the bottleneck even when overlapped.
+  const double small_mm = pairs * 4 * 4 / c.gpu.peak_flops();
+  ASSERT_LT(small_mm, exp_s);
+  EXPECT_NEAR(CostModel(c, overlapped).flash_attention_fwd_s(pairs, 1, 4, len), exp_s, 1e-6 * exp_s);
+}
+
 TEST(Attention, MonotoneInPairsAndBackwardCostsMore) {
   for (const char* name : {"a100_80gb_dgx", "h100_dgx"}) {
     const CostModel model = preset_model(name);

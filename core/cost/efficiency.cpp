@@ -19,6 +19,8 @@ const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
       {"sfu_exp_rate_Tps", &E::sfu_exp_rate_Tps, 1e-3, 1e6, "exponentials per s, 10^12"},
       {"attention_row_overhead_keys", &E::attention_row_overhead_keys, 0, 1e5,
        "per-query-row fixed cost, in keys"},
+      {"attention_exp_overlap", &E::attention_exp_overlap, 0, 1,
+       "share of the exponentials hidden under the attention matmuls"},
       {"nvlink_busbw_efficiency", &E::nvlink_busbw_efficiency, 0.01, 1,
        "NCCL Simple busbw / NVLink rate"},
       {"nvlink_step_latency_us", &E::nvlink_step_latency_us, 0, 1e4, "Simple, per step, µs"},

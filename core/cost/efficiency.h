@@ -22,11 +22,14 @@ struct EfficiencyParams {
   double kernel_overhead_us = 0;    // fixed cost of one kernel (launch + ramp + tail)
   // Memory-bound kernels.
   double hbm_efficiency = 1;  // achievable / nominal HBM bandwidth (STREAM-like)
-  // Flash attention (FlashAttention-2 style kernel).
+  // Flash attention (FlashAttention-2 or -3 style kernel).
   double attention_fwd_peak_fraction = 1;  // tensor-core fraction of the fwd matmuls
   double attention_bwd_peak_fraction = 1;  // same for the bwd matmuls
   double sfu_exp_rate_Tps = std::numeric_limits<double>::infinity();  // SFU exp/s, 10¹²
   double attention_row_overhead_keys = 0;  // per query row: masked tile waste + Q/O traffic
+  // Share of the exponentials' time hidden under the matmuls: 0 for FlashAttention-2 (softmax and
+  // matmuls in turn), 1 for FlashAttention-3 / cuDNN on Hopper (ping-pong warpgroups).
+  double attention_exp_overlap = 0;
   // Links: bus-bandwidth efficiency of the Simple protocol, per-step latency of Simple and LL.
   double nvlink_busbw_efficiency = 1;
   double nvlink_step_latency_us = 0;
