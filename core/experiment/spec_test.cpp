@@ -168,6 +168,14 @@ TEST_F(SpecTest, PublishedSelectorMustMatch) {
   EXPECT_NE(e.find("/published/values/0/case: no case is named \"medium\""), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, SpeedupBaselineMustBeAStrategyLabel) {
+  auto f = write([](json& j) { j["plot"] = {{"speedup_over", "tp8"}, {"x_label", "micro-batch size"}}; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/plot/speedup_over: no strategy entry is labelled \"tp8\""), std::string::npos) << e;
+  f = write([](json& j) { j["plot"] = {{"speedup_over", "tp4"}, {"x_label", "micro-batch size"}}; });
+  EXPECT_TRUE(load(f).ok());
+}
+
 TEST_F(SpecTest, BatchSizeGivenTwice) {
   auto f = write([](json& j) { j["workload"]["global_batch_tokens"] = 4096; });
   auto e = error_of(load(f));
