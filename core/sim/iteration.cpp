@@ -165,11 +165,12 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   // Ranks of one CP group run its micro-batch together: when they are simulated apart (their
   // other micro-batches differ), each op of that micro-batch starts at once on all of them.
   // Megatron main's round barrier makes every forward of micro-batch k a start over all ranks.
-  auto join = [&](const std::vector<int>& members, int k, bool forward_only) {
+  // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.
+  auto join = [&](const std::vector<int>& members, int k, char which) {
     for (int s = 0; s < p; ++s)
       for (size_t i = 0; i < (*schedule)[s].size(); ++i) {
         const PipeOp& op = (*schedule)[s][i];
-        if (op.micro_batch != k || (forward_only && !op.forward)) continue;
+        if (op.micro_batch != k || (which == 'f' && !op.forward) || (which == 'b' && op.forward)) continue;
         ++collective_id;
         for (int r : members) g.set_collective(pipelines[r].compute[s][i], collective_id);
       }
@@ -178,7 +179,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
     if (plan.round_barrier && replicas.size() > 1) {
       std::vector<int> all(replicas.size());
       for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
-      join(all, k, true);
+      join(all, k, 'f');
     }
     std::vector<int64_t> seen;  // first ranks of the groups already joined
     for (int64_t r = 0; r < ranks; ++r) {
@@ -196,7 +197,9 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
                                    " does not hold the micro-batch of its CP group at rank " + std::to_string(mb.first_rank)};
         if (std::find(members.begin(), members.end(), replica_of[q]) == members.end()) members.push_back(replica_of[q]);
       }
-      if (members.size() > 1) join(members, k, plan.round_barrier);
+      // Under a round barrier the forwards are already joined over all ranks (a task belongs to
+      // one collective; the barrier's contains the group's).
+      if (members.size() > 1) join(members, k, plan.round_barrier ? 'b' : 'a');
     }
   }
   // Replicas that differ reduce gradients together: the last DP task of each stage is a

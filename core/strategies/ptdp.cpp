@@ -24,14 +24,19 @@ std::string divides(const char* what, int64_t a, const char* by, int64_t b) {
 
 }  // namespace
 
-std::string plan_ptdp(const StrategyInput& in, Plan* plan) {
-  const ParallelConfig& L = in.parallel;
-  const ModelShape& m = in.model;
-  if (L.cp > 1) return "ptdp has no context parallelism (cp = " + std::to_string(L.cp) + "); use a CP strategy";
+std::string check_model_split(const ModelShape& m, const ParallelConfig& L) {
   for (const std::string& why : {divides("heads", m.heads, "tp", L.tp), divides("kv_heads", m.kv_heads, "tp", L.tp),
                                  divides("ffn_hidden", m.ffn_hidden, "tp", L.tp),
                                  divides("layers", m.layers, "pp·vp", L.pp * L.vp)})
     if (!why.empty()) return why;
+  return "";
+}
+
+std::string plan_ptdp(const StrategyInput& in, Plan* plan) {
+  const ParallelConfig& L = in.parallel;
+  const ModelShape& m = in.model;
+  if (L.cp > 1) return "ptdp has no context parallelism (cp = " + std::to_string(L.cp) + "); use a CP strategy";
+  if (auto why = check_model_split(m, L); !why.empty()) return why;
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
   if (auto why = divides("global batch (sequences)", sequences, "dp·micro_batch_size", per_replica); !why.empty())

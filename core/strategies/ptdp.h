@@ -10,6 +10,10 @@
 
 namespace cpbench {
 
+// Why the model cannot be split by the layout's TP and PP×VP ("" when it can): heads, KV heads and
+// the FFN width over tp, layers over pp·vp.
+std::string check_model_split(const ModelShape& model, const ParallelConfig& layout);
+
 // The plan, or why the layout cannot run it ("" when it can).
 std::string plan_ptdp(const StrategyInput& in, Plan* plan);
 

@@ -40,7 +40,21 @@ std::string schedule_kind(const ParallelConfig& L, int64_t* micro_batches) {
   return L.vp > 1 ? "interleaved" : "1f1b";
 }
 
+// Ulysses (a2a) splits heads over the CP group: every group size the plan uses must divide the
+// query and KV heads of a TP rank (TransformerEngine's rule); otherwise the point cannot run.
+std::string check_cp_heads(const StrategyInput& in, const Plan& plan) {
+  if (in.parallel.cp_comm_type != "a2a") return "";
+  const int64_t heads = in.model.heads / in.parallel.tp, kv = in.model.kv_heads / in.parallel.tp;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      if (mb.cp > 1 && (heads % mb.cp != 0 || kv % mb.cp != 0))
+        return "cp_comm_type a2a needs the " + std::to_string(heads) + " query and " + std::to_string(kv) +
+               " KV heads per TP rank to divide by the CP group size " + std::to_string(mb.cp);
+  return "";
+}
+
 StrategyOutcome finish(const StrategyInput& in, const Plan& plan, double plan_ms) {
+  if (auto why = check_cp_heads(in, plan); !why.empty()) return StrategyOutcome::infeasible(why);
   StrategyOutcome out = evaluate_plan(in, plan);
   if (out.status != "ok") return out;
   out.metrics["padding_fraction"] = padding_fraction(plan);
@@ -60,6 +74,7 @@ StrategyOutcome run_static(const StrategyInput& in, const std::string& packer) {
 std::string plan_static_cp(const StrategyInput& in, const std::string& packer, Plan* plan) {
   const ParallelConfig& L = in.parallel;
   if (auto why = needs_max_seqlen(L); !why.empty()) return why;
+  if (auto why = check_model_split(in.model, L); !why.empty()) return why;
   const int64_t dp = L.dp(), cp = L.cp;
   const int64_t capacity = L.max_seqlen_per_dp_cp_rank * cp;
   Expected<std::vector<Pack>> packs = Error{"", "", "unknown packer '" + packer + "'"};
@@ -95,14 +110,20 @@ Plan plan_from_dcp_schedule(const DcpSchedule& schedule, const std::vector<int64
   Plan plan;
   plan.layout = layout;
   const int64_t pool = layout.dp() * layout.cp;
+  // A round where every rank is idle is no micro-batch at all (a solver may leave trailing
+  // slots empty); it is dropped rather than run as an empty pipeline pass.
+  DcpSchedule kept;
+  for (const DcpRound& r : schedule.rounds)
+    if (!r.groups.empty()) kept.rounds.push_back(r);
+  const DcpSchedule& schedule_used = kept;
   plan.layout.cp = 1;  // the CP size is chosen per micro-batch
   const int64_t pad_to = 2 * pool * (layout.sequence_parallel ? layout.tp : 1);
-  int64_t m = static_cast<int64_t>(schedule.rounds.size());
+  int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
   plan.pipeline_schedule = schedule_kind(plan.layout, &m);
   plan.round_barrier = round_barrier;
   plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
-  for (size_t k = 0; k < schedule.rounds.size(); ++k)
-    for (const DcpGroup& g : schedule.rounds[k].groups) {
+  for (size_t k = 0; k < schedule_used.rounds.size(); ++k)
+    for (const DcpGroup& g : schedule_used.rounds[k].groups) {
       PlanMicroBatch mb;
       for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
       mb.cp = g.size;
@@ -124,6 +145,7 @@ using Scheduler = Expected<DcpSchedule> (*)(const std::vector<int64_t>&, int64_t
 StrategyOutcome run_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
   const ParallelConfig& L = in.parallel;
   if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
+  if (auto why = check_model_split(in.model, L); !why.empty()) return StrategyOutcome::infeasible(why);
   const auto start = Clock::now();
   auto schedule = scheduler(in.batch.lengths, L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
   if (!schedule) return StrategyOutcome::infeasible(schedule.error_str());
@@ -143,6 +165,7 @@ StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in) { return run_schedul
 StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
   const ParallelConfig& L = in.parallel;
   if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
+  if (auto why = check_model_split(in.model, L); !why.empty()) return StrategyOutcome::infeasible(why);
   const auto start = Clock::now();
   DcpSolverOptions opt;
   opt.ranks = L.dp() * L.cp;

@@ -192,6 +192,22 @@ TEST_F(VarlenTest, InputsThatCannotBePlannedAreInfeasibleWithAReason) {
   out = run_packing(input());
   EXPECT_EQ(out.status, "infeasible");
   EXPECT_NE(out.reason.find("12000"), std::string::npos) << out.reason;
+  layout_.max_seqlen_per_dp_cp_rank = 8192;
+  layout_.cp_comm_type = "a2a";  // Llama-2-7B's 32 heads do not split over a CP group of 64
+  layout_.num_gpus = 128;
+  layout_.cp = 64;
+  out = run_packing(input());
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("cp_comm_type a2a needs the 32 query and 32 KV heads per TP rank to divide by the CP group size 64"),
+            std::string::npos) << out.reason;
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 16;
+  layout_.pp = 3;  // 32 layers do not split over 3 stages
+  layout_.max_seqlen_per_dp_cp_rank = 8192;
+  out = run_dynamic_cp(input());
+  EXPECT_EQ(out.status, "infeasible");
+  EXPECT_NE(out.reason.find("layers 32 is not a multiple of pp·vp 3"), std::string::npos) << out.reason;
+  layout_.pp = 2;
   layout_.max_seqlen_per_dp_cp_rank = 1024;  // 12000 tokens need cp 16 > the pool of 8
   out = run_dynamic_cp(input());
   EXPECT_EQ(out.status, "infeasible");
