@@ -251,7 +251,7 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
 
   int32_t a2a_size = 1;
   if (r.layout == "single" && r.cp != 1) return layout_error("single needs cp = 1, got cp = " + std::to_string(r.cp));
-  if (r.layout == "zigzag") {
+  if (r.layout == "zigzag" || r.layout == "all_gather") {
     if (auto e = fit_each(r, p.seq_lengths)) return *e;
   } else if (auto e = fit_total(r, p.seq_lengths)) {
     return *e;
@@ -269,8 +269,10 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
     if (auto e = check_heads(r, a2a_size, "a2a_size")) return *e;
   }
 
-  p.home = r.layout == "zigzag" ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
-                                : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
+  // all_gather balances causal work as the ring does: TransformerEngine's all-gather CP keeps two
+  // Q chunks per rank (references/context_parallel.md), the zigzag chunks.
+  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather";
+  p.home = two_chunks ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q) : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
   if (r.layout == "all_gather") {
     build_all_gather(p);
   } else {

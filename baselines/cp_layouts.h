@@ -35,8 +35,10 @@ struct CpLayoutRequest {
 //               r−i. cp stages; (cp−1)·|KV shard| per rank. Fully masked tiles are left out.
 //   zigzag      every sequence in 2·cp equal chunks, rank r owns chunks r and 2cp−1−r; needs
 //               L % (2·cp) == 0 for every sequence (pad: each grows). Ring as above.
-//   all_gather  contiguous as ring; one stage: every rank's home KV goes to every other rank,
-//               then each of the rank's Q pieces attends every KV piece it may see.
+//   all_gather  zigzag chunks (2·cp per sequence, rank r owns r and 2cp−1−r: TransformerEngine's
+//               all-gather CP keeps two Q chunks per rank for causal balance), same length rule;
+//               one stage: every rank's home KV goes to every other rank, then each of the rank's
+//               Q pieces attends every KV piece it may see.
 //   a2a         contiguous as ring; needs heads_q % cp == 0 and heads_kv % cp == 0. Stage 0:
 //               each rank sends every rank j the Q and KV of its tokens for j's head range;
 //               rank j computes whole sequences for its heads; gather_out returns O to owners.

@@ -152,7 +152,13 @@ TEST(CpLayouts, AllGatherSendsEveryShardToEveryRank) {
   const AttentionPlan p = *plan_cp_layout(request("all_gather", 4, {.kind = MaskKind::causal}));
   ASSERT_EQ(p.stages.size(), 1u);
   const RankBytes b = plan_bytes(p, false);
-  const double shard = kv_bytes(p, 216 / 4);
+  // Zigzag chunks: every sequence padded to a multiple of 2·cp = 8, each rank holds 1/4 of it.
+  int64_t padded = 0;
+  for (int64_t L : p.seq_lengths) {
+    EXPECT_EQ(L % 8, 0);
+    padded += L;
+  }
+  const double shard = kv_bytes(p, padded / 4);
   for (int32_t r = 0; r < 4; ++r) {
     EXPECT_DOUBLE_EQ(b.sent[r], 3 * shard);
     EXPECT_DOUBLE_EQ(b.received[r], 3 * shard);
