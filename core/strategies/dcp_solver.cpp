@@ -330,27 +330,18 @@ Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, 
                                            const DcpSolverOptions& opt) {
   Status valid = check_inputs(lengths, model, opt);
   if (!valid.ok()) return valid.errors();
-  int64_t largest_pow2 = 1;
-  while (2 * largest_pow2 <= opt.ranks) largest_pow2 *= 2;
+  auto sizes = dcp_min_cp_sizes(lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank);
+  if (!sizes) return sizes.errors();
+  const int64_t largest_pow2 = sizes->largest_pow2;
   std::vector<Sample> samples(lengths.size());
   double total_forward = 0;
   int64_t total_tokens = 0;
   for (size_t i = 0; i < lengths.size(); ++i) {
     const int64_t L = lengths[i];
-    if (L < 1) {
-      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(L) +
-                               " tokens; lengths must be ≥ 1"};
-    }
     Sample& s = samples[i];
     s.id = static_cast<int64_t>(i);
     s.length = L;
-    s.cp_min = dcp_min_cp_size(L, opt.max_seqlen_per_dp_cp_rank);
-    if (s.cp_min > largest_pow2) {
-      return Error{"", "", sample_name(s) + " needs CP size " + std::to_string(s.cp_min) +
-                               " at max_seqlen_per_dp_cp_rank " + std::to_string(opt.max_seqlen_per_dp_cp_rank) +
-                               ", but the largest power-of-two group of " + std::to_string(opt.ranks) +
-                               " ranks has " + std::to_string(largest_pow2)};
-    }
+    s.cp_min = sizes->cp_min[i];
     const DcpSequenceFlops f = dcp_sequence_flops(L, model, opt.full_recompute);
     s.cost = f.total();
     s.forward = f.forward;

@@ -213,16 +213,9 @@ class RoundBuilder {
 
   // [C7]
   void lay_out(DcpRound* round) const {
-    std::vector<size_t> order(groups_.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return groups_[a].size > groups_[b].size; });
-    int64_t next_rank = 0;
-    for (size_t g : order) {
-      const OpenGroup& og = groups_[g];
-      round->groups.push_back(DcpGroup{next_rank, og.size, og.seq_ids, og.work});
-      next_rank += og.size;
-    }
+    std::vector<DcpGroup> groups;
+    for (const OpenGroup& og : groups_) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
+    lay_out_aligned(std::move(groups), round);
   }
 
   const std::vector<int64_t>& lengths_;
@@ -241,8 +234,18 @@ int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
   return cp;
 }
 
-Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
-                                               int64_t max_seqlen_per_dp_cp_rank) {
+void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round) {
+  std::stable_sort(groups.begin(), groups.end(), [](const DcpGroup& a, const DcpGroup& b) { return a.size > b.size; });
+  int64_t next_rank = 0;
+  for (DcpGroup& g : groups) {
+    g.first_rank = next_rank;
+    next_rank += g.size;
+    round->groups.push_back(std::move(g));
+  }
+}
+
+Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+                                        int64_t max_seqlen_per_dp_cp_rank) {
   if (ranks < 1) return Error{"", "", "ranks (dp·cp) must be ≥ 1, got " + std::to_string(ranks)};
   if (max_seqlen_per_dp_cp_rank < 1) {
     return Error{"", "", "max_seqlen_per_dp_cp_rank must be ≥ 1, got " + std::to_string(max_seqlen_per_dp_cp_rank)};
@@ -264,6 +267,15 @@ Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengt
                                " ranks has " + std::to_string(largest_pow2)};
     }
   }
+  return DcpMinSizes{std::move(cp_min), largest_pow2};
+}
+
+Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+                                               int64_t max_seqlen_per_dp_cp_rank) {
+  auto sizes = dcp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
+  if (!sizes) return sizes.errors();
+  const std::vector<int64_t>& cp_min = sizes->cp_min;
+  const int64_t largest_pow2 = sizes->largest_pow2;
   RoundBuilder builder(lengths, cp_min, ranks, largest_pow2, max_seqlen_per_dp_cp_rank);
   std::vector<int64_t> pending(lengths.size());
   std::iota(pending.begin(), pending.end(), int64_t{0});

@@ -33,6 +33,21 @@ struct DcpSchedule {
 // cp_min(L) = max(1, 2^ceil(log2(L / max_seqlen_per_dp_cp_rank))), in exact integer arithmetic.
 int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);
 
+// cp_min of every sequence and the largest power of two ≤ ranks, after checking the inputs: an
+// Error for ranks or max_seqlen_per_dp_cp_rank < 1, a length < 1, or a sequence whose cp_min
+// exceeds the largest power-of-two group (naming the sequence, its length and both sizes).
+struct DcpMinSizes {
+  std::vector<int64_t> cp_min;
+  int64_t largest_pow2 = 1;
+};
+Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+                                       int64_t max_seqlen_per_dp_cp_rank);
+
+// Gives a round's groups their ranks: sizes descending (ties keep the given order), laid out
+// contiguously from rank 0. With power-of-two sizes every offset is a sum of sizes ≥ the current
+// one, so each group is an aligned slice (first_rank % size == 0); Σ size must be ≤ the ranks.
+void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round);
+
 // The scheduler. Choices where context_parallel.md is ambiguous are documented in dynamic_cp.cpp.
 Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank);

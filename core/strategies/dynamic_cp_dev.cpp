@@ -179,16 +179,9 @@ class DevRoundBuilder {
 
   // [D7]
   void lay_out(DcpRound* round) const {
-    std::vector<size_t> order(groups_.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return groups_[a].size > groups_[b].size; });
-    int64_t next_rank = 0;
-    for (size_t g : order) {
-      const OpenGroup& og = groups_[g];
-      round->groups.push_back(DcpGroup{next_rank, og.size, og.seq_ids, og.work});
-      next_rank += og.size;
-    }
+    std::vector<DcpGroup> groups;
+    for (const OpenGroup& og : groups_) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
+    lay_out_aligned(std::move(groups), round);
   }
 
   const std::vector<int64_t>& lengths_;
@@ -210,27 +203,10 @@ double dcp_dev_round_cap(int64_t tallest_length, int64_t max_seqlen_per_dp_cp_ra
 
 Expected<DcpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& lengths, int64_t ranks,
                                               int64_t max_seqlen_per_dp_cp_rank) {
-  if (ranks < 1) return Error{"", "", "ranks (dp·cp) must be ≥ 1, got " + std::to_string(ranks)};
-  if (max_seqlen_per_dp_cp_rank < 1) {
-    return Error{"", "", "max_seqlen_per_dp_cp_rank must be ≥ 1, got " + std::to_string(max_seqlen_per_dp_cp_rank)};
-  }
-  int64_t largest_pow2 = 1;
-  while (2 * largest_pow2 <= ranks) largest_pow2 *= 2;
-  std::vector<int64_t> cp_min(lengths.size());
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    if (lengths[i] < 1) {
-      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-                               " tokens; lengths must be ≥ 1"};
-    }
-    cp_min[i] = dcp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
-    if (cp_min[i] > largest_pow2) {
-      return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
-                               " tokens and needs CP size " + std::to_string(cp_min[i]) +
-                               " at max_seqlen_per_dp_cp_rank " + std::to_string(max_seqlen_per_dp_cp_rank) +
-                               ", but the largest power-of-two group of " + std::to_string(ranks) +
-                               " ranks has " + std::to_string(largest_pow2)};
-    }
-  }
+  auto sizes = dcp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
+  if (!sizes) return sizes.errors();
+  const std::vector<int64_t>& cp_min = sizes->cp_min;
+  const int64_t largest_pow2 = sizes->largest_pow2;
   std::vector<int64_t> pending(lengths.size());
   std::iota(pending.begin(), pending.end(), int64_t{0});
   std::sort(pending.begin(), pending.end(), [&](int64_t a, int64_t b) {
