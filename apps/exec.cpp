@@ -8,6 +8,7 @@
 #include "core/experiment/registry.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/dynamic_cp_exec.h"
+#include "core/strategies/dynamic_cp.h"
 #include "core/runtime/local_measure.h"
 #include "core/sim/attention_sim.h"
 #include "core/runtime/mpi_communicator.h"
@@ -201,10 +202,12 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   if (!lengths) return refuse(lengths.error_str());
   auto schedule = schedule_dynamic_cp_main(*lengths, comm.size(), a.max_seqlen_per_rank);
   if (!schedule) return refuse(schedule.error_str());
+  std::vector<std::vector<AttentionPlan>> round_plans;
   for (size_t r = 0; r < schedule->rounds.size(); ++r) {
     auto plans = plan_dcp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
                                 a.head_dim);
     if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
+    round_plans.push_back(std::move(*plans));
   }
   if (rank == 0) {
     std::printf("dynamic-cp: %s, mask %s, %d ranks, %zu sequences, max %lld tokens per rank, %zu rounds, "
@@ -215,8 +218,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   }
   double ok = 1;
   for (size_t r = 0; r < schedule->rounds.size(); ++r) {
-    auto rep = execute_dcp_round(comm, schedule->rounds[r], *lengths, a.layout, a.mask, a.heads, a.kv_heads,
-                                 a.head_dim, a.backward, a.seed);
+    auto rep = execute_dcp_round(comm, schedule->rounds[r], round_plans[r], a.backward, a.seed);
     if (!rep) fail("rank " + std::to_string(rank) + ", round " + std::to_string(r) + ": " + rep.error_str());
     if (!rep->ok()) ok = 0;
     std::string text = rank == 0 ? "round " + std::to_string(r) + ":\n" : "";

@@ -5,6 +5,7 @@
 #include "baselines/cp_layouts.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace cpbench {
@@ -222,6 +223,62 @@ std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& le
 }
 
 }  // namespace
+
+namespace {
+
+// Heads and head_dim become the layout request's int32 fields: out-of-range values are an Error
+// rather than a silent narrowing.
+std::string check_dim(const char* what, int64_t value) {
+  if (value < 1 || value > std::numeric_limits<int32_t>::max())
+    return std::string(what) + " = " + std::to_string(value) + " is not in [1, 2^31)";
+  return "";
+}
+
+}  // namespace
+
+Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
+                                                    int64_t world_ranks, const std::string& layout,
+                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
+                                                    int64_t head_dim) {
+  if (std::string why = check_dcp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
+    return layout_error("Dynamic-CP round: " + why);
+  for (const std::string& why : {check_dim("heads", heads), check_dim("kv_heads", kv_heads), check_dim("head_dim", head_dim)})
+    if (!why.empty()) return layout_error("Dynamic-CP round: " + why);
+  auto mask_spec = mask_from_name(mask);
+  if (!mask_spec) return mask_spec.errors();
+  std::vector<AttentionPlan> plans;
+  for (size_t i = 0; i < round.groups.size(); ++i) {
+    const DcpGroup& g = round.groups[i];
+    CpLayoutRequest req;
+    req.layout = layout;
+    req.cp = static_cast<int32_t>(g.size);
+    for (int64_t s : g.seq_ids) req.seq_lengths.push_back(lengths[static_cast<size_t>(s)]);
+    req.mask = *mask_spec;
+    req.heads_q = static_cast<int32_t>(heads);
+    req.heads_kv = static_cast<int32_t>(kv_heads);
+    req.head_dim = static_cast<int32_t>(head_dim);
+    req.pad = true;  // Megatron pads each sequence of a CP group to a multiple of 2·cp as well
+    auto plan = plan_cp_layout(req);
+    if (!plan) return layout_error("Dynamic-CP round: " + dcp_group_name(i, g) + ": " + plan.error_str());
+    plans.push_back(std::move(*plan));
+  }
+  return plans;
+}
+
+Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
+                                                   const ParallelConfig& layout) {
+  CpLayoutRequest req;
+  req.layout = mb.cp > 1 ? cp_layout_for_comm_type(layout.cp_comm_type) : "single";
+  if (req.layout.empty()) return layout_error("unknown cp_comm_type '" + layout.cp_comm_type + "'");
+  req.cp = static_cast<int32_t>(mb.cp);
+  req.seq_lengths = mb.padded_lengths();
+  req.mask = MaskSpec{.kind = MaskKind::causal};  // decoder language models
+  req.heads_q = static_cast<int32_t>(model.heads / layout.tp);
+  req.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
+  req.head_dim = static_cast<int32_t>(model.head_dim());
+  req.pad = true;
+  return plan_cp_layout(req);
+}
 
 std::string cp_layout_for_comm_type(const std::string& t) {
   if (t == "p2p") return "zigzag";

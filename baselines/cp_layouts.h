@@ -12,6 +12,10 @@
 
 #include "core/common/expected.h"
 #include "core/plan/attention_plan.h"
+#include "core/plan/dcp_schedule.h"
+#include "core/model/model.h"
+#include "core/plan/parallel_config.h"
+#include "core/plan/plan.h"
 #include "core/workload/mask.h"
 
 namespace cpbench {
@@ -52,6 +56,23 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
 // The layout that runs TransformerEngine's `cp_comm_type` (references/context_parallel.md): p2p is
 // the ring with causal load balancing (zigzag), the others by name. Unknown: an empty string.
 std::string cp_layout_for_comm_type(const std::string& cp_comm_type);
+
+// The plan of every group of a Dynamic-CP round (index-aligned with round.groups): the group's
+// sequences, in the group's order, as one `layout` of group.size ranks (plan_cp_layout with
+// pad = true), mask by name (mask_from_name). An invalid round (check_dcp_round) or a group its
+// layout rejects is an Error naming the group; the verdict depends on the arguments only, so every
+// rank of a job reaches the same one.
+Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
+                                                    int64_t world_ranks, const std::string& layout,
+                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
+                                                    int64_t head_dim);
+
+// The AttentionPlan of one packed micro-batch on its CP group, per TP rank: the layout of the
+// layout's cp_comm_type (single when mb.cp = 1), causal, the model's heads and KV heads over tp,
+// the micro-batch's padded lengths (padded further if the layout needs it). The simulator prices
+// this plan (core/sim/cp_attention.h); the executors run plans built the same way.
+Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
+                                                   const ParallelConfig& layout);
 
 // The layout names plan_cp_layout accepts, in the order above.
 std::vector<std::string> cp_layout_names();

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <limits>
 
-#include "baselines/cp_layouts.h"
 #include "core/runtime/executor.h"
 #include "core/workload/mask.h"
 #include "core/workload/rng.h"
@@ -11,83 +10,9 @@
 namespace cpbench {
 namespace {
 
-std::string ranks_str(const DcpGroup& g) {
-  return "ranks [" + std::to_string(g.first_rank) + ", " + std::to_string(g.first_rank + g.size) + ")";
-}
-
-std::string group_str(size_t i, const DcpGroup& g) { return "group " + std::to_string(i) + " (" + ranks_str(g) + ")"; }
-
 Error round_error(const std::string& message) { return runtime_error("Dynamic-CP round: " + message); }
 
-// Heads and head_dim become the layout request's int32 fields: out-of-range values are an Error
-// rather than a silent narrowing.
-std::string check_dim(const char* what, int64_t value) {
-  if (value < 1 || value > std::numeric_limits<int32_t>::max())
-    return std::string(what) + " = " + std::to_string(value) + " is not in [1, 2^31)";
-  return "";
-}
-
 }  // namespace
-
-std::string check_dcp_round(const DcpRound& round, int64_t world_ranks, int64_t sequences) {
-  if (round.groups.empty()) return "the round has no groups";
-  std::vector<int64_t> owner(static_cast<size_t>(std::max<int64_t>(world_ranks, 0)), -1);
-  std::vector<int64_t> seq_group(static_cast<size_t>(std::max<int64_t>(sequences, 0)), -1);
-  for (size_t i = 0; i < round.groups.size(); ++i) {
-    const DcpGroup& g = round.groups[i];
-    if (g.size < 1) return group_str(i, g) + " has size " + std::to_string(g.size) + "; a group needs ≥ 1 rank";
-    if (g.first_rank < 0 || g.first_rank + g.size > world_ranks)
-      return group_str(i, g) + " exceeds the world of " + std::to_string(world_ranks) + " ranks";
-    for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) {
-      int64_t& o = owner[static_cast<size_t>(r)];
-      if (o >= 0)
-        return group_str(i, g) + " overlaps " + group_str(static_cast<size_t>(o), round.groups[o]) + " at rank " +
-               std::to_string(r);
-      o = static_cast<int64_t>(i);
-    }
-    if (g.seq_ids.empty()) return group_str(i, g) + " has no sequences";
-    for (int64_t s : g.seq_ids) {
-      if (s < 0 || s >= sequences)
-        return group_str(i, g) + " names sequence " + std::to_string(s) + " of a batch of " +
-               std::to_string(sequences);
-      int64_t& sg = seq_group[static_cast<size_t>(s)];
-      if (sg >= 0)
-        return "sequence " + std::to_string(s) + " is in " + group_str(static_cast<size_t>(sg), round.groups[sg]) +
-               " and " + group_str(i, g);
-      sg = static_cast<int64_t>(i);
-    }
-  }
-  return "";
-}
-
-Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
-                                                    int64_t world_ranks, const std::string& layout,
-                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
-                                                    int64_t head_dim) {
-  if (std::string why = check_dcp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
-    return round_error(why);
-  for (const std::string& why : {check_dim("heads", heads), check_dim("kv_heads", kv_heads), check_dim("head_dim", head_dim)})
-    if (!why.empty()) return round_error(why);
-  auto mask_spec = mask_from_name(mask);
-  if (!mask_spec) return mask_spec.errors();
-  std::vector<AttentionPlan> plans;
-  for (size_t i = 0; i < round.groups.size(); ++i) {
-    const DcpGroup& g = round.groups[i];
-    CpLayoutRequest req;
-    req.layout = layout;
-    req.cp = static_cast<int32_t>(g.size);
-    for (int64_t s : g.seq_ids) req.seq_lengths.push_back(lengths[static_cast<size_t>(s)]);
-    req.mask = *mask_spec;
-    req.heads_q = static_cast<int32_t>(heads);
-    req.heads_kv = static_cast<int32_t>(kv_heads);
-    req.head_dim = static_cast<int32_t>(head_dim);
-    req.pad = true;  // Megatron pads each sequence of a CP group to a multiple of 2·cp as well
-    auto plan = plan_cp_layout(req);
-    if (!plan) return round_error(group_str(i, g) + ": " + plan.error_str());
-    plans.push_back(std::move(*plan));
-  }
-  return plans;
-}
 
 OwnedInputs dcp_group_inputs(const AttentionPlan& plan, const std::vector<int64_t>& seq_ids, uint64_t seed) {
   OwnedInputs all;
@@ -111,13 +36,19 @@ OwnedInputs dcp_group_inputs(const AttentionPlan& plan, const std::vector<int64_
 }
 
 Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& round,
-                                           const std::vector<int64_t>& lengths, const std::string& layout,
-                                           const std::string& mask, int64_t heads, int64_t kv_heads,
-                                           int64_t head_dim, bool backward, uint64_t seed) {
-  // Every group is planned on every rank before any collective: a group its layout rejects must
-  // stop all ranks alike, not leave the others waiting in split.
-  auto plans = plan_dcp_round(round, lengths, world.size(), layout, mask, heads, kv_heads, head_dim);
-  if (!plans) return plans.errors();
+                                           const std::vector<AttentionPlan>& plans, bool backward, uint64_t seed) {
+  // Checked on every rank before any collective: a bad round must stop all ranks alike, not
+  // leave the others waiting in split.
+  if (plans.size() != round.groups.size())
+    return round_error(std::to_string(plans.size()) + " plans for " + std::to_string(round.groups.size()) + " groups");
+  int64_t sequences = 0;
+  for (const DcpGroup& g : round.groups)
+    for (int64_t s : g.seq_ids) sequences = std::max(sequences, s + 1);
+  if (std::string why = check_dcp_round(round, world.size(), sequences); !why.empty()) return round_error(why);
+  for (size_t i = 0; i < plans.size(); ++i)
+    if (plans[i].ranks != round.groups[i].size || plans[i].seq_lengths.size() != round.groups[i].seq_ids.size())
+      return round_error(dcp_group_name(i, round.groups[i]) + ": its plan has " + std::to_string(plans[i].ranks) +
+                         " ranks and " + std::to_string(plans[i].seq_lengths.size()) + " sequences");
   const int me = world.rank();
   DcpRoundReport rep;
   for (size_t i = 0; i < round.groups.size(); ++i) {
@@ -131,7 +62,7 @@ Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& 
   if (rep.idle()) return rep;
 
   const DcpGroup& g = round.groups[rep.group];
-  const AttentionPlan& plan = (*plans)[rep.group];
+  const AttentionPlan& plan = plans[rep.group];
   Communicator& comm = **sub;
   rep.first_rank = g.first_rank;
   rep.group_size = g.size;
@@ -139,14 +70,14 @@ Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& 
   rep.seq_ids = g.seq_ids;
   rep.padded_lengths = plan.seq_lengths;
   if (comm.size() != g.size || comm.rank() != me - g.first_rank)
-    return runtime_error("Dynamic-CP round: rank " + std::to_string(me) + " of " + group_str(rep.group, g) +
+    return runtime_error("Dynamic-CP round: rank " + std::to_string(me) + " of " + dcp_group_name(rep.group, g) +
                          " became rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) +
                          " after the split");
 
   OwnedInputs in = dcp_group_inputs(plan, g.seq_ids, seed);
   auto exec = execute_attention(plan, comm, in.view(), backward);
   if (!exec) {
-    return runtime_error("Dynamic-CP round, rank " + std::to_string(me) + " in " + group_str(rep.group, g) + ": " +
+    return runtime_error("Dynamic-CP round, rank " + std::to_string(me) + " in " + dcp_group_name(rep.group, g) + ": " +
                          exec.error_str());
   }
   rep.compute_s = exec->compute_s;

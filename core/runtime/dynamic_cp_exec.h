@@ -1,9 +1,8 @@
 // dynamic_cp_exec.h — executes one Dynamic-CP round (one micro-batch) on the world's ranks: the
-// world is split into the round's CP groups and each group runs its sequences as one static CP
-// layout (plan_cp_layout, padded) with execute_attention, checked against the reference.
-// Requires: every rank passes the same round, lengths and arguments (inputs are drawn from the
-// seed on every rank). Note: consumes core/strategies' DcpRound and baselines' plan_cp_layout, so it
-// sits above them in the module order; nothing else in runtime/ depends on this file.
+// world is split into the round's CP groups and each group runs its AttentionPlan (planned by the
+// caller, e.g. baselines' plan_dcp_round) with execute_attention, checked against the reference.
+// Requires: every rank passes the same round, plans and seed (inputs are drawn from the seed on
+// every rank). Note: the runtime decides nothing: the round and its plans come from above.
 #pragma once
 
 #include <cstdint>
@@ -14,24 +13,9 @@
 #include "core/plan/attention_plan.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/communicator.h"
-#include "core/strategies/dynamic_cp.h"
+#include "core/plan/dcp_schedule.h"
 
 namespace cpbench {
-
-// "" when `round` can run on `world_ranks` ranks over `sequences` sequences: every group has
-// size ≥ 1 and lies inside [0, world_ranks), no rank is in two groups, every group has at least
-// one sequence, every sequence id is in range and in at most one group. Otherwise what is wrong,
-// naming the group(s), their ranks and the sequence.
-std::string check_dcp_round(const DcpRound& round, int64_t world_ranks, int64_t sequences);
-
-// The plan of every group of `round` (index-aligned with round.groups): the group's sequences, in
-// the group's order, as one `layout` of group.size ranks (plan_cp_layout with pad = true), mask
-// by name (mask_from_name). An invalid round or a group its layout rejects is an Error naming the
-// group; the verdict depends on the arguments only, so every rank reaches the same one.
-Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
-                                                    int64_t world_ranks, const std::string& layout,
-                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
-                                                    int64_t head_dim);
 
 // The group's packed inputs: sequence seq_ids[i] (padded length plan.seq_lengths[i]) is drawn by
 // make_attention_inputs with the (seq_ids[i] + 1)-th output of SplitMix64(seed) as its seed, so a
@@ -57,14 +41,13 @@ struct DcpRoundReport {
   bool ok() const { return bytes_match() && results_match(); }
 };
 
-// Runs the round: plan_dcp_round (an Error there is returned by every rank before any
-// communication), then world.split(color = the group's first_rank, or world.size() + rank for an
+// Runs the round: checks it (check_dcp_round over the world, one plan per group with the group's
+// ranks and sequences; an Error there is returned by every rank before any communication), then
+// world.split(color = the group's first_rank, or world.size() + rank for an
 // idle rank; key = rank), then the rank's group executes its plan forward and, if `backward`,
 // backward; each rank checks its home slices against the group's reference. Idle ranks return an
 // idle report. An Error after the split is a runtime failure of this rank (a peer timed out...).
 Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& round,
-                                           const std::vector<int64_t>& lengths, const std::string& layout,
-                                           const std::string& mask, int64_t heads, int64_t kv_heads,
-                                           int64_t head_dim, bool backward, uint64_t seed);
+                                           const std::vector<AttentionPlan>& plans, bool backward, uint64_t seed);
 
 }  // namespace cpbench

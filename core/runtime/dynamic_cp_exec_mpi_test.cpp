@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <set>
 
+#include "baselines/cp_layouts.h"
 #include "core/runtime/dynamic_cp_exec.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
+#include "core/strategies/dynamic_cp.h"
 
 namespace cpbench {
 namespace {
@@ -47,6 +49,14 @@ TEST(DynamicCpExec, ScheduleCoversEveryGroupSize) {
   EXPECT_EQ(placed, std::vector<int>(kLengths.size(), 1)) << "every sequence runs in exactly one round";
 }
 
+// Plans the round's groups as `layout` (baselines' plan_dcp_round) and executes it.
+Expected<DcpRoundReport> run_round(MpiCommunicator& w, const DcpRound& round, const std::string& layout,
+                                   const std::string& mask, bool backward, uint64_t seed) {
+  auto plans = plan_dcp_round(round, kLengths, w.size(), layout, mask, kHeads, kKvHeads, kHeadDim);
+  if (!plans) return plans.errors();
+  return execute_dcp_round(w, round, *plans, backward, seed);
+}
+
 class Masks : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Masks, EveryRoundMatchesReferenceAndPlannedBytes) {
@@ -56,7 +66,7 @@ TEST_P(Masks, EveryRoundMatchesReferenceAndPlannedBytes) {
   ASSERT_FALSE(s.rounds.empty());
   for (size_t r = 0; r < s.rounds.size(); ++r) {
     const DcpRound& round = s.rounds[r];
-    auto rep = execute_dcp_round(w, round, kLengths, "zigzag", GetParam(), kHeads, kKvHeads, kHeadDim, true, 7);
+    auto rep = run_round(w, round, "zigzag", GetParam(), true, 7);
     ASSERT_TRUE(rep.ok()) << "round " << r << ": " << rep.error_str();
     int expected_group = -1;
     for (size_t i = 0; i < round.groups.size(); ++i)
@@ -96,7 +106,7 @@ TEST(DynamicCpExec, RanksOutsideEveryGroupAreIdle) {
   ASSERT_EQ(w.size(), 4);
   DcpRound round;
   round.groups = {{0, 2, {0, 2}, 0}, {2, 1, {1}, 0}};
-  auto rep = execute_dcp_round(w, round, kLengths, "zigzag", "causal", kHeads, kKvHeads, kHeadDim, false, 3);
+  auto rep = run_round(w, round, "zigzag", "causal", false, 3);
   ASSERT_TRUE(rep.ok()) << rep.error_str();
   EXPECT_EQ(rep->idle(), w.rank() == 3);
   EXPECT_TRUE(rep->ok());
@@ -114,7 +124,7 @@ TEST(DynamicCpExec, RanksOutsideEveryGroupAreIdle) {
 // stays usable (the barrier below would time out, not pass, if some rank were stuck in split).
 void expect_refused(const DcpRound& round, const std::string& layout, const std::string& fragment) {
   MpiCommunicator& w = world();
-  auto rep = execute_dcp_round(w, round, kLengths, layout, "causal", kHeads, kKvHeads, kHeadDim, true, 7);
+  auto rep = run_round(w, round, layout, "causal", true, 7);
   ASSERT_FALSE(rep.ok()) << "rank " << w.rank() << " ran an invalid round";
   EXPECT_NE(rep.error_str().find(fragment), std::string::npos) << rep.error_str();
   EXPECT_TRUE(w.barrier().ok());

@@ -2,32 +2,15 @@
 
 #include <algorithm>
 
-#include "baselines/cp_layouts.h"
 #include "core/sim/attention_sim.h"
 
 namespace cpbench {
 
-Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
-                                          const PlanMicroBatch& mb) {
+Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan, Link link) {
   AttentionCost out;
-  if (mb.lengths.empty()) return out;
-  CpLayoutRequest req;
-  req.layout = mb.cp > 1 ? cp_layout_for_comm_type(layout.cp_comm_type) : "single";
-  if (req.layout.empty()) return Error{"", "/parallel/cp_comm_type", "unknown cp_comm_type '" + layout.cp_comm_type + "'"};
-  req.cp = static_cast<int32_t>(mb.cp);
-  req.seq_lengths = mb.padded_lengths();
-  req.mask = *mask_from_name("causal");  // decoder LMs; a known name
-  req.heads_q = static_cast<int32_t>(model.heads / layout.tp);
-  req.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
-  req.head_dim = static_cast<int32_t>(model.head_dim());
-  req.pad = true;
-  auto plan = plan_cp_layout(req);
-  if (!plan) return plan.errors();
-  const int64_t g = cost.cluster().gpus_per_node;
-  const Link link = mb.cp * layout.tp <= g ? Link::nvlink : Link::network;
-  auto fwd = simulate_attention_plan(*plan, cost, false, link, {}, true);
+  auto fwd = simulate_attention_plan(plan, cost, false, link, {}, true);
   if (!fwd) return fwd.errors();
-  auto both = simulate_attention_plan(*plan, cost, true, link, {}, true);
+  auto both = simulate_attention_plan(plan, cost, true, link, {}, true);
   if (!both) return both.errors();
   auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   const double fwd_compute = max_of(fwd->compute_s);
@@ -40,9 +23,14 @@ Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const ModelShap
 }
 
 Expected<AttentionCost> CpAttentionCache::get(const PlanMicroBatch& mb) {
+  if (mb.lengths.empty()) return AttentionCost{};
   auto key = std::make_pair(mb.padded_lengths(), mb.cp);
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-  auto c = cp_attention_cost(cost_, model_, layout_, mb);
+  if (!planner_) return Error{"", "", "a micro-batch with cp = " + std::to_string(mb.cp) + " needs an attention planner"};
+  auto plan = planner_(mb);
+  if (!plan) return plan.errors();
+  const Link link = mb.cp * tp_ <= cost_.cluster().gpus_per_node ? Link::nvlink : Link::network;
+  auto c = cp_attention_cost(cost_, *plan, link);
   if (!c) return c.errors();
   memo_.emplace(std::move(key), *c);
   return *c;

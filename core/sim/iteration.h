@@ -17,6 +17,7 @@
 #include "core/cost/cost_model.h"
 #include "core/model/model.h"
 #include "core/plan/plan.h"
+#include "core/sim/cp_attention.h"
 
 namespace cpbench {
 
@@ -30,7 +31,11 @@ struct IterationResult {
   size_t simulated_pipelines = 0;  // distinct DP×CP rank lists simulated (symmetry)
 };
 
+// `attention` expands micro-batches with cp > 1 into their AttentionPlans (the strategy layer's
+// baselines/cp_layouts.h plan_micro_batch_attention); a plan with such micro-batches and no
+// planner is an Error.
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path = {});
+                                             const std::filesystem::path& trace_path = {},
+                                             const AttentionPlanner& attention = {});
 
 }  // namespace cpbench

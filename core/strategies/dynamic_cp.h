@@ -10,25 +10,9 @@
 #include <vector>
 
 #include "core/common/expected.h"
+#include "core/plan/dcp_schedule.h"
 
 namespace cpbench {
-
-struct DcpGroup {
-  int64_t first_rank = 0;
-  int64_t size = 1;               // CP size of every sequence in the group
-  std::vector<int64_t> seq_ids;   // indices into the caller's lengths, in order of placement
-  double work = 0;                // per-rank relative work Σ L² / size (Megatron: no linear term)
-};
-
-// One micro-batch round over all dp·cp ranks; a barrier over DP×CP follows it. Groups do not
-// overlap; ranks outside every group are idle in this round.
-struct DcpRound {
-  std::vector<DcpGroup> groups;
-};
-
-struct DcpSchedule {
-  std::vector<DcpRound> rounds;
-};
 
 // cp_min(L) = max(1, 2^ceil(log2(L / max_seqlen_per_dp_cp_rank))), in exact integer arithmetic.
 int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);

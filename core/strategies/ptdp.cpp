@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "baselines/cp_layouts.h"
 #include "core/cost/cost_model.h"
 #include "core/sim/iteration.h"
 #include "core/sim/memory.h"
@@ -78,7 +79,10 @@ StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan) {
   }
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}};
-  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path);
+  const AttentionPlanner attention = [&](const PlanMicroBatch& mb) {
+    return plan_micro_batch_attention(mb, in.model, plan.layout);
+  };
+  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path, attention);
   if (!sim) return {"error", sim.error_str(), {}};
 
   const double flops = out.metrics["flops_per_iteration"];

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "baselines/cp_layouts.h"
 #include "core/experiment/registry.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/iteration.h"
@@ -104,10 +105,12 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
 TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
   auto cost = CostModel::create(cluster_);
   ASSERT_TRUE(cost.ok());
+  CpAttentionCache cache(*cost, [&](const PlanMicroBatch& mb) { return plan_micro_batch_attention(mb, model_, layout_); },
+                         layout_.tp);
   PlanMicroBatch one{{32768}, 1, 0, 1}, two{{32768}, 2, 0, 4}, four{{32768}, 4, 0, 8};
-  auto a1 = cp_attention_cost(*cost, model_, layout_, one);
-  auto a2 = cp_attention_cost(*cost, model_, layout_, two);
-  auto a4 = cp_attention_cost(*cost, model_, layout_, four);
+  auto a1 = cache.get(one);
+  auto a2 = cache.get(two);
+  auto a4 = cache.get(four);
   ASSERT_TRUE(a1.ok() && a2.ok() && a4.ok());
   // Zigzag balances causal work: each of c ranks does 1/c of it, plus what transfers expose.
   EXPECT_GT(a2->fwd_s, a1->fwd_s / 2);
@@ -118,7 +121,7 @@ TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
   EXPECT_GT(a2->bwd_s, a2->fwd_s);
   // Short sequences cannot hide a ring step's KV transfer behind their tiny attention.
   PlanMicroBatch short_two{{512, 512, 512, 512}, 2, 0, 4};
-  auto s2 = cp_attention_cost(*cost, model_, layout_, short_two);
+  auto s2 = cache.get(short_two);
   ASSERT_TRUE(s2.ok());
   EXPECT_GT(s2->fwd_wait_s, 0);
 }
@@ -133,7 +136,8 @@ TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
   plan.layout.cp = 1;
   const PlanMicroBatch heavy{{8192}, 1, 0, 1}, light{{512}, 1, 1, 1}, shared{{16384}, 2, 0, 4};
   plan.micro_batches = {{heavy, shared}, {light, shared}};
-  auto joined = simulate_iteration(plan, model_, *cost);
+  const AttentionPlanner planner = [&](const PlanMicroBatch& mb) { return plan_micro_batch_attention(mb, model_, plan.layout); };
+  auto joined = simulate_iteration(plan, model_, *cost, {}, planner);
   ASSERT_TRUE(joined.ok()) << joined.error_str();
   EXPECT_EQ(joined->simulated_pipelines, 2u);
   // Without the group identity (first_rank −1: priced alike, not joined), rank 1's part would
@@ -141,7 +145,7 @@ TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
   Plan apart = plan;
   apart.micro_batches[0][1].first_rank = -1;
   apart.micro_batches[1][1].first_rank = -1;
-  auto alone = simulate_iteration(apart, model_, *cost);
+  auto alone = simulate_iteration(apart, model_, *cost, {}, planner);
   ASSERT_TRUE(alone.ok());
   // Both end with the DP reduction at the slower rank, but the light rank idles while it waits
   // for its partner: the joined plan shows the bubble.
@@ -150,9 +154,13 @@ TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
   // A group whose members hold different micro-batches is an error, not a silent plan.
   Plan broken = plan;
   broken.micro_batches[1][1].lengths = {16000};
-  auto bad = simulate_iteration(broken, model_, *cost);
+  auto bad = simulate_iteration(broken, model_, *cost, {}, planner);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error_str().find("does not hold the micro-batch of its CP group"), std::string::npos) << bad.error_str();
+  // CP micro-batches need the strategy layer's planner: the simulator does not know the layouts.
+  auto unplanned = simulate_iteration(plan, model_, *cost);
+  ASSERT_FALSE(unplanned.ok());
+  EXPECT_NE(unplanned.error_str().find("needs an attention planner"), std::string::npos) << unplanned.error_str();
 }
 
 TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
