@@ -108,6 +108,45 @@ struct Lowering {
     }
   }
 
+  // TransformerEngine's ring backward (GPU mode): KV and the dKV partials travel step by step
+  // under each step's kernels instead of in one exchange before and after all tiles. Each input
+  // goes out one phase before the first stage whose tiles on its destination read it; each
+  // partial returns in the phase after the last stage whose tiles on its source produce it. Same
+  // transfers and bytes as the executor's three-phase backward, overlapped as the forward is.
+  void lower_pipelined_backward(const BackwardTransfers& bt) {
+    const size_t stages = plan.stages.size();
+    auto reads = [&](size_t st, int32_t rank, const AttnSlice& slice) {
+      if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
+      for (const AttnTile& t : plan.stages[st].tiles[rank])
+        if (slice.contains(t.q) || slice.contains(t.kv) || t.q.contains(slice) || t.kv.contains(slice)) return true;
+      return false;
+    };
+    // Phase i (0..stages + 1) posts posts[i], then runs stage i−1's tiles (none in the first and
+    // the last), then waits: what is posted in phase i overlaps stage i−1's tiles.
+    std::vector<std::vector<AttnTransfer>> posts(stages + 2);
+    for (const AttnTransfer& t : bt.inputs) {
+      size_t first = stages;
+      for (size_t st = 0; st < stages && first == stages; ++st)
+        if (reads(st, t.dst, t.slice)) first = st;
+      posts[first == stages ? 0 : first].push_back(t);  // arrives before phase first + 1 runs stage first
+    }
+    for (const AttnTransfer& t : bt.returns) {
+      size_t last = 0;
+      for (size_t st = 0; st < stages; ++st)
+        if (reads(st, t.src, t.slice)) last = st;
+      posts[last + 2].push_back(t);  // stage `last` ran in phase last + 1
+    }
+    for (size_t i = 0; i <= stages + 1; ++i) {
+      std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
+      if (i > 0 && i <= stages)
+        for (size_t r = 0; r < plan.stages[i - 1].tiles.size(); ++r)
+          for (const AttnTile& t : plan.stages[i - 1].tiles[r]) tiles[r].push_back(&t);
+      std::string label = "bwd s";
+      label += std::to_string(i);
+      phase(posts[i], tiles, true, label);
+    }
+  }
+
   // The executor's order: stage i's transfers go out before stage i−1's tiles run.
   void lower(bool backward) {
     const size_t stages = plan.stages.size();
@@ -124,6 +163,7 @@ struct Lowering {
     phase(plan.gather_out, {}, false, "gather");
     if (!backward) return;
     const BackwardTransfers bt = backward_transfers(plan);
+    if (fuse_tiles) return lower_pipelined_backward(bt);
     phase(bt.inputs, {}, true, "bwd in");
     std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
     for (size_t s = 0; s < stages; ++s)

@@ -44,8 +44,11 @@ Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostMo
 // wait point after its own tiles of the stage are done, i.e. for its transfers and for a partner
 // that has not posted yet. With `trace` non-empty, writes the timeline there (write_chrome_trace,
 // one process per rank). Errors: a malformed plan (a rank, sequence or stage out of range), an
-// unwritable trace file. fuse_tiles: a rank's tiles of one stage are one kernel call
-// (attention_tiles_s), as on a GPU with TransformerEngine; the CPU executor runs them one by one.
+// unwritable trace file. fuse_tiles (GPU mode, as TransformerEngine runs it): a rank's tiles of
+// one stage are one kernel call (attention_tiles_s), and the backward passes its inputs and
+// partial-gradient returns stage by stage under the kernels (TE's ring backward) instead of the
+// executor's exchange before and after all tiles — same transfers, overlapped. The CPU executor
+// runs tiles one by one and exchanges in three phases (fuse_tiles = false).
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
                                                      Link link = Link::nvlink,
                                                      const std::filesystem::path& trace = {}, bool fuse_tiles = false);
