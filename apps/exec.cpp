@@ -149,17 +149,18 @@ std::string round_line(const DcpRoundReport& r, const std::vector<int64_t>& leng
   if (r.idle()) return "  rank " + std::to_string(rank) + ": idle\n";
   std::vector<int64_t> original;
   for (int64_t id : r.seq_ids) original.push_back(lengths[id]);
-  char line[768];
-  std::snprintf(line, sizeof line,
-                "  rank %d: group %d ranks [%lld, %lld) cp rank %d, sequences {%s} lengths {%s} padded {%s}, "
-                "compute %.3f s, wait %.3f s, sent %.0f B (plan %.0f), received %.0f B (plan %.0f), "
-                "max error %.3g (%.2f of tolerance%s)%s\n",
-                rank, r.group, static_cast<long long>(r.first_rank), static_cast<long long>(r.first_rank + r.group_size),
-                r.group_rank, join(r.seq_ids).c_str(), join(original).c_str(), join(r.padded_lengths).c_str(),
-                r.compute_s, r.wait_s, r.bytes_sent, r.plan_bytes_sent, r.bytes_received, r.plan_bytes_received,
-                r.check.max_abs_error, r.check.worst, r.check.worst > 1 ? (", worst at " + r.check.where).c_str() : "",
-                r.bytes_match() ? "" : "  BYTES DIFFER FROM PLAN");
-  return line;
+  char times[160];
+  std::snprintf(times, sizeof times, "compute %.3f s, wait %.3f s, sent %.0f B (plan %.0f), received %.0f B (plan %.0f), ",
+                r.compute_s, r.wait_s, r.bytes_sent, r.plan_bytes_sent, r.bytes_received, r.plan_bytes_received);
+  char error[96];
+  std::snprintf(error, sizeof error, "max error %.3g (%.2f of tolerance", r.check.max_abs_error, r.check.worst);
+  // Built as a string: a group with many sequences must not lose the verdict at the end of the line.
+  return "  rank " + std::to_string(rank) + ": group " + std::to_string(r.group) + " ranks [" +
+         std::to_string(r.first_rank) + ", " + std::to_string(r.first_rank + r.group_size) + ") cp rank " +
+         std::to_string(r.group_rank) + ", sequences {" + join(r.seq_ids) + "} lengths {" + join(original) +
+         "} padded {" + join(r.padded_lengths) + "}, " + times + error +
+         (r.check.worst > 1 ? ", worst at " + r.check.where : "") + ")" +
+         (r.bytes_match() ? "" : "  BYTES DIFFER FROM PLAN") + "\n";
 }
 
 // Rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
@@ -205,7 +206,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   std::vector<std::vector<AttentionPlan>> round_plans;
   for (size_t r = 0; r < schedule->rounds.size(); ++r) {
     auto plans = plan_dcp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
-                                a.head_dim);
+                                a.head_dim, dcp_pad_multiple(comm.size(), 1));
     if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
     round_plans.push_back(std::move(*plans));
   }

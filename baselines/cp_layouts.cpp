@@ -239,7 +239,7 @@ std::string check_dim(const char* what, int64_t value) {
 Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
                                                     int64_t world_ranks, const std::string& layout,
                                                     const std::string& mask, int64_t heads, int64_t kv_heads,
-                                                    int64_t head_dim) {
+                                                    int64_t head_dim, int64_t pad_to) {
   if (std::string why = check_dcp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
     return layout_error("Dynamic-CP round: " + why);
   for (const std::string& why : {check_dim("heads", heads), check_dim("kv_heads", kv_heads), check_dim("head_dim", head_dim)})
@@ -252,12 +252,13 @@ Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const
     CpLayoutRequest req;
     req.layout = layout;
     req.cp = static_cast<int32_t>(g.size);
-    for (int64_t s : g.seq_ids) req.seq_lengths.push_back(lengths[static_cast<size_t>(s)]);
+    const int64_t unit = std::max<int64_t>(1, pad_to);
+    for (int64_t s : g.seq_ids) req.seq_lengths.push_back((lengths[static_cast<size_t>(s)] + unit - 1) / unit * unit);
     req.mask = *mask_spec;
     req.heads_q = static_cast<int32_t>(heads);
     req.heads_kv = static_cast<int32_t>(kv_heads);
     req.head_dim = static_cast<int32_t>(head_dim);
-    req.pad = true;  // Megatron pads each sequence of a CP group to a multiple of 2·cp as well
+    req.pad = true;  // further, only if pad_to does not already suit the layout
     auto plan = plan_cp_layout(req);
     if (!plan) return layout_error("Dynamic-CP round: " + dcp_group_name(i, g) + ": " + plan.error_str());
     plans.push_back(std::move(*plan));

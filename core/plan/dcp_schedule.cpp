@@ -1,8 +1,15 @@
 #include "core/plan/dcp_schedule.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace cpbench {
+
+int64_t dcp_pad_multiple(int64_t pool, int64_t sequence_parallel_size) {
+  int64_t largest_pow2 = 1;
+  while (2 * largest_pow2 <= pool) largest_pow2 *= 2;
+  return 2 * std::lcm(std::max<int64_t>(1, pool), largest_pow2) * std::max<int64_t>(1, sequence_parallel_size);
+}
 
 std::string dcp_group_name(size_t index, const DcpGroup& g) {
   return "group " + std::to_string(index) + " (ranks [" + std::to_string(g.first_rank) + ", " +

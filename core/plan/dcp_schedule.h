@@ -15,7 +15,7 @@ struct DcpGroup {
   int64_t first_rank = 0;
   int64_t size = 1;               // CP size of every sequence in the group
   std::vector<int64_t> seq_ids;   // indices into the caller's lengths, in order of placement
-  double work = 0;                // per-rank relative work Σ L² / size (Megatron: no linear term)
+  double work = 0;                // per-rank work by the planner's own measure, / size (main, dev: Σ L²; solver: FLOPs)
 };
 
 // One micro-batch round over all dp·cp ranks; a barrier over DP×CP follows it. Groups do not
@@ -33,6 +33,12 @@ struct DcpSchedule {
 // one sequence, every sequence id is in range and in at most one group. Otherwise what is wrong,
 // naming the group(s), their ranks and the sequence.
 std::string check_dcp_round(const DcpRound& round, int64_t world_ranks, int64_t sequences);
+
+// What every sequence of a Dynamic-CP batch is padded to a multiple of: any sample may land on any
+// group of the pool, so 2·(a multiple of every group size) — 2·pool for a power-of-two pool
+// (references/context_parallel.md: 2·dp·cp), 2·lcm(pool, largest power of two ≤ pool) otherwise —
+// times the sequence-parallel size (tp with SP, else 1).
+int64_t dcp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
 
 // "group i (ranks [a, b))", as every message about a round names a group.
 std::string dcp_group_name(size_t index, const DcpGroup& group);

@@ -52,7 +52,8 @@ TEST(DynamicCpExec, ScheduleCoversEveryGroupSize) {
 // Plans the round's groups as `layout` (baselines' plan_dcp_round) and executes it.
 Expected<DcpRoundReport> run_round(MpiCommunicator& w, const DcpRound& round, const std::string& layout,
                                    const std::string& mask, bool backward, uint64_t seed) {
-  auto plans = plan_dcp_round(round, kLengths, w.size(), layout, mask, kHeads, kKvHeads, kHeadDim);
+  auto plans = plan_dcp_round(round, kLengths, w.size(), layout, mask, kHeads, kKvHeads, kHeadDim,
+                              dcp_pad_multiple(w.size(), 1));
   if (!plans) return plans.errors();
   return execute_dcp_round(w, round, *plans, backward, seed);
 }
@@ -80,8 +81,8 @@ TEST_P(Masks, EveryRoundMatchesReferenceAndPlannedBytes) {
       EXPECT_EQ(rep->seq_ids, g.seq_ids) << where;
       ASSERT_EQ(rep->padded_lengths.size(), g.seq_ids.size()) << where;
       for (size_t i = 0; i < g.seq_ids.size(); ++i) {
-        // Zigzag pads each sequence up to the next multiple of 2·cp, no further.
-        const int64_t L = kLengths[g.seq_ids[i]], unit = 2 * g.size;
+        // Every sequence is padded as the simulator's plan pads it: to 2·pool = 8, no further.
+        const int64_t L = kLengths[g.seq_ids[i]], unit = 8;
         EXPECT_EQ(rep->padded_lengths[i], (L + unit - 1) / unit * unit) << where;
       }
       EXPECT_LE(rep->check.worst, 1.0) << where << ": " << rep->check.where << " off by " << rep->check.max_abs_error;
@@ -111,12 +112,12 @@ TEST(DynamicCpExec, RanksOutsideEveryGroupAreIdle) {
   EXPECT_EQ(rep->idle(), w.rank() == 3);
   EXPECT_TRUE(rep->ok());
   if (w.rank() < 2) {
-    EXPECT_EQ(rep->padded_lengths, (std::vector<int64_t>{300, 64}));
+    EXPECT_EQ(rep->padded_lengths, (std::vector<int64_t>{304, 64}));
     EXPECT_LE(rep->check.worst, 1.0) << rep->check.where;
     EXPECT_GT(rep->bytes_sent, 0);
     EXPECT_EQ(rep->bytes_sent, rep->plan_bytes_sent);
   }
-  if (w.rank() == 2) EXPECT_EQ(rep->padded_lengths, (std::vector<int64_t>{38}));
+  if (w.rank() == 2) EXPECT_EQ(rep->padded_lengths, (std::vector<int64_t>{40}));
   if (w.rank() == 3) EXPECT_EQ(rep->bytes_sent + rep->plan_bytes_sent, 0);
 }
 

@@ -115,10 +115,17 @@ struct Lowering {
   // transfers and bytes as the executor's three-phase backward, overlapped as the forward is.
   void lower_pipelined_backward(const BackwardTransfers& bt) {
     const size_t stages = plan.stages.size();
-    auto reads = [&](size_t st, int32_t rank, const AttnSlice& slice) {
+    auto overlaps = [](const AttnSlice& a, const AttnSlice& b) {
+      return a.seq == b.seq && a.tok_begin < b.tok_end && b.tok_begin < a.tok_end && a.head_begin < b.head_end &&
+             b.head_begin < a.head_end;
+    };
+    // Whether stage st's tiles on `rank` touch the transfer's slice: Q-side tensors (q, dout,
+    // out, dq) through the tiles' q, KV-side ones (kv, dkv) through their kv.
+    auto touches = [&](size_t st, int32_t rank, const AttnTransfer& t) {
       if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
-      for (const AttnTile& t : plan.stages[st].tiles[rank])
-        if (slice.contains(t.q) || slice.contains(t.kv) || t.q.contains(slice) || t.kv.contains(slice)) return true;
+      const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
+      for (const AttnTile& tile : plan.stages[st].tiles[rank])
+        if (overlaps(kv_side ? tile.kv : tile.q, t.slice)) return true;
       return false;
     };
     // Phase i (0..stages + 1) posts posts[i], then runs stage i−1's tiles (none in the first and
@@ -127,13 +134,13 @@ struct Lowering {
     for (const AttnTransfer& t : bt.inputs) {
       size_t first = stages;
       for (size_t st = 0; st < stages && first == stages; ++st)
-        if (reads(st, t.dst, t.slice)) first = st;
+        if (touches(st, t.dst, t)) first = st;
       posts[first == stages ? 0 : first].push_back(t);  // arrives before phase first + 1 runs stage first
     }
     for (const AttnTransfer& t : bt.returns) {
       size_t last = 0;
       for (size_t st = 0; st < stages; ++st)
-        if (reads(st, t.src, t.slice)) last = st;
+        if (touches(st, t.src, t)) last = st;
       posts[last + 2].push_back(t);  // stage `last` ran in phase last + 1
     }
     for (size_t i = 0; i <= stages + 1; ++i) {
@@ -256,8 +263,9 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
                   : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
 }
 
-Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
-  auto low = build(plan, cost, backward, link, false);
+Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link,
+                                         bool fuse_tiles) {
+  auto low = build(plan, cost, backward, link, fuse_tiles);
   if (!low) return low.errors();
   return std::move(low->graph);
 }

@@ -38,7 +38,7 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
 // rank's sends (kind 'm', cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's
 // sends serialize, its receives do not occupy its own link).
 Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
-                                         Link link = Link::nvlink);
+                                         Link link = Link::nvlink, bool fuse_tiles = false);
 
 // Simulates the plan. wait_s is measured as the executor measures it: the time a rank spends in a
 // wait point after its own tiles of the stage are done, i.e. for its transfers and for a partner

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "baselines/cp_layouts.h"
 #include "core/cost/cost_test_util.h"
@@ -219,14 +220,19 @@ TEST(AttentionSim, GpuModeBackwardMovesTheSameTransfersButOverlapsThem) {
   const AttentionPlan plan = layout("zigzag", 4, {16384});
   const CostModel cost = ideal_model(50);
   const BackwardTransfers bt = backward_transfers(plan);
-  auto count_sends = [](const TaskGraph& g) {
-    size_t n = 0;
-    for (const TaskSpec& t : g.tasks()) n += t.kind == 'm';
-    return n;
+  // The transfers of a lowering: (src, dst, duration), sorted.
+  auto sends = [](const TaskGraph& g) {
+    std::vector<std::tuple<int, int, double>> out;
+    for (const TaskSpec& t : g.tasks())
+      if (t.kind == 'm') out.emplace_back(t.device, t.link, t.duration_s);
+    std::sort(out.begin(), out.end());
+    return out;
   };
   auto cpu = lower_attention_plan(plan, cost, true);
-  ASSERT_TRUE(cpu.ok());
-  EXPECT_EQ(count_sends(*cpu), forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
+  auto gpu = lower_attention_plan(plan, cost, true, Link::nvlink, true);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  EXPECT_EQ(sends(*cpu).size(), forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
+  EXPECT_EQ(sends(*gpu), sends(*cpu));  // the same transfers, only scheduled differently
   auto fwd_cpu = simulate_attention_plan(plan, cost, false);
   auto bwd_cpu = simulate_attention_plan(plan, cost, true);
   auto fwd_gpu = simulate_attention_plan(plan, cost, false, Link::nvlink, {}, true);
@@ -237,10 +243,8 @@ TEST(AttentionSim, GpuModeBackwardMovesTheSameTransfersButOverlapsThem) {
   const double cpu_bwd = bwd_cpu->step_time_s - fwd_cpu->step_time_s;
   const double gpu_bwd = bwd_gpu->step_time_s - fwd_gpu->step_time_s;
   EXPECT_LT(gpu_bwd, 0.9 * cpu_bwd);
-  double compute_gpu = 0;
-  for (double c : bwd_gpu->compute_s) compute_gpu = std::max(compute_gpu, c);
-  EXPECT_GE(bwd_gpu->step_time_s, compute_gpu);  // never faster than its kernels
-  EXPECT_EQ(bwd_gpu->bytes_sent, bwd_cpu->bytes_sent);
+  // Still waits for something: the first step's inputs and the last step's returns stay exposed.
+  EXPECT_GT(bwd_gpu->step_time_s - *std::max_element(bwd_gpu->compute_s.begin(), bwd_gpu->compute_s.end()), 0);
 }
 
 TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {

@@ -72,8 +72,19 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   std::vector<const std::vector<PlanMicroBatch>*> replicas;
   std::vector<int> replica_of(ranks);
   std::vector<double> weight;  // ranks each replica stands for
+  if (ranks != L.dp() * L.cp)
+    return Error{"", "", "the plan has " + std::to_string(ranks) + " micro-batch lists, the layout " +
+                             std::to_string(L.dp() * L.cp) + " DP×CP ranks"};
   for (int64_t r = 0; r < ranks; ++r) {
     const auto& list = plan.micro_batches[r];
+    for (size_t k = 0; k < list.size(); ++k) {
+      const PlanMicroBatch& mb = list[k];
+      const bool own = mb.first_rank < 0 ? mb.cp == 1 : mb.first_rank <= r && r < mb.first_rank + mb.cp;
+      if (!own)
+        return Error{"", "", "DP×CP rank " + std::to_string(r) + ", micro-batch " + std::to_string(k) + ": its CP group [" +
+                                 std::to_string(mb.first_rank) + ", " + std::to_string(mb.first_rank + mb.cp) +
+                                 ") does not contain the rank"};
+    }
     if (list.size() != plan.micro_batches[0].size())
       return Error{"", "", "DP×CP rank " + std::to_string(r) + " has " + std::to_string(list.size()) +
                                " micro-batches, rank 0 has " + std::to_string(plan.micro_batches[0].size())};
@@ -223,13 +234,16 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   for (size_t r = 0; r < replicas.size(); ++r) {
     for (int s = 0; s < p; ++s) {
       const int device = static_cast<int>(r) * p + s;
-      double params = params_per_gpu(model, L, 0, s) / (L.distributed_optimizer ? L.dp() : 1);
+      // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
+      // group the gradients are reduce-scattered over.
+      const int64_t shards = L.dp() * L.cp;
+      double params = params_per_gpu(model, L, 0, s) / (L.distributed_optimizer ? shards : 1);
       TaskSpec t{device, kComputeStream, cost.memory_bound_s((L.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
       for (int id : grad_tasks[s]) if (g.task(id).device == device) t.deps.push_back(id);
       int opt = g.add(t);
-      if (L.distributed_optimizer && L.dp() > 1) {
+      if (L.distributed_optimizer && shards > 1) {
         TaskSpec ag{device, kGradStream, cost.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model, L, 0, s),
-                                                            placement(L.dp(), L.tp * L.cp, cost.cluster().gpus_per_node)),
+                                                            placement(shards, L.tp, cost.cluster().gpus_per_node)),
                     {opt}, -1, -1, "dp param all-gather", 'm'};
         g.add(ag);
       }

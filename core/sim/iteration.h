@@ -23,7 +23,7 @@ namespace cpbench {
 
 struct IterationResult {
   double step_time_s = 0;
-  double bubble_fraction = 0;  // mean over simulated devices of idle (not compute, not exposed comm) / step
+  double bubble_fraction = 0;  // idle (not compute, not exposed comm) / step, mean over DP×CP ranks and stages
   double exposed_comm_s = 0;   // mean over devices: blocking TP collectives + waits on transfers
   double exposed_cp_comm_s = 0;  // of which: attention waiting on CP transfers (mean over ranks)
   double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages

@@ -33,7 +33,7 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
     // One varlen kernel over the packed sequences; mean_len = 2·pairs / query rows makes the
     // cost model's per-row overhead exact for the pack (attention_sim.h uses the same rule).
     double pairs = 0, rows = 0;
-    for (int64_t L : mb.lengths) {
+    for (int64_t L : mb.padded_lengths()) {
       pairs += 0.5 * static_cast<double>(L) * static_cast<double>(L + 1);  // causal
       rows += static_cast<double>(L);
     }
@@ -46,7 +46,7 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
   // scores S and probabilities P (s×s per head) go through HBM for the fused scale-mask-softmax
   // and for dropout (a 1-byte mask). Forward: S=QKᵀ, P=softmax(S), P'=dropout(P), O=P'V.
   std::map<int64_t, int64_t> count;
-  for (int64_t L : mb.lengths) ++count[L];
+  for (int64_t L : mb.padded_lengths()) ++count[L];
   for (const auto& [s, n] : count) {
     const int64_t batch = n * heads;
     const double scores_bytes = kAct * static_cast<double>(batch) * s * s;

@@ -36,7 +36,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan) {
   }
   if (!largest) return e;
   e.weights_optimizer_bytes =
-      weight_and_optimizer_bytes(params_per_gpu(model, L, longest, 0), static_cast<int>(L.dp()), L.distributed_optimizer);
+      weight_and_optimizer_bytes(params_per_gpu(model, L, longest, 0), static_cast<int>(L.dp() * L.cp),
+                                 L.distributed_optimizer);  // sharded over DP with CP
 
   // Korthikanti's per-layer bytes are linear in the micro-batch size b, so a packed micro-batch
   // costs the sum over its sequences (each attends only to itself). Flash attention keeps no

@@ -117,7 +117,7 @@ Plan plan_from_dcp_schedule(const DcpSchedule& schedule, const std::vector<int64
     if (!r.groups.empty()) kept.rounds.push_back(r);
   const DcpSchedule& schedule_used = kept;
   plan.layout.cp = 1;  // the CP size is chosen per micro-batch
-  const int64_t pad_to = 2 * pool * (layout.sequence_parallel ? layout.tp : 1);
+  const int64_t pad_to = dcp_pad_multiple(pool, layout.sequence_parallel ? layout.tp : 1);
   int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
   plan.pipeline_schedule = schedule_kind(plan.layout, &m);
   plan.round_barrier = round_barrier;

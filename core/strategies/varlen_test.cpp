@@ -140,27 +140,64 @@ TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
   auto joined = simulate_iteration(plan, model_, *cost, {}, planner);
   ASSERT_TRUE(joined.ok()) << joined.error_str();
   EXPECT_EQ(joined->simulated_pipelines, 2u);
-  // Without the group identity (first_rank −1: priced alike, not joined), rank 1's part would
-  // start right after its light micro-batch.
-  Plan apart = plan;
-  apart.micro_batches[0][1].first_rank = -1;
-  apart.micro_batches[1][1].first_rank = -1;
-  auto alone = simulate_iteration(apart, model_, *cost, {}, planner);
-  ASSERT_TRUE(alone.ok());
-  // Both end with the DP reduction at the slower rank, but the light rank idles while it waits
-  // for its partner: the joined plan shows the bubble.
-  EXPECT_GT(joined->bubble_fraction, alone->bubble_fraction);
-  EXPECT_NEAR(joined->step_time_s, alone->step_time_s, 1e-9);
+  // Both ranks heavy first: identical lists, one pipeline, nobody waits. The joined plan ends at
+  // the same time (rank 0's path is the same) but its light rank idles until its partner is ready.
+  Plan same = plan;
+  same.micro_batches[1][0] = PlanMicroBatch{{8192}, 1, 1, 1};
+  auto symmetric = simulate_iteration(same, model_, *cost, {}, planner);
+  ASSERT_TRUE(symmetric.ok()) << symmetric.error_str();
+  EXPECT_EQ(symmetric->simulated_pipelines, 2u);  // first_rank differs: still two pipelines
+  EXPECT_NEAR(joined->step_time_s, symmetric->step_time_s, 1e-9 * symmetric->step_time_s);
+  EXPECT_GT(joined->bubble_fraction, symmetric->bubble_fraction + 0.01);
   // A group whose members hold different micro-batches is an error, not a silent plan.
   Plan broken = plan;
   broken.micro_batches[1][1].lengths = {16000};
   auto bad = simulate_iteration(broken, model_, *cost, {}, planner);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error_str().find("does not hold the micro-batch of its CP group"), std::string::npos) << bad.error_str();
+  // A micro-batch whose group does not contain its rank, or a CP micro-batch with no group.
+  Plan outside = plan;
+  outside.micro_batches[1][0].first_rank = 0;
+  auto bad_group = simulate_iteration(outside, model_, *cost, {}, planner);
+  ASSERT_FALSE(bad_group.ok());
+  EXPECT_NE(bad_group.error_str().find("DP×CP rank 1, micro-batch 0: its CP group [0, 1) does not contain the rank"),
+            std::string::npos) << bad_group.error_str();
+  Plan groupless = plan;
+  groupless.micro_batches[0][1].first_rank = groupless.micro_batches[1][1].first_rank = -1;
+  EXPECT_FALSE(simulate_iteration(groupless, model_, *cost, {}, planner).ok());
   // CP micro-batches need the strategy layer's planner: the simulator does not know the layouts.
   auto unplanned = simulate_iteration(plan, model_, *cost);
   ASSERT_FALSE(unplanned.ok());
   EXPECT_NE(unplanned.error_str().find("needs an attention planner"), std::string::npos) << unplanned.error_str();
+}
+
+TEST_F(VarlenTest, RoundBarrierStartsEveryRanksMicroBatchTogether) {
+  // Round 0: rank 0 heavy, rank 1 light; round 1: both light. Without a barrier rank 1 starts its
+  // round-1 micro-batch as soon as its own round 0 ends; with Megatron main's barrier it waits for
+  // rank 0. One stage, so the wait shows as rank 1's idle time, and the step is the same.
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  Plan plan;
+  plan.layout = layout_;
+  plan.layout.num_gpus = 2;
+  plan.layout.pp = 1;
+  plan.layout.cp = 1;
+  plan.micro_batches = {{{{16384}, 1, 0, 1}, {{2048}, 1, 0, 1}}, {{{512}, 1, 1, 1}, {{2048}, 1, 1, 1}}};
+  auto free_run = simulate_iteration(plan, model_, *cost);
+  plan.round_barrier = true;
+  auto barrier = simulate_iteration(plan, model_, *cost);
+  ASSERT_TRUE(free_run.ok() && barrier.ok());
+  EXPECT_NEAR(barrier->step_time_s, free_run->step_time_s, 1e-9 * free_run->step_time_s);
+  EXPECT_GT(barrier->bubble_fraction, free_run->bubble_fraction + 0.01);
+  // With two stages the barrier also holds back rank 1's forwards on the second stage: the step
+  // cannot be shorter than without it.
+  plan.layout.num_gpus = 4;
+  plan.layout.pp = 2;
+  auto two_stages = simulate_iteration(plan, model_, *cost);
+  plan.round_barrier = false;
+  auto two_free = simulate_iteration(plan, model_, *cost);
+  ASSERT_TRUE(two_stages.ok() && two_free.ok());
+  EXPECT_GE(two_stages->step_time_s, two_free->step_time_s - 1e-12);
 }
 
 TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
