@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/strategies/dcp_test_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
@@ -31,11 +33,7 @@ ModelShape llama13b() {
   return m;
 }
 
-std::vector<int64_t> github_batch(uint64_t seed, size_t n) {
-  auto profile = load_length_profile(CPBENCH_SOURCE_DIR "/experiments/datasets/dynamic_cp_github.json");
-  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error_str());
-  return sample_lengths(*profile, seed, n, 256, 131072);
-}
+using testing_util::github_batch;
 
 DcpSolverOptions blog_options() {
   DcpSolverOptions o;
@@ -46,41 +44,21 @@ DcpSolverOptions blog_options() {
   return o;
 }
 
-bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-
 // Checks the schedule's contract and returns each rank's Σ per-rank cost over all rounds.
 std::vector<double> expect_valid(const DcpSolverResult& r, const std::vector<int64_t>& lengths, const ModelShape& model,
                                  const DcpSolverOptions& opt) {
-  std::vector<int> seen(lengths.size(), 0);
   std::vector<double> rank_cost(static_cast<size_t>(opt.ranks), 0.0);
   EXPECT_EQ(static_cast<int64_t>(r.schedule.rounds.size()), r.micro_batches);
-  for (size_t round = 0; round < r.schedule.rounds.size(); ++round) {
-    std::vector<int> owner(static_cast<size_t>(opt.ranks), 0);
-    for (const DcpGroup& g : r.schedule.rounds[round].groups) {
-      SCOPED_TRACE("round " + std::to_string(round) + " group at " + std::to_string(g.first_rank));
-      EXPECT_TRUE(is_pow2(g.size));
-      EXPECT_EQ(g.first_rank % g.size, 0);
-      if (g.first_rank < 0 || g.first_rank + g.size > opt.ranks) {
-        ADD_FAILURE() << "group outside ranks [0, " << opt.ranks << ")";
-        continue;
-      }
-      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) EXPECT_EQ(owner[k]++, 0) << "rank " << k;
-      EXPECT_FALSE(g.seq_ids.empty());
-      int64_t tokens = 0;
-      double cost = 0;
-      for (int64_t id : g.seq_ids) {
-        ++seen[static_cast<size_t>(id)];
-        const int64_t L = lengths[static_cast<size_t>(id)];
-        tokens += L;
-        cost += dcp_sequence_flops(L, model, opt.full_recompute).total();
-        EXPECT_GE(g.size, dcp_min_cp_size(L, opt.max_seqlen_per_dp_cp_rank));
-      }
-      EXPECT_LE(tokens, opt.max_seqlen_per_dp_cp_rank * g.size);  // per-rank tokens Σ L / size ≤ max
-      EXPECT_NEAR(g.work, cost / static_cast<double>(g.size), 1e-9 * g.work);
-      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) rank_cost[k] += g.work;
-    }
-  }
-  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sequence " << i;
+  testing_util::expect_valid_schedule(r.schedule, lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank, false,
+                                      [&](size_t, const DcpGroup& g) {
+                                        double cost = 0;
+                                        for (int64_t id : g.seq_ids)
+                                          cost += dcp_sequence_flops(lengths[static_cast<size_t>(id)], model,
+                                                                     opt.full_recompute).total();
+                                        EXPECT_NEAR(g.work, cost / static_cast<double>(g.size), 1e-9 * g.work);
+                                        for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k)
+                                          rank_cost[k] += g.work;
+                                      });
   return rank_cost;
 }
 

@@ -7,62 +7,33 @@
 
 #include <gtest/gtest.h>
 
+#include "core/strategies/dcp_test_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-#include "core/workload/length_profile.h"
-#include "core/workload/sampling.h"
 
 namespace cpbench {
 namespace {
 
-std::vector<int64_t> github_batch(uint64_t seed, size_t n) {
-  auto profile = load_length_profile(CPBENCH_SOURCE_DIR "/experiments/datasets/dynamic_cp_github.json");
-  EXPECT_TRUE(profile.ok()) << (profile.ok() ? "" : profile.error_str());
-  return sample_lengths(*profile, seed, n, 256, 131072);
-}
-
-bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+using testing_util::github_batch;
+using testing_util::is_pow2;
 
 void expect_valid(const DcpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
-  std::vector<int> seen(lengths.size(), 0);
-  for (size_t r = 0; r < s.rounds.size(); ++r) {
-    std::vector<int> owner(static_cast<size_t>(ranks), 0);
-    int64_t used = 0, tallest = 0;
-    double max_work = 0;
-    for (const DcpGroup& g : s.rounds[r].groups) {
-      SCOPED_TRACE("round " + std::to_string(r) + " group at " + std::to_string(g.first_rank));
-      // The full DP×CP group is the only size that may not be a power of two, and it is alone.
-      if (!is_pow2(g.size)) {
-        EXPECT_EQ(g.size, ranks);
-        EXPECT_EQ(s.rounds[r].groups.size(), 1u);
-      }
-      EXPECT_EQ(g.first_rank % g.size, 0);
-      ASSERT_GE(g.first_rank, 0);
-      ASSERT_LE(g.first_rank + g.size, ranks);
-      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) EXPECT_EQ(owner[k]++, 0) << "rank " << k;
-      used += g.size;
-      EXPECT_FALSE(g.seq_ids.empty());
-      int64_t tokens = 0;
-      double sum_sq = 0;
-      for (int64_t id : g.seq_ids) {
-        ++seen[static_cast<size_t>(id)];
-        const int64_t L = lengths[static_cast<size_t>(id)];
-        tokens += L;
-        tallest = std::max(tallest, L);
-        sum_sq += static_cast<double>(L) * static_cast<double>(L);
-        EXPECT_GE(g.size, dcp_min_cp_size(L, max_seqlen));
-      }
-      EXPECT_LE(tokens, max_seqlen * g.size);  // per-rank tokens Σ L / size ≤ max
-      EXPECT_NEAR(g.work, sum_sq / static_cast<double>(g.size), 1e-9 * g.work);
-      max_work = std::max(max_work, g.work);
-    }
-    EXPECT_EQ(used, ranks) << "idle ranks in round " << r;  // doubling or the full group fills all
+  std::vector<int64_t> tallest(s.rounds.size(), 0);
+  std::vector<double> max_work(s.rounds.size(), 0);
+  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, true, [&](size_t r, const DcpGroup& g) {
+    const double work = testing_util::sum_sq_per_rank(g, lengths);
+    EXPECT_NEAR(g.work, work, 1e-9 * work);
+    for (int64_t id : g.seq_ids) tallest[r] = std::max(tallest[r], lengths[static_cast<size_t>(id)]);
+    max_work[r] = std::max(max_work[r], g.work);
+  });
+  for (size_t r = 0; r < used.size(); ++r) {
+    EXPECT_EQ(used[r], ranks) << "idle ranks in round " << r;  // doubling or the full group fills all
     // [D1]: within the token budget no rank exceeds L_tall · max, the cap without its 5%.
-    EXPECT_LE(max_work, static_cast<double>(tallest) * static_cast<double>(max_seqlen) * (1 + 1e-12));
+    EXPECT_LE(max_work[r], static_cast<double>(tallest[r]) * static_cast<double>(max_seqlen) * (1 + 1e-12));
   }
-  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << "sequence " << i;
 }
 
 // (max − min) / max over ranks of Σ L² / size in each round; idle ranks count as 0.
