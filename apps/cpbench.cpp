@@ -13,6 +13,7 @@
 
 #include "apps/exec.h"
 #include "core/cost/calibrate.h"
+#include "core/experiment/fit.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
 #include "core/experiment/show.h"
@@ -136,6 +137,34 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
   return kExitOk;
 }
 
+// Fits chosen efficiency constants of a preset to an experiment's published values of `metric`,
+// trained on the labels in `train` (all when empty), prints every value before the held-out
+// ones, and writes the fitted preset.
+int cmd_calibrate_experiment(const std::string& experiment, const std::string& preset, const std::vector<std::string>& keys,
+                             const std::string& metric, const std::vector<std::string>& train, const std::string& out,
+                             const fs::path& experiments_dir) {
+  auto ref = resolve_experiment(experiment, experiments_dir);
+  if (!ref) return report_errors(ref.errors());
+  auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, {}});
+  if (!spec) return report_errors(spec.errors());
+  auto raw = load_json_file(hardware_preset_path(preset, experiments_dir));
+  if (!raw) return report_errors(raw.errors());
+  auto fit = fit_preset_to_experiment(*spec, *raw, keys, metric, {train.begin(), train.end()});
+  if (!fit) return report_errors(fit.errors());
+  for (const std::string& k : keys)
+    std::printf("%-28s %.4g\n", k.c_str(), fit->preset["efficiency"][k]["value"].get<double>());
+  for (const FitRow& r : fit->rows)
+    std::printf("%-32s published %10.4g  reproduced %10.4g  %+6.1f%%  %s\n", r.label.c_str(), r.published, r.reproduced,
+                100 * (r.reproduced / r.published - 1), r.trained ? "fitted" : "held out");
+  std::printf("rms log error: fitted %.4f, held out %.4f\n", fit->train_rms_log, fit->holdout_rms_log);
+  if (auto st = write_file_atomic(out, fit->preset.dump(2) + "\n"); !st) {
+    std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
+    return kExitFailed;
+  }
+  std::cerr << "cpbench: wrote " << out << "\n";
+  return kExitOk;
+}
+
 int cmd_list(bool show_strategies, const fs::path& experiments_dir) {
   if (show_strategies) {
     for (const auto& s : strategies()) std::printf("%-16s %s\n", s.name.c_str(), s.summary.c_str());
@@ -180,6 +209,15 @@ int run_cli(int argc, char** argv) {
   calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from");
   calibrate->add_flag("--local", cal_local, "measure this machine (under mpirun -np 2 for transfers) into a cpu_local preset");
   calibrate->add_option("--out", cal_out, "where to write the fitted preset")->required();
+  std::string cal_experiment, cal_metric = "tflops_per_gpu";
+  std::vector<std::string> cal_fit, cal_train;
+  calibrate->add_option("--experiment", cal_experiment,
+                        "instead of measurements: fit --fit constants of --preset to this experiment's published values");
+  calibrate->add_option("--fit", cal_fit, "--experiment: the efficiency constants to fit (comma separated)")->delimiter(',');
+  calibrate->add_option("--metric", cal_metric, "--experiment: the published metric to fit")->capture_default_str();
+  calibrate->add_option("--train", cal_train,
+                        "--experiment: labels of the published values to fit on (comma separated; default all, the rest "
+                        "are held out)")->delimiter(',');
 
   ExecArgs ea;
   auto add_exec_options = [&ea](CLI::App* sub) {
@@ -233,6 +271,13 @@ int run_cli(int argc, char** argv) {
   }
   if (*calibrate) {
     if (cal_local) return cmd_calibrate_local(cal_out, experiments_dir);
+    if (!cal_experiment.empty()) {
+      if (cal_preset.empty() || cal_fit.empty()) {
+        std::cerr << "cpbench calibrate --experiment: give --preset and --fit\n";
+        return kExitBadInput;
+      }
+      return cmd_calibrate_experiment(cal_experiment, cal_preset, cal_fit, cal_metric, cal_train, cal_out, experiments_dir);
+    }
     if (cal_file.empty() || cal_preset.empty()) {
       std::cerr << "cpbench calibrate: give a measurements file and --preset, or --local\n";
       return kExitBadInput;

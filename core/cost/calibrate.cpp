@@ -118,6 +118,21 @@ double log_loss(const ClusterSpec& cluster, const EfficiencyParams& params,
   return sum / double(data.size());
 }
 
+
+// Fitting runs in log space (every constant is positive or a latency ≥ 0), clamped to bounds.
+double from_log(double u, const EfficiencyParamInfo& info) {
+  return std::clamp(std::exp(u), info.lo, info.hi);
+}
+double to_log(double v) { return std::log(std::max(v, 1e-3)); }
+
+std::string format_g(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+}  // namespace
+
 // Nelder–Mead minimization of f from x0 (standard coefficients 1, 2, 0.5, 0.5).
 std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f,
                                 std::vector<double> x0, double step, int max_evals) {
@@ -171,20 +186,6 @@ std::vector<double> nelder_mead(const std::function<double(const std::vector<dou
   }
   return simplex[std::min_element(fx.begin(), fx.end()) - fx.begin()];
 }
-
-// Fitting runs in log space (every constant is positive or a latency ≥ 0), clamped to bounds.
-double from_log(double u, const EfficiencyParamInfo& info) {
-  return std::clamp(std::exp(u), info.lo, info.hi);
-}
-double to_log(double v) { return std::log(std::max(v, 1e-3)); }
-
-std::string format_g(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", x);
-  return buf;
-}
-
-}  // namespace
 
 std::string validate_measurement(const OpMeasurement& m) {
   for (const auto& spec : op_table()) {
@@ -290,14 +291,22 @@ Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurem
 
   EfficiencyParams params = start->params();
   std::set<std::string> fitted;
-  for (const Family& family : families()) {
+  // Pass 1 picks each family's free constants (not fitted by an earlier family, and some
+  // measurement responds to them) and fits them in order. Families share constants through the
+  // model (a GEMM's roofline reads the HBM efficiency the memory family fits later), so pass 2
+  // refits every family's constants from pass 1's values: the result no longer depends on how
+  // far the preset's starting values were from the data.
+  struct Fit {
     std::vector<const OpMeasurement*> data;
-    for (const auto& m : measurements)
-      if (family.member(m)) data.push_back(&m);
-    if (data.empty()) continue;
-    // Constants not yet fitted that some measurement here responds to.
     std::vector<const EfficiencyParamInfo*> free;
-    const double base = log_loss(cluster, params, data);
+  };
+  std::vector<Fit> fits;
+  for (const Family& family : families()) {
+    Fit fit;
+    for (const auto& m : measurements)
+      if (family.member(m)) fit.data.push_back(&m);
+    if (fit.data.empty()) continue;
+    const double base = log_loss(cluster, params, fit.data);
     for (const auto& key : family.params) {
       if (fitted.count(key)) continue;
       const EfficiencyParamInfo& info = info_of(key);
@@ -305,28 +314,32 @@ Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurem
       for (double factor : {0.1, 0.5, 2.0, 10.0}) {
         EfficiencyParams probe = params;
         probe.*info.member = from_log(to_log(params.*info.member) + std::log(factor), info);
-        if (std::abs(log_loss(cluster, probe, data) - base) > 1e-12) sensitive = true;
+        if (std::abs(log_loss(cluster, probe, fit.data) - base) > 1e-12) sensitive = true;
       }
-      if (sensitive) free.push_back(&info);
+      if (sensitive) fit.free.push_back(&info);
     }
-    if (free.empty()) continue;
-    auto with = [&](const std::vector<double>& u) {
-      EfficiencyParams p = params;
-      for (size_t i = 0; i < free.size(); ++i) p.*free[i]->member = from_log(u[i], *free[i]);
-      return p;
-    };
-    auto loss = [&](const std::vector<double>& u) { return log_loss(cluster, with(u), data); };
-    std::vector<double> u;
-    for (const auto* info : free) u.push_back(to_log(params.*info->member));
-    // Restarts from the best point with a shrinking simplex escape NM's early collapse.
-    for (double step : {1.0, 0.3, 0.1, 0.03}) u = nelder_mead(loss, u, step, 600 * int(free.size()));
-    params = with(u);
-    const double rms = std::sqrt(loss(u));
-    for (const auto* info : free) {
-      fitted.insert(info->key);
-      params.sources[info->key] = "fitted by cpbench calibrate from " + measurements_file + " (" +
-                                  std::to_string(data.size()) + " measurements, rms log error " +
-                                  format_g(rms) + ")";
+    if (fit.free.empty()) continue;
+    for (const auto* info : fit.free) fitted.insert(info->key);
+    fits.push_back(std::move(fit));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Fit& fit : fits) {
+      auto with = [&](const std::vector<double>& u) {
+        EfficiencyParams p = params;
+        for (size_t i = 0; i < fit.free.size(); ++i) p.*fit.free[i]->member = from_log(u[i], *fit.free[i]);
+        return p;
+      };
+      auto loss = [&](const std::vector<double>& u) { return log_loss(cluster, with(u), fit.data); };
+      std::vector<double> u;
+      for (const auto* info : fit.free) u.push_back(to_log(params.*info->member));
+      // Restarts from the best point with a shrinking simplex escape NM's early collapse.
+      for (double step : {1.0, 0.3, 0.1, 0.03}) u = nelder_mead(loss, u, step, 600 * int(fit.free.size()));
+      params = with(u);
+      const double rms = std::sqrt(loss(u));
+      for (const auto* info : fit.free)
+        params.sources[info->key] = "fitted by cpbench calibrate from " + measurements_file + " (" +
+                                    std::to_string(fit.data.size()) + " measurements, rms log error " +
+                                    format_g(rms) + ")";
     }
   }
   json out = preset;

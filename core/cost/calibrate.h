@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ double predict_time_s(const CostModel& model, const OpMeasurement& m);
 
 // Checks op name and shape keys; "" when fine, else what is wrong.
 std::string validate_measurement(const OpMeasurement& m);
+
+// Nelder–Mead minimization of f from x0 (coefficients 1, 2, 0.5, 0.5; first simplex x0 + step·eᵢ),
+// at most max_evals evaluations. Shared by the op-level and the published-figure calibrations.
+std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f,
+                                std::vector<double> x0, double step, int max_evals);
 
 // The preset with the fitted efficiency values. `measurements_file` names the data in the new
 // sources. Constants whose op family has no measurement, or that no measurement is sensitive

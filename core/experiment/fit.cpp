@@ -1,0 +1,106 @@
+#include "core/experiment/fit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/cost/calibrate.h"
+#include "core/cost/efficiency.h"
+#include "core/experiment/results.h"
+#include "core/experiment/runner.h"
+
+namespace cpbench {
+namespace {
+
+const EfficiencyParamInfo* find_param(const std::string& key) {
+  for (const auto& info : efficiency_param_table())
+    if (key == info.key) return &info;
+  return nullptr;
+}
+
+}  // namespace
+
+Expected<FitReport> fit_preset_to_experiment(const Spec& spec, const json& preset, const std::vector<std::string>& keys,
+                                             const std::string& metric, const std::set<std::string>& train) {
+  Diagnostics diag("preset");
+  JsonObject o(preset, "", diag);
+  const ClusterSpec cluster = parse_hardware(o);
+  if (!diag.ok()) return diag.errors();
+  std::vector<const EfficiencyParamInfo*> free;
+  for (const std::string& k : keys) {
+    const EfficiencyParamInfo* info = find_param(k);
+    if (!info) return Error{"", "", "unknown efficiency constant '" + k + "'"};
+    free.push_back(info);
+  }
+  for (const PointConfig& p : spec.points)
+    if (p.cluster.name != cluster.name)
+      return Error{spec.file.string(), "", "point " + p.id + " uses hardware '" + p.cluster.name + "', not the fitted '" +
+                                               cluster.name + "'"};
+
+  // The preset's efficiency object with the free constants set from log-space coordinates u.
+  auto efficiency_at = [&](const std::vector<double>& u) {
+    json eff = cluster.efficiency;
+    for (size_t i = 0; i < free.size(); ++i)
+      eff[free[i]->key]["value"] = std::clamp(std::exp(u[i]), free[i]->lo, free[i]->hi);
+    return eff;
+  };
+  auto evaluate = [&](const json& eff) {
+    PointResults results(spec.points.size());
+    for (size_t i = 0; i < spec.points.size(); ++i) {
+      PointConfig p = spec.points[i];
+      p.cluster.efficiency = eff;
+      results[i] = run_point(p, {});
+    }
+    std::vector<FitRow> rows;
+    for (const Comparison& c : compute_comparisons(spec, results)) {
+      if (c.kind != "value" || c.metric != metric) continue;
+      rows.push_back({c.label, c.published, c.reproduced.value_or(0),
+                      train.empty() || train.count(c.label) > 0});
+    }
+    return rows;
+  };
+  auto rms = [](const std::vector<FitRow>& rows, bool trained) {
+    double sum = 0;
+    int n = 0;
+    for (const FitRow& r : rows) {
+      if (r.trained != trained) continue;
+      // A point that failed counts as a factor-of-e miss, so the search moves away from it.
+      const double d = r.reproduced > 0 && r.published > 0 ? std::log(r.reproduced / r.published) : 1.0;
+      sum += d * d;
+      ++n;
+    }
+    return n ? std::sqrt(sum / n) : 0.0;
+  };
+  std::vector<double> u;
+  for (const auto* info : free) u.push_back(std::log(cluster.efficiency.at(info->key).at("value").get<double>()));
+  const std::vector<FitRow> start = evaluate(efficiency_at(u));
+  size_t trained = 0;
+  for (const FitRow& r : start) {
+    trained += r.trained;
+    if (r.reproduced <= 0) return Error{spec.file.string(), "", "published value '" + r.label + "' has no reproduction"};
+  }
+  if (trained == 0) return Error{spec.file.string(), "", "no published " + metric + " value to fit"};
+  auto loss = [&](const std::vector<double>& x) { return rms(evaluate(efficiency_at(x)), true); };
+  for (double step : {0.3, 0.1, 0.03}) u = nelder_mead(loss, u, step, 60 * static_cast<int>(free.size()));
+
+  FitReport out;
+  const json eff = efficiency_at(u);
+  out.rows = evaluate(eff);
+  out.train_rms_log = rms(out.rows, true);
+  out.holdout_rms_log = rms(out.rows, false);
+  out.preset = preset;
+  out.preset["efficiency"] = eff;
+  char residual[64], start_value[32];
+  std::snprintf(residual, sizeof residual, "rms log error %.3g", out.train_rms_log);
+  for (const auto* info : free) {
+    std::snprintf(start_value, sizeof start_value, "%.4g", cluster.efficiency.at(info->key).at("value").get<double>());
+    out.preset["efficiency"][info->key]["source"] =
+        "fitted by cpbench calibrate --experiment " + spec.name + " to its published " + metric + " (" +
+        std::to_string(trained) + " values, " + residual + "; references/README.md allows calibrating presets against "
+        "the reference figures); before the fit: " + start_value + ", " +
+        cluster.efficiency.at(info->key).at("source").get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,92 @@
+// fit_test.cpp — calibrating a preset against an experiment's published values: only the chosen
+// constants move, the fit lowers the error it minimizes, held-out values are reported apart, and
+// bad requests are errors.
+#include "core/experiment/fit.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/experiment/registry.h"
+#include "core/experiment/results.h"
+#include "core/experiment/runner.h"
+
+namespace cpbench {
+namespace {
+
+class FitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ref = resolve_experiment("megatron_ptdp/table1", default_experiments_dir());
+    ASSERT_TRUE(ref.ok());
+    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}});
+    ASSERT_TRUE(spec.ok()) << spec.error_str();
+    spec_ = *spec;
+    auto preset = load_json_file(default_experiments_dir() / "hardware" / "a100_80gb_dgx.json");
+    ASSERT_TRUE(preset.ok());
+    preset_ = *preset;
+    // Start away from the shipped value, so the fit has somewhere to go.
+    preset_["efficiency"]["hbm_efficiency"]["value"] = 0.95;
+  }
+
+  // rms of log(reproduced / published) of the spec's TFLOP/s values under `preset`.
+  double rms_under(const json& preset) {
+    PointResults results(spec_.points.size());
+    for (size_t i = 0; i < spec_.points.size(); ++i) {
+      PointConfig p = spec_.points[i];
+      p.cluster.efficiency = preset["efficiency"];
+      results[i] = run_point(p, {});
+    }
+    double sum = 0;
+    int n = 0;
+    for (const Comparison& c : compute_comparisons(spec_, results))
+      if (c.kind == "value" && c.metric == "tflops_per_gpu") {
+        const double d = std::log(*c.reproduced / c.published);
+        sum += d * d;
+        ++n;
+      }
+    return std::sqrt(sum / n);
+  }
+
+  Spec spec_;
+  json preset_;
+};
+
+TEST_F(FitTest, MovesOnlyTheChosenConstantAndLowersTheError) {
+  const std::set<std::string> train = {"1.7B tflops_per_gpu", "39.1B tflops_per_gpu", "1T tflops_per_gpu"};
+  auto fit = fit_preset_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", train);
+  ASSERT_TRUE(fit.ok()) << fit.error_str();
+  EXPECT_LT(rms_under(fit->preset), rms_under(preset_));
+  for (const auto& [key, value] : preset_["efficiency"].items()) {
+    if (key == "hbm_efficiency") continue;
+    EXPECT_EQ(fit->preset["efficiency"][key], value) << key;
+  }
+  const json& fitted = fit->preset["efficiency"]["hbm_efficiency"];
+  EXPECT_NE(fitted["value"].get<double>(), 0.95);
+  EXPECT_EQ(fitted["source"].get<std::string>().rfind("fitted by cpbench calibrate --experiment megatron_ptdp/table1", 0), 0u);
+  size_t held_out = 0;
+  for (const FitRow& r : fit->rows) {
+    EXPECT_EQ(r.trained, train.count(r.label) > 0) << r.label;
+    held_out += !r.trained;
+  }
+  EXPECT_EQ(held_out, 7u);
+  EXPECT_GT(fit->holdout_rms_log, 0);
+  EXPECT_EQ(fit->preset["gpu"], preset_["gpu"]);  // the rest of the preset is untouched
+}
+
+TEST_F(FitTest, BadRequestsAreErrors) {
+  auto unknown = fit_preset_to_experiment(spec_, preset_, {"hbm_speed"}, "tflops_per_gpu", {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error_str().find("unknown efficiency constant 'hbm_speed'"), std::string::npos);
+  auto none = fit_preset_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", {"no such row"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error_str().find("no published tflops_per_gpu value to fit"), std::string::npos) << none.error_str();
+  json other = preset_;
+  other["name"] = "h100_dgx";
+  auto wrong = fit_preset_to_experiment(spec_, other, {"hbm_efficiency"}, "tflops_per_gpu", {});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error_str().find("not the fitted 'h100_dgx'"), std::string::npos) << wrong.error_str();
+}
+
+}  // namespace
+}  // namespace cpbench
