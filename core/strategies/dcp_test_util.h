@@ -75,4 +75,34 @@ inline double sum_sq_per_rank(const DcpGroup& g, const std::vector<int64_t>& len
   return sum_sq / static_cast<double>(g.size);
 }
 
+// The settings the property tests sweep: seeds 1–3 of a 2048-sequence batch × DP×CP pools of
+// powers of two and not × max_seqlen_per_dp_cp_rank 64K and 16K (skipping pools too small for a
+// 131072-token sequence). f(lengths, ranks, max_seqlen) runs inside a SCOPED_TRACE naming them.
+template <typename F>
+void for_each_sampled_setting(F f) {
+  for (uint64_t seed : {1, 2, 3}) {
+    const std::vector<int64_t> lengths = github_batch(seed, 2048);
+    for (int64_t ranks : {4, 8, 64, 512, 6, 12, 24})
+      for (int64_t max_seqlen : {65536, 16384}) {
+        if (dcp_min_cp_size(131072, max_seqlen) > ranks) continue;
+        SCOPED_TRACE("seed " + std::to_string(seed) + " ranks " + std::to_string(ranks) + " max " +
+                     std::to_string(max_seqlen));
+        f(lengths, ranks, max_seqlen);
+      }
+  }
+}
+
+// Two schedules place every sequence in the same group of the same round.
+inline void expect_same_schedule(const DcpSchedule& x, const DcpSchedule& y) {
+  ASSERT_EQ(x.rounds.size(), y.rounds.size());
+  for (size_t r = 0; r < x.rounds.size(); ++r) {
+    ASSERT_EQ(x.rounds[r].groups.size(), y.rounds[r].groups.size());
+    for (size_t g = 0; g < x.rounds[r].groups.size(); ++g) {
+      EXPECT_EQ(x.rounds[r].groups[g].first_rank, y.rounds[r].groups[g].first_rank);
+      EXPECT_EQ(x.rounds[r].groups[g].size, y.rounds[r].groups[g].size);
+      EXPECT_EQ(x.rounds[r].groups[g].seq_ids, y.rounds[r].groups[g].seq_ids);
+    }
+  }
+}
+
 }  // namespace cpbench::testing_util

@@ -160,19 +160,11 @@ TEST(DynamicCpDev, IdleRanksDoubleTheSmallestGroupElseTakeTheFullGroup) {
 }
 
 TEST(DynamicCpDev, SampledBatchesSatisfyEveryProperty) {
-  for (uint64_t seed : {1, 2, 3}) {
-    const std::vector<int64_t> lengths = github_batch(seed, 2048);
-    for (int64_t ranks : {4, 8, 64, 512, 6, 12, 24}) {
-      for (int64_t max_seqlen : {65536, 16384}) {
-        if (dcp_min_cp_size(131072, max_seqlen) > ranks) continue;
-        SCOPED_TRACE("seed " + std::to_string(seed) + " ranks " + std::to_string(ranks) + " max " +
-                     std::to_string(max_seqlen));
-        auto s = schedule_dynamic_cp_dev(lengths, ranks, max_seqlen);
-        ASSERT_TRUE(s.ok()) << s.error_str();
-        expect_valid(*s, lengths, ranks, max_seqlen);
-      }
-    }
-  }
+  testing_util::for_each_sampled_setting([](const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
+    auto s = schedule_dynamic_cp_dev(lengths, ranks, max_seqlen);
+    ASSERT_TRUE(s.ok()) << s.error_str();
+    expect_valid(*s, lengths, ranks, max_seqlen);
+  });
 }
 
 TEST(DynamicCpDev, SameInputSamePlan) {
@@ -180,15 +172,7 @@ TEST(DynamicCpDev, SameInputSamePlan) {
   auto x = schedule_dynamic_cp_dev(lengths, 64, 65536);
   auto y = schedule_dynamic_cp_dev(lengths, 64, 65536);
   ASSERT_TRUE(x.ok() && y.ok());
-  ASSERT_EQ(x->rounds.size(), y->rounds.size());
-  for (size_t r = 0; r < x->rounds.size(); ++r) {
-    ASSERT_EQ(x->rounds[r].groups.size(), y->rounds[r].groups.size());
-    for (size_t g = 0; g < x->rounds[r].groups.size(); ++g) {
-      EXPECT_EQ(x->rounds[r].groups[g].first_rank, y->rounds[r].groups[g].first_rank);
-      EXPECT_EQ(x->rounds[r].groups[g].size, y->rounds[r].groups[g].size);
-      EXPECT_EQ(x->rounds[r].groups[g].seq_ids, y->rounds[r].groups[g].seq_ids);
-    }
-  }
+  testing_util::expect_same_schedule(*x, *y);
 }
 
 // Σ over rounds of the most-loaded rank's work: a barrier over DP×CP follows each round, so this

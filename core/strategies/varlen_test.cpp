@@ -32,6 +32,16 @@ class VarlenTest : public ::testing::Test {
   }
   StrategyInput input() const { return StrategyInput{cluster_, model_, layout_, batch_, "megatron", {}}; }
 
+  // An empty plan over 2 DP×CP ranks, one pipeline stage, the fixture's other settings.
+  Plan two_rank_plan() const {
+    Plan plan;
+    plan.layout = layout_;
+    plan.layout.num_gpus = 2;
+    plan.layout.pp = 1;
+    plan.layout.cp = 1;
+    return plan;
+  }
+
   // Every sequence exactly once: each group counted at its first rank.
   void expect_every_sequence_once(const Plan& plan) {
     std::vector<int64_t> seen;
@@ -129,11 +139,7 @@ TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
 TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
   auto cost = CostModel::create(cluster_);
   ASSERT_TRUE(cost.ok());
-  Plan plan;
-  plan.layout = layout_;
-  plan.layout.num_gpus = 2;
-  plan.layout.pp = 1;
-  plan.layout.cp = 1;
+  Plan plan = two_rank_plan();
   const PlanMicroBatch heavy{{8192}, 1, 0, 1}, light{{512}, 1, 1, 1}, shared{{16384}, 2, 0, 4};
   plan.micro_batches = {{heavy, shared}, {light, shared}};
   const AttentionPlanner planner = [&](const PlanMicroBatch& mb) { return plan_micro_batch_attention(mb, model_, plan.layout); };
@@ -177,11 +183,7 @@ TEST_F(VarlenTest, RoundBarrierStartsEveryRanksMicroBatchTogether) {
   // rank 0. One stage, so the wait shows as rank 1's idle time, and the step is the same.
   auto cost = CostModel::create(cluster_);
   ASSERT_TRUE(cost.ok());
-  Plan plan;
-  plan.layout = layout_;
-  plan.layout.num_gpus = 2;
-  plan.layout.pp = 1;
-  plan.layout.cp = 1;
+  Plan plan = two_rank_plan();
   plan.micro_batches = {{{{16384}, 1, 0, 1}, {{2048}, 1, 0, 1}}, {{{512}, 1, 1, 1}, {{2048}, 1, 1, 1}}};
   auto free_run = simulate_iteration(plan, model_, *cost);
   plan.round_barrier = true;
