@@ -40,25 +40,27 @@ json point_json(const PointConfig& p, const PointResult& r) {
 
 std::optional<double> metric_of(const Spec& spec, const PointResults& results, const Selector& s,
                                 const std::string& metric, std::string* note) {
+  std::optional<double> best;
+  std::string best_id;
   for (size_t i = 0; i < spec.points.size(); ++i) {
     if (!s.matches(spec.points[i])) continue;
-    if (!results[i]) {
-      *note = spec.points[i].id + " has not run";
-      return std::nullopt;
+    const std::string& id = spec.points[i].id;
+    std::string why;
+    if (!results[i]) why = id + " has not run";
+    else if (results[i]->status != "ok") why = id + " is " + results[i]->status + ": " + results[i]->reason;
+    else if (!results[i]->metrics.count(metric)) why = id + " did not report " + metric;
+    if (!s.best) {  // exactly one point: its value or why there is none
+      if (!why.empty()) *note = why;
+      return why.empty() ? std::optional<double>(results[i]->metrics.at(metric)) : std::nullopt;
     }
-    if (results[i]->status != "ok") {
-      *note = spec.points[i].id + " is " + results[i]->status + ": " + results[i]->reason;
-      return std::nullopt;
-    }
-    auto it = results[i]->metrics.find(metric);
-    if (it == results[i]->metrics.end()) {
-      *note = spec.points[i].id + " did not report " + metric;
-      return std::nullopt;
-    }
-    return it->second;
+    if (!why.empty()) continue;  // best of those that ran
+    const double v = results[i]->metrics.at(metric);
+    if (!best || v > *best) best = v, best_id = id;
   }
-  *note = "no point selected";
-  return std::nullopt;
+  if (!best) *note = s.best ? "no selected point ran" : "no point selected";
+  else if (!note->empty()) *note += "; ";
+  if (best) *note += "best: " + best_id;
+  return best;
 }
 
 json selector_json(const Selector& s) {
@@ -66,6 +68,7 @@ json selector_json(const Selector& s) {
   if (!s.case_name.empty()) j["case"] = s.case_name;
   if (!s.strategy.empty()) j["strategy"] = s.strategy;
   if (!s.params.empty()) j["params"] = s.params;
+  if (s.best) j["best"] = true;
   return j;
 }
 
@@ -134,8 +137,9 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       auto num = metric_of(spec, results, pv.select, pv.metric, &note);
       auto den = num ? metric_of(spec, results, pv.denominator, pv.metric, &note) : std::nullopt;
       if (num && den && *den != 0) c.reproduced = *num / *den;
-      else c.note = note.empty() ? "denominator is zero" : note;
+      else if (note.empty()) note = "denominator is zero";
       judge(pv, c);
+      if (!note.empty()) c.note = c.note.empty() ? note : c.note + "; " + note;  // why, or which point was best
       out.push_back(std::move(c));
       continue;
     }

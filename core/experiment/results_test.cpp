@@ -92,6 +92,28 @@ TEST_F(ResultsTest, ComparisonWithoutItsPointSaysWhy) {
   EXPECT_NE(comps[1].note.find("has not run"), std::string::npos);
 }
 
+TEST_F(ResultsTest, BestSidePicksTheHighestOfThePointsThatRan) {
+  // a over the best of all three cases: "odd" is infeasible and skipped, b has twice a's FLOPs.
+  PublishedValue pv;
+  pv.label = "a / best";
+  pv.metric = "flops_per_iteration";
+  pv.kind = "ratio";
+  pv.select.case_name = "a";
+  pv.denominator.best = true;
+  spec_.published = {pv};
+  auto comps = compute_comparisons(spec_, run_all());
+  ASSERT_EQ(comps.size(), 1u);
+  ASSERT_TRUE(comps[0].reproduced.has_value()) << comps[0].note;
+  EXPECT_NEAR(*comps[0].reproduced, 0.5, 1e-12);
+  EXPECT_NE(comps[0].note.find("best: case=b/"), std::string::npos) << comps[0].note;
+  EXPECT_EQ(comps[0].select["denominator"]["best"], true);
+  // Nothing selected ran: no value, and the note says so.
+  auto none = run_all();
+  for (auto& r : none) r.reset();
+  comps = compute_comparisons(spec_, none);
+  EXPECT_FALSE(comps[0].reproduced.has_value());
+}
+
 TEST_F(ResultsTest, WriteIsAtomicAndLeavesNoTemporaryFiles) {
   auto r = run_all();
   ASSERT_TRUE(write_results(dir_ / "out", spec_, current_provenance(1), r).ok());

@@ -190,6 +190,7 @@ Selector parse_selector(JsonObject& o, const std::set<std::string>& cases, const
     if (p->is_object()) s.params = *p;
     else o.error("params", "expected an object of grid axis -> value, got " + json_type_name(*p));
   }
+  s.best = o.boolean_or("best", false);
   return s;
 }
 
@@ -495,10 +496,14 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       for (const auto& p : spec.points) n += s.matches(p);
       return n;
     };
-    size_t n = count(pv.select);
-    if (n == 0 || (pv.kind == "ratio" && (n != 1 || count(pv.denominator) != 1)))
+    auto one_side = [&](const Selector& s) {
+      const size_t n = count(s);
+      return s.best ? n >= 1 : n == 1;
+    };
+    if (count(pv.select) == 0 || (pv.kind == "ratio" && (!one_side(pv.select) || !one_side(pv.denominator))))
       diag.error("/published", "\"" + pv.label + "\": " +
-                 (pv.kind == "ratio" ? "numerator and denominator must each select exactly one point"
+                 (pv.kind == "ratio" ? "numerator and denominator must each select exactly one point (or, with "
+                                       "\"best\": true, at least one)"
                                      : "selects no point"));
   }
   if (!diag.ok()) return diag.errors();

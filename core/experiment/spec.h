@@ -52,6 +52,9 @@ struct Selector {
   std::string case_name;  // "" = any
   std::string strategy;   // label; "" = any
   json params = json::object();  // subset of a point's params
+  // A ratio's side may pick, of the points it selects that ran, the one with the highest metric
+  // ("the best throughput without recomputation, at whatever batch fits").
+  bool best = false;
   bool matches(const PointConfig& p) const;
 };
 

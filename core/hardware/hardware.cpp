@@ -75,6 +75,15 @@ ClusterSpec parse_hardware(JsonObject& o) {
   c.nics_per_node = sourced_integer(o, "nics_per_node", "nics_per_node", 1, 1024, c.sources);
   c.nic_bandwidth_Gbps =
       sourced_number(o, "nic_bandwidth_Gbps", "nic_bandwidth_Gbps", 1e-3, 1e6, c.sources);
+  if (auto memory = o.object_opt("memory")) {
+    c.memory.reserved_gib = sourced_number(*memory, "reserved_gib", "memory/reserved_gib", 0, 1e5, c.sources);
+    c.memory.allocator_fragmentation =
+        sourced_number(*memory, "allocator_fragmentation", "memory/allocator_fragmentation", 0, 0.9, c.sources);
+    memory->finish();
+  } else if (!o.has("memory")) {
+    o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", \"allocator_fragmentation\"}, each "
+                      "{\"value\", \"source\"}): the device memory training cannot give to tensors");
+  }
   if (const json* e = o.raw("efficiency")) {
     if (e->is_object())
       c.efficiency = *e;

@@ -30,6 +30,14 @@ struct GpuSpec {
   double hbm_bytes() const { return hbm_gib * 1024.0 * 1024.0 * 1024.0; }
 };
 
+// Device memory the framework cannot give to tensors (core/sim/memory.h charges both).
+struct MemoryOverheads {
+  double reserved_gib = 0;  // CUDA context, NCCL buffers, cuBLAS workspaces: held from start-up
+  // Share of the caching allocator's reserved activation pool that fragmentation leaves unusable:
+  // activations (and the working set of the layer being computed) need activations / (1 − f).
+  double allocator_fragmentation = 0;
+};
+
 struct ClusterSpec {
   std::string name;  // the preset's name, e.g. "a100_80gb_dgx"
   std::string description;
@@ -40,6 +48,7 @@ struct ClusterSpec {
   // Network bandwidth available to one GPU, one direction: nics_per_node × nic_bandwidth_Gbps /
   // gpus_per_node (DGX A100: 8×200/8 = 200; AWS p4d: 4×100/8 = 50). Derived, never written.
   double nic_bandwidth_Gbps_per_gpu = 0;
+  MemoryOverheads memory;
   // Efficiency-curve parameters of the cost model (core/cost reads them); an object, may be empty.
   nlohmann::json efficiency = nlohmann::json::object();
   // Field path ("gpu/peak_dense_tflops", "nic_bandwidth_Gbps", ...) -> its citation.
@@ -55,7 +64,8 @@ struct ClusterSpec {
 // Reads a cluster object and calls o.finish(). Keys: "name", "description" (optional), "gpu"
 // {"name", "peak_dense_tflops", "hbm_gib", "hbm_bandwidth_GBps", "sm_count",
 // "nvlink_bandwidth_GBps", "pcie_bandwidth_GBps"}, "gpus_per_node", "nics_per_node",
-// "nic_bandwidth_Gbps", "efficiency" (optional object). Every number is written
+// "nic_bandwidth_Gbps", "memory" {"reserved_gib", "allocator_fragmentation"}, "efficiency"
+// (optional object). Every number is written
 // {"value": x, "source": "non-empty citation"}.
 ClusterSpec parse_hardware(JsonObject& o);
 

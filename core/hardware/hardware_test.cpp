@@ -28,8 +28,11 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     ASSERT_TRUE(c.ok()) << c.error_str();
     EXPECT_EQ(c->name, entry.path().stem().string());
     EXPECT_TRUE(c->efficiency.is_object());
-    // 6 GPU constants, 3 cluster constants, and the derived per-GPU network bandwidth.
-    EXPECT_EQ(c->sources.size(), 10u) << entry.path();
+    // 6 GPU constants, 3 cluster constants, 2 memory overheads, and the derived per-GPU network
+    // bandwidth.
+    EXPECT_EQ(c->sources.size(), 12u) << entry.path();
+    EXPECT_GE(c->memory.allocator_fragmentation, 0);
+    EXPECT_LT(c->memory.allocator_fragmentation, 1);
     for (const auto& [field, source] : c->sources) EXPECT_FALSE(source.empty()) << field;
     found.insert(c->name);
   }
@@ -119,6 +122,13 @@ TEST_F(BadHardwareFile, EmptySourceIsAnError) {
   Error e = only_error(load_edited([](json& j) { j["nic_bandwidth_Gbps"]["source"] = ""; }));
   EXPECT_EQ(e.pointer, "/nic_bandwidth_Gbps/source");
   EXPECT_NE(e.message.find("non-empty"), std::string::npos) << e.message;
+}
+
+TEST_F(BadHardwareFile, MemoryOverheadsAreRequiredAndBounded) {
+  Error e = only_error(load_edited([](json& j) { j.erase("memory"); }));
+  EXPECT_EQ(e.pointer, "/memory");
+  e = only_error(load_edited([](json& j) { j["memory"]["allocator_fragmentation"]["value"] = 1.0; }));
+  EXPECT_EQ(e.pointer, "/memory/allocator_fragmentation/value");
 }
 
 TEST_F(BadHardwareFile, BareNumberIsAnUnsourcedConstant) {

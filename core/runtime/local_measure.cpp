@@ -141,6 +141,9 @@ Expected<json> local_preset(const LocalMeasurements& m, const json& efficiency_s
       {"gpus_per_node", sourced(m.cores, "one rank per core on one host")},
       {"nics_per_node", sourced(1, "one host: no network; the value only keeps the preset complete")},
       {"nic_bandwidth_Gbps", sourced(link * 8, link_src)},
+      {"memory",
+       {{"reserved_gib", sourced(0, "host memory: no device context or communicator buffers are modelled")},
+        {"allocator_fragmentation", sourced(0, "host malloc: fragmentation not modelled")}}},
       {"efficiency", efficiency_start},
   };
   for (auto& [k, v] : p["efficiency"].items())

@@ -22,9 +22,10 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
   return p / layout.tp;
 }
 
-MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan) {
+MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads) {
   const ParallelConfig& L = plan.layout;
   MemoryEstimate e;
+  e.reserved_bytes = overheads.reserved_gib * 1024.0 * 1024.0 * 1024.0;
   int64_t longest = 0, micro_batches = 0;
   const PlanMicroBatch* largest = nullptr;  // the micro-batch with the most tokens
   for (const auto& replica : plan.micro_batches) {
@@ -65,6 +66,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan) {
   // Recomputing (or computing) one layer needs its full activations at once.
   if (rc != Recompute::none)
     e.workspace_bytes = layer_bytes(Recompute::none);
+  // The activation pool is allocated and freed every micro-batch, interleaving long-lived saved
+  // tensors with short-lived ones: a share f of the memory it reserves is unusable (ZeRO §3.2).
+  const double f = overheads.allocator_fragmentation;
+  e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
   return e;
 }
 

@@ -13,10 +13,6 @@ namespace cpbench {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-// Memory a training process cannot use for tensors: the CUDA context (~0.5 GiB on A100/H100),
-// NCCL's communicator buffers and the caching allocator's fragmentation; 2 GiB is the order of
-// what nvidia-smi shows beside PyTorch's max_memory_allocated in Megatron runs.
-constexpr double kReservedGiB = 2.0;
 
 std::string divides(const char* what, int64_t a, const char* by, int64_t b) {
   if (b > 0 && a % b == 0) return "";
@@ -68,13 +64,14 @@ StrategyOutcome run_ptdp(const StrategyInput& in) {
 
 StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan) {
   StrategyOutcome out = run_analytical(in);
-  MemoryEstimate mem = estimate_memory(in.model, plan);
-  const double usable_gib = in.cluster.gpu.hbm_gib - kReservedGiB;
-  if (mem.total() / kGiB > usable_gib) {
-    char why[200];
-    std::snprintf(why, sizeof why, "out of memory: %.1f GiB per GPU needed (weights+optimizer %.1f, activations %.1f), %.1f usable",
+  MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
+  if (mem.total() / kGiB > in.cluster.gpu.hbm_gib) {
+    char why[240];
+    std::snprintf(why, sizeof why,
+                  "out of memory: %.1f GiB per GPU needed (weights+optimizer %.1f, activations %.1f, allocator "
+                  "fragmentation %.1f, reserved %.1f), %.0f GiB on the GPU",
                   mem.total() / kGiB, mem.weights_optimizer_bytes / kGiB, (mem.activation_bytes + mem.workspace_bytes) / kGiB,
-                  usable_gib);
+                  mem.fragmentation_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
     return StrategyOutcome::infeasible(why);
   }
   auto cost = CostModel::create(in.cluster);
@@ -102,6 +99,7 @@ StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan) {
   mt["peak_memory_gib"] = mem.total() / kGiB;
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
+  mt["fragmentation_memory_gib"] = mem.fragmentation_bytes / kGiB;
   return out;
 }
 
