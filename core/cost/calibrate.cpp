@@ -82,7 +82,7 @@ std::vector<Family> families() {
   auto collective_on = [](bool network) {
     return [network](const OpMeasurement& m) {
       if (collective_ops().count(m.op)) return crosses_nodes(m) == network;
-      return m.op == (network ? "p2p_network" : "p2p_nvlink");
+      return !network && m.op == "p2p_nvlink";
     };
   };
   return {
@@ -96,6 +96,8 @@ std::vector<Family> families() {
        {"nvlink_busbw_efficiency", "nvlink_step_latency_us", "nvlink_ll_step_latency_us"}},
       {"network", collective_on(true),
        {"network_busbw_efficiency", "network_step_latency_us", "network_ll_step_latency_us"}},
+      // After "network": send/recv shares its per-step latency and has its own bandwidth.
+      {"network_p2p", op_is({"p2p_network"}), {"network_p2p_efficiency"}},
       {"pcie", op_is({"p2p_pcie"}), {"pcie_efficiency", "pcie_latency_us"}},
   };
 }

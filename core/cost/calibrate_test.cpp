@@ -31,6 +31,7 @@ EfficiencyParams truth() {
   p.network_busbw_efficiency = 0.85;
   p.network_step_latency_us = 10;
   p.network_ll_step_latency_us = 4;
+  p.network_p2p_efficiency = 0.5;
   p.pcie_efficiency = 0.7;
   p.pcie_latency_us = 12;
   return p;

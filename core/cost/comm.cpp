@@ -49,7 +49,7 @@ double CostModel::p2p_s(double bytes, Link link) const {
                       phases_s({{1, bytes, bw, e.nvlink_ll_step_latency_us * 1e-6}}, Protocol::ll));
     }
     case Link::network: {
-      const double bw = cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_busbw_efficiency;
+      const double bw = cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_p2p_efficiency;
       return std::min(phases_s({{1, bytes, bw, e.network_step_latency_us * 1e-6}}, Protocol::simple),
                       phases_s({{1, bytes, bw, e.network_ll_step_latency_us * 1e-6}}, Protocol::ll));
     }

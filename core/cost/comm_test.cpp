@@ -25,7 +25,7 @@ TEST(P2p, LatencyPlusBytesOverEfficientBandwidth) {
   const EfficiencyParams& p = model.params();
   // Large: Simple protocol. Tiny: LL, whose latency is lower.
   EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::network),
-                   p.network_step_latency_us * 1e-6 + kBytes / (25e9 * p.network_busbw_efficiency));
+                   p.network_step_latency_us * 1e-6 + kBytes / (25e9 * p.network_p2p_efficiency));
   EXPECT_DOUBLE_EQ(model.p2p_s(8, Link::nvlink),
                    p.nvlink_ll_step_latency_us * 1e-6 + 8 / (0.5 * 300e9 * p.nvlink_busbw_efficiency));
   EXPECT_DOUBLE_EQ(model.p2p_s(kBytes, Link::pcie),

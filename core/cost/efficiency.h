@@ -37,6 +37,10 @@ struct EfficiencyParams {
   double network_busbw_efficiency = 1;
   double network_step_latency_us = 0;
   double network_ll_step_latency_us = 0;
+  // NCCL send/recv between one GPU pair on different nodes / the GPU's NIC rate. Not the
+  // collectives' figure: send/recv drives a pair over a few channels (NCCL_NCHANNELS_PER_NET_PEER),
+  // and NCCL of 2020-21 reached about half the NIC rate that way.
+  double network_p2p_efficiency = 1;
   double pcie_efficiency = 1;
   double pcie_latency_us = 0;
 

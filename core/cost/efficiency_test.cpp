@@ -33,6 +33,8 @@ TEST(Efficiency, EveryShippedPresetParsesWithASourceForEveryConstant) {
     }
     EXPECT_LT(p.nvlink_busbw_efficiency, 1);
     EXPECT_LT(p.network_busbw_efficiency, 1);
+    // A pair's send/recv cannot beat what the collectives draw from the same NIC.
+    EXPECT_LE(p.network_p2p_efficiency, p.network_busbw_efficiency);
     // NCCL's LL protocol trades bandwidth for latency: its step latency is the lower one.
     EXPECT_LT(p.nvlink_ll_step_latency_us, p.nvlink_step_latency_us);
     EXPECT_LT(p.network_ll_step_latency_us, p.network_step_latency_us);
