@@ -1,5 +1,7 @@
 #include "core/sim/trace.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/common/json_reader.h"
@@ -13,10 +15,15 @@ std::string quoted(const std::string& s) {
 }
 
 // Microseconds with nanosecond resolution: durations from the cost model are >= ~1 µs, and a
-// fixed format keeps ts exact to the ns for runs up to hours.
-void append_us(std::string& out, double seconds) {
+// fixed format keeps ts exact to the ns for runs up to hours. Start and end are rounded to the ns
+// first and the duration is their difference, so a task that starts when the previous one on its
+// stream ends never overlaps it by a rounding step (Perfetto rejects slices that partially
+// overlap on one track).
+int64_t to_ns(double seconds) { return static_cast<int64_t>(std::llround(seconds * 1e9)); }
+
+void append_us(std::string& out, int64_t ns) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", seconds * 1e6);
+  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000), static_cast<long long>(ns % 1000));
   out += buf;
 }
 
@@ -71,9 +78,10 @@ std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std:
     out += ", \"cat\": \"";
     out += category(t.kind);
     out += "\", \"ph\": \"X\", \"ts\": ";
-    append_us(out, r.start_s[i]);
+    const int64_t start_ns = to_ns(r.start_s[i]);
+    append_us(out, start_ns);
     out += ", \"dur\": ";
-    append_us(out, r.end_s[i] - r.start_s[i]);
+    append_us(out, std::max<int64_t>(0, to_ns(r.end_s[i]) - start_ns));
     out += ", \"pid\": " + std::to_string(t.device) + ", \"tid\": " + std::to_string(t.stream) +
            ", \"args\": {\"task\": " + std::to_string(i) + "}}";
   }

@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 
 #include "core/experiment/registry.h"
+#include "core/common/json_reader.h"
 #include "core/sim/memory.h"
+
+#include <filesystem>
+#include <set>
+#include <unistd.h>
 
 namespace cpbench {
 namespace {
@@ -87,6 +92,43 @@ TEST_F(PtdpTest, ReportsConsistentMetrics) {
   EXPECT_NEAR(m.at("peak_memory_gib"), m.at("weights_optimizer_gib") + m.at("activation_memory_gib") +
                                            m.at("fragmentation_memory_gib") + cluster_.memory.reserved_gib,
               1e-9);
+}
+
+// What Perfetto's JSON importer needs: on every track (pid = device, tid = stream) the slices
+// follow one another without partial overlap, and every used track is named.
+TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
+  layout_.vp = 2;
+  layout_.overlap_grad_reduce = true;
+  batch_.lengths.assign(64, 2048);
+  const auto path = std::filesystem::temp_directory_path() / ("cpbench_ptdp_trace_" + std::to_string(::getpid()) + ".json");
+  auto out = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", path});
+  ASSERT_EQ(out.status, "ok") << out.reason;
+  auto trace = load_json_file(path);
+  ASSERT_TRUE(trace.ok()) << trace.error_str();
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;  // (ts, dur) per track
+  std::set<std::pair<int, int>> named_threads;
+  std::set<int> named_processes;
+  for (const json& e : (*trace)["traceEvents"]) {
+    const std::pair<int, int> track{e["pid"], e["tid"]};
+    if (e["ph"] == "M" && e["name"] == "thread_name") named_threads.insert(track);
+    if (e["ph"] == "M" && e["name"] == "process_name") named_processes.insert(track.first);
+    if (e["ph"] == "X") tracks[track].push_back({e["ts"].get<double>(), e["dur"].get<double>()});
+  }
+  ASSERT_GE(tracks.size(), 4u);  // compute and communication streams of both stages at least
+  size_t slices = 0;
+  for (auto& [track, xs] : tracks) {
+    EXPECT_TRUE(named_threads.count(track)) << track.first << "/" << track.second;
+    EXPECT_TRUE(named_processes.count(track.first)) << track.first;
+    std::sort(xs.begin(), xs.end());
+    for (size_t i = 0; i < xs.size(); ++i) {
+      EXPECT_GE(xs[i].first, 0);
+      EXPECT_GE(xs[i].second, 0);
+      if (i + 1 < xs.size()) EXPECT_LE(xs[i].first + xs[i].second, xs[i + 1].first + 1e-9) << "track " << track.first << "/" << track.second << " slice " << i;
+    }
+    slices += xs.size();
+  }
+  EXPECT_GT(slices, 2u * 8 * 2 * 2);  // 2 stages × 8 micro-batches × 2 chunks × (fwd, bwd)
+  std::filesystem::remove(path);
 }
 
 TEST_F(PtdpTest, PipelineBubbleShrinksWithMoreMicroBatches) {
