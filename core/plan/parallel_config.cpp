@@ -20,6 +20,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});
   p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});
+  p.elementwise_fusion = o.boolean_or("elementwise_fusion", true);
   p.overlap_p2p = o.boolean_or("overlap_p2p", false);
   p.gradient_accumulation_fusion = o.boolean_or("gradient_accumulation_fusion", true);
   p.grad_reduce_in_fp32 = o.boolean_or("grad_reduce_in_fp32", p.dtype == "bf16");

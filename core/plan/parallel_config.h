@@ -30,6 +30,11 @@ struct ParallelConfig {
   // "flash": fused attention (FlashAttention/cuDNN); "unfused": QKᵀ and ·V as batched GEMMs with
   // the s×s scores through HBM for softmax and dropout, as Megatron ran in 2021 (SC'21).
   std::string attention_kernel = "flash";
+  // Megatron's element-wise fusions (SC'21 §4.2): bias + GeLU, bias + dropout + residual add, and
+  // scale + mask + softmax (the last only matters with attention_kernel "unfused"). false runs each
+  // as its own PyTorch kernel (--no-bias-gelu-fusion --no-bias-dropout-fusion
+  // --no-masked-softmax-fusion): the same FLOPs, more HBM passes and launches.
+  bool elementwise_fusion = true;
   // Megatron's pipeline sends are blocking on the compute timeline (batched isend/irecv, then
   // wait); true models overlapped P2P (Megatron's --overlap-p2p-communication, Kwai ATC'24).
   bool overlap_p2p = false;

@@ -52,13 +52,22 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
     const double scores_bytes = kAct * static_cast<double>(batch) * s * s;
     if (!backward) {
       p.compute_s += cost.gemm_s(s, s, d, batch) + cost.gemm_s(s, d, s, batch);
-      p.compute_s += cost.memory_bound_s(2 * scores_bytes);                     // softmax: read S, write P
+      if (layout.elementwise_fusion) {
+        p.compute_s += cost.memory_bound_s(2 * scores_bytes);  // fused scale-mask-softmax: read S, write P
+      } else {
+        // masked_fill_ then softmax, each reading and writing the scores. Megatron's SC'21 runs
+        // leave --apply-query-key-layer-scaling off (examples/sc21/CONFIG.sh), so there is no
+        // extra scale kernel (1/√d is baddbmm's alpha) and the softmax stays in fp16.
+        for (int k = 0; k < 2; ++k) p.compute_s += cost.memory_bound_s(2 * scores_bytes);
+      }
       p.compute_s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout: read P, write P', mask
     } else {
       // dP' = dO·Vᵀ, dV = P'ᵀ·dO, dS = softmax'(dropout'(dP')), dQ = dS·K, dK = dSᵀ·Q.
       p.compute_s += cost.gemm_s(s, s, d, batch) + 3 * cost.gemm_s(s, d, s, batch);
       p.compute_s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout bwd
-      p.compute_s += cost.memory_bound_s(3 * scores_bytes);                     // softmax bwd: P, dP in; dS out
+      p.compute_s += cost.memory_bound_s(3 * scores_bytes);  // softmax bwd: P, dP in; dS out
+      if (!layout.elementwise_fusion)  // masked_fill_ backward reads and writes dS
+        p.compute_s += cost.memory_bound_s(2 * scores_bytes);
     }
   }
   return p;
@@ -87,9 +96,17 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
   // (bias + GeLU reads and writes ffn/t per token; SwiGLU reads two halves), two fused
   // bias-dropout-residual adds (read x and residual, write, 1-byte mask). With sequence
   // parallelism the norms and residual adds see T/t tokens.
+  // Without Megatron's fusions (elementwise_fusion false) the bias add, the activation and the
+  // bias, dropout and residual adds are separate kernels: the MLP activation reads and writes its
+  // tensor twice (bias add, GeLU; SwiGLU: bias add, activation, product), each bias-dropout-add
+  // becomes add (2 passes) + dropout (2.5) + add (3) = 7.5, and 5 more kernels launch per pass.
+  const bool fused = layout.elementwise_fusion;
   const double norm_tokens = layout.sequence_parallel ? static_cast<double>(T) / t : T;
-  const double ew_fwd = kAct * (2 * 2 * norm_tokens * h + (m.gated_mlp ? 3 : 2) * static_cast<double>(T) * m.ffn_hidden / t +
-                                2 * 3.5 * norm_tokens * h);
+  const double act_passes = m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4);
+  const double residual_passes = fused ? 3.5 : 7.5;
+  const double ew_fwd = kAct * (2 * 2 * norm_tokens * h + act_passes * static_cast<double>(T) * m.ffn_hidden / t +
+                                2 * residual_passes * norm_tokens * h);
+  const double extra_launches_s = fused ? 0 : 5 * cost.params().kernel_overhead_us * 1e-6;
   // Backward reads the saved input and the incoming gradient and writes the input gradient.
   const double ew_bwd = 1.5 * ew_fwd;
 
@@ -113,12 +130,12 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
     attn_b = attention_core(cost, m, layout, mb, true);
   }
   c.forward.compute_s = fwd(cost, qkv) + fwd(cost, proj) + fwd(cost, fc1) + fwd(cost, fc2) + attn_f.compute_s +
-                        cost.memory_bound_s(ew_fwd);
+                        cost.memory_bound_s(ew_fwd) + extra_launches_s;
   c.forward.tp_comm_s = tp_pass;
   c.forward.cp_wait_s = attn_f.cp_wait_s;
   c.backward.cp_wait_s = attn_b.cp_wait_s;
   c.backward.compute_s = bwd(cost, qkv) + bwd(cost, proj) + bwd(cost, fc1) + bwd(cost, fc2) + attn_b.compute_s +
-                         cost.memory_bound_s(ew_bwd);
+                         cost.memory_bound_s(ew_bwd) + extra_launches_s;
   c.backward.tp_comm_s = tp_pass;
   if (layout.recompute == "full") {
     // The whole layer's forward runs again, TP collectives included, before its backward.
