@@ -28,6 +28,8 @@ void BM_SimulateIteration1T(benchmark::State& state) {
   layout.attention_kernel = "unfused";
   layout.overlap_grad_reduce = false;
   layout.gradient_accumulation_fusion = false;
+  layout.dtype = "fp16";  // Table 1's settings: fp16 with 16-bit gradient reduction
+  layout.grad_reduce_in_fp32 = false;
   GlobalBatch batch;
   batch.lengths.assign(3072, 2048);
   StrategyInput in{*cluster, *model, layout, batch, "sc21", {}};
