@@ -96,8 +96,10 @@ std::vector<Family> families() {
        {"nvlink_busbw_efficiency", "nvlink_step_latency_us", "nvlink_ll_step_latency_us"}},
       {"network", collective_on(true),
        {"network_busbw_efficiency", "network_step_latency_us", "network_ll_step_latency_us"}},
-      // After "network": send/recv shares its per-step latency and has its own bandwidth.
-      {"network_p2p", op_is({"p2p_network"}), {"network_p2p_efficiency"}},
+      // After "network": send/recv has its own bandwidth and shares the per-step latencies, which
+      // it fits only when no collective measurement did.
+      {"network_p2p", op_is({"p2p_network"}),
+       {"network_p2p_efficiency", "network_step_latency_us", "network_ll_step_latency_us"}},
       {"pcie", op_is({"p2p_pcie"}), {"pcie_efficiency", "pcie_latency_us"}},
   };
 }

@@ -118,6 +118,23 @@ TEST(Calibrate, ConstantsWithoutMeasurementsKeepValueAndSource) {
   EXPECT_EQ(e["nvlink_step_latency_us"], (*preset)["efficiency"]["nvlink_step_latency_us"]);
 }
 
+TEST(Calibrate, SendRecvAloneFitsItsBandwidthAndTheLatency) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok());
+  // Inter-node send/recv only, 30 µs + bytes at 0.4 of the 25 GB/s NIC: no collective fixes
+  // the network latency first, so the send/recv family fits it too.
+  std::vector<OpMeasurement> measurements;
+  for (double bytes = 1e6; bytes < 1e10; bytes *= 4)
+    measurements.push_back({"p2p_network", {{"bytes", bytes}}, 30e-6 + bytes / (25e9 * 0.4)});
+  auto preset = load_json_file(kPreset);
+  auto fitted = calibrate_preset(*preset, measurements, "sendrecv.csv");
+  ASSERT_TRUE(fitted.ok()) << fitted.error_str();
+  const json& e = (*fitted)["efficiency"];
+  EXPECT_NEAR(e["network_p2p_efficiency"]["value"].get<double>(), 0.4, 0.01);
+  EXPECT_NEAR(e["network_step_latency_us"]["value"].get<double>(), 30, 3);
+  EXPECT_EQ(e["network_busbw_efficiency"], (*preset)["efficiency"]["network_busbw_efficiency"]);
+}
+
 TEST(Calibrate, RejectsABadPresetOrMeasurement) {
   auto preset = load_json_file(kPreset);
   json bad = *preset;

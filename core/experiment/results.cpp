@@ -137,7 +137,7 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       auto num = metric_of(spec, results, pv.select, pv.metric, &note);
       auto den = num ? metric_of(spec, results, pv.denominator, pv.metric, &note) : std::nullopt;
       if (num && den && *den != 0) c.reproduced = *num / *den;
-      else if (note.empty()) note = "denominator is zero";
+      if (num && den && *den == 0) note += note.empty() ? "denominator is zero" : "; denominator is zero";
       judge(pv, c);
       if (!note.empty()) c.note = c.note.empty() ? note : c.note + "; " + note;  // why, or which point was best
       out.push_back(std::move(c));

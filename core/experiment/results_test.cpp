@@ -107,11 +107,11 @@ TEST_F(ResultsTest, BestSidePicksTheHighestOfThePointsThatRan) {
   EXPECT_NEAR(*comps[0].reproduced, 0.5, 1e-12);
   EXPECT_NE(comps[0].note.find("best: case=b/"), std::string::npos) << comps[0].note;
   EXPECT_EQ(comps[0].select["denominator"]["best"], true);
-  // Nothing selected ran: no value, and the note says so.
-  auto none = run_all();
-  for (auto& r : none) r.reset();
-  comps = compute_comparisons(spec_, none);
+  // A best side none of whose points ran: no value, and the note says so.
+  spec_.published[0].denominator.case_name = "odd";  // infeasible
+  comps = compute_comparisons(spec_, run_all());
   EXPECT_FALSE(comps[0].reproduced.has_value());
+  EXPECT_NE(comps[0].note.find("no selected point ran"), std::string::npos) << comps[0].note;
 }
 
 TEST_F(ResultsTest, WriteIsAtomicAndLeavesNoTemporaryFiles) {

@@ -454,6 +454,8 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
         pv.published = vo.number("value", -1e300, 1e300);
         pv.label = vo.string_or("label", pv.metric);
         pv.select = parse_selector(vo, case_names, labels);
+        if (pv.select.best)  // a value compares every point it selects; "best" picks one side of a ratio
+          vo.error("best", "only a ratio's numerator or denominator may take the best point");
         if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
         vo.finish();
         spec.published.push_back(pv);

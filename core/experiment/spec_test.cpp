@@ -168,6 +168,16 @@ TEST_F(SpecTest, PublishedSelectorMustMatch) {
   EXPECT_NE(e.find("/published/values/0/case: no case is named \"medium\""), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, BestBelongsToARatioSide) {
+  auto f = write([](json& j) {
+    j["published"] = {{"values", {{{"metric", "params_b"}, {"value", 1.7}, {"best", true}}}}};
+  });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/published/values/0/best: only a ratio's numerator or denominator may take the best point"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(SpecTest, SpeedupBaselineMustBeAStrategyLabel) {
   auto f = write([](json& j) { j["plot"] = {{"speedup_over", "tp8"}, {"x_label", "micro-batch size"}}; });
   auto e = error_of(load(f));

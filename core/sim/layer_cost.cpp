@@ -98,8 +98,9 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
   // parallelism the norms and residual adds see T/t tokens.
   // Without Megatron's fusions (elementwise_fusion false) the bias add, the activation and the
   // bias, dropout and residual adds are separate kernels: the MLP activation reads and writes its
-  // tensor twice (bias add, GeLU; SwiGLU: bias add, activation, product), each bias-dropout-add
-  // becomes add (2 passes) + dropout (2.5) + add (3) = 7.5, and 5 more kernels launch per pass.
+  // tensor twice (bias add, GeLU; bias-free SwiGLU: activation 2 passes + product 3, against 3
+  // fused), each bias-dropout-add becomes add (2 passes) + dropout (2.5) + add (3) = 7.5, and 5
+  // more kernels launch per pass.
   const bool fused = layout.elementwise_fusion;
   const double norm_tokens = layout.sequence_parallel ? static_cast<double>(T) / t : T;
   const double act_passes = m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4);

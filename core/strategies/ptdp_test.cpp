@@ -8,6 +8,7 @@
 #include "core/common/json_reader.h"
 #include "core/sim/memory.h"
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <unistd.h>
@@ -123,7 +124,11 @@ TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
     for (size_t i = 0; i < xs.size(); ++i) {
       EXPECT_GE(xs[i].first, 0);
       EXPECT_GE(xs[i].second, 0);
-      if (i + 1 < xs.size()) EXPECT_LE(xs[i].first + xs[i].second, xs[i + 1].first + 1e-9) << "track " << track.first << "/" << track.second << " slice " << i;
+      // In whole nanoseconds, as the trace writes them (µs with 3 decimals).
+      auto ns = [](double us) { return std::llround(us * 1000); };
+      if (i + 1 < xs.size())
+        EXPECT_LE(ns(xs[i].first) + ns(xs[i].second), ns(xs[i + 1].first))
+            << "track " << track.first << "/" << track.second << " slice " << i;
     }
     slices += xs.size();
   }
