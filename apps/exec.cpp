@@ -8,6 +8,7 @@
 #include "core/experiment/registry.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/dynamic_cp_exec.h"
+#include "core/runtime/host_memory.h"
 #include "core/strategies/dynamic_cp.h"
 #include "core/runtime/local_measure.h"
 #include "core/sim/attention_sim.h"
@@ -75,6 +76,7 @@ std::chrono::milliseconds timeout_of(const ExecArgs& a) {
 
 int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   if (a.dynamic_cp) return cmd_exec_dynamic_cp(a, experiments_dir);
+  keep_freed_host_memory();
   MpiSession session;  // a singleton MPI job when not started by mpirun
   auto world = open_world("exec", timeout_of(a));
   if (!world) return 2;
@@ -187,6 +189,7 @@ void print_in_rank_order(Communicator& comm, const std::string& text) {
 }  // namespace
 
 int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
+  keep_freed_host_memory();
   MpiSession session;
   auto world = open_world("exec", timeout_of(a));
   if (!world) return 2;
@@ -235,6 +238,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
 namespace cpbench {
 
 int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesystem::path& experiments_dir) {
+  keep_freed_host_memory();
   MpiSession session;
   auto world = open_world("validate", timeout_of(a));
   if (!world) return 2;
@@ -278,6 +282,7 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
 }
 
 int cmd_calibrate_local(const std::string& out, const std::filesystem::path& experiments_dir) {
+  keep_freed_host_memory();
   MpiSession session;
   auto world = open_world("calibrate", std::chrono::minutes(10));
   if (!world) return 2;

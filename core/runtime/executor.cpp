@@ -267,19 +267,38 @@ class Rank {
     return in;
   }
 
-  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep) {
+  // Runs a stage's tiles kRowsPerCall query rows at a time and tests the stage's pending transfers
+  // between calls. MPI moves a large (rendezvous) message only while one of its ranks is inside
+  // the library; without these tests a transfer posted before the tiles would only start when they
+  // end, and the overlap the plan schedules (and the simulator prices) would not happen. Query
+  // rows are independent in the forward pass, so the blocks merge into the tile's output as is.
+  static constexpr int64_t kRowsPerCall = 256;
+
+  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, std::span<Request> pending) {
     for (const auto& tile : tiles) {
       std::vector<float> q, k, v;
       std::vector<kernels::KeyRanges> ranges;
       Status st = ok_status();
       auto in = tile_input(tile, q, k, v, ranges, st);
       if (!st) return st;
-      auto t0 = Clock::now();
-      kernels::PartialOutput part = kernels::flash_tile_forward(in, cfg_);
-      rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
       Entry* e = find_exact(AttnTensor::out, tile.q);
       if (!e) e = &fresh(AttnTensor::out, tile.q);
-      merge_out(*e, tile.q, p_.head_dim, part.out.data(), part.lse.data());
+      const int64_t row_floats = in.dims.heads_q * p_.head_dim;
+      for (int64_t r0 = 0; r0 < in.rows_q; r0 += kRowsPerCall) {
+        kernels::TileInput block = in;
+        block.rows_q = std::min(kRowsPerCall, in.rows_q - r0);
+        block.q = in.q + r0 * row_floats;
+        block.ranges = in.ranges + r0;
+        auto t0 = Clock::now();
+        kernels::PartialOutput part = kernels::flash_tile_forward(block, cfg_);
+        rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
+        AttnSlice rows = tile.q;
+        rows.tok_begin += r0;
+        rows.tok_end = rows.tok_begin + block.rows_q;
+        merge_out(*e, rows, p_.head_dim, part.out.data(), part.lse.data());
+        for (Request& r : pending)
+          if (auto done = comm_.test(r); !done) return done.errors();
+      }
     }
     return ok_status();
   }
@@ -315,7 +334,7 @@ Status Rank::forward(ExecutionReport& rep) {
       }
     }
     if (i > 0 && static_cast<size_t>(me_) < p_.stages[i - 1].tiles.size())
-      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep); !s) return s;
+      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, reqs); !s) return s;
     auto t0 = Clock::now();
     if (auto s = comm_.wait_all(reqs); !s) return s;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();

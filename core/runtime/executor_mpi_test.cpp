@@ -36,7 +36,8 @@ std::vector<MaskCase> masks() {
 }
 
 // Runs one layout on a sub-communicator of cp ranks (world ranks split into groups of cp).
-void run_case(const std::string& layout, const MaskCase& m, int cp) {
+void run_case(const std::string& layout, const MaskCase& m, int cp,
+              std::vector<int64_t> lengths = {37, 100, 5, 64}) {  // odd, unequal, one shorter than 2·cp
   MpiCommunicator& w = world();
   auto sub = w.split(w.rank() / cp, w.rank());
   ASSERT_TRUE(sub.ok()) << sub.error_str();
@@ -45,7 +46,7 @@ void run_case(const std::string& layout, const MaskCase& m, int cp) {
   req.layout = layout;
   req.cp = cp;
   req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : 0;
-  req.seq_lengths = {37, 100, 5, 64};  // odd, unequal, one shorter than 2·cp
+  req.seq_lengths = std::move(lengths);
   req.mask = m.mask;
   req.heads_q = 8;
   req.heads_kv = 4;
@@ -84,6 +85,16 @@ TEST_P(Layouts, MatchesReferenceAndPredictedBytes) {
       if (GetParam() == "single" && cp > 1) continue;
       run_case(GetParam(), m, cp);
     }
+}
+
+// The forward runs a tile 256 query rows per kernel call (testing the pending transfers between
+// calls): a 1100-token sequence gives tiles of several blocks, whose merged output must still be
+// the reference's.
+TEST(Executor, LongTilesRunInRowBlocks) {
+  ASSERT_GE(world().size(), 2);
+  const MaskCase causal = masks()[1];
+  run_case("single", causal, 1, {1100, 37});
+  for (const char* layout : {"ring", "zigzag", "all_gather"}) run_case(layout, causal, 2, {1100, 37});
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Layouts,
