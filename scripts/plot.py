@@ -170,7 +170,12 @@ class Layout:
 
 
 def ratio_note(c):
-    return (f"{c.get('label', c.get('metric'))}: published {fmt(c.get('published'))}×, "
+    """'label: published 1.48×, reproduced 1.45×'; a ratio published only as a direction says so."""
+    if is_number(c.get("published")):
+        published = f"published {fmt(c['published'])}×"
+    else:
+        published = {"above_one": "expected > 1", "below_one": "expected < 1"}.get(c.get("expect"), "published n/a")
+    return (f"{c.get('label', c.get('metric'))}: {published}, "
             f"reproduced {fmt(c.get('reproduced')) if is_number(c.get('reproduced')) else 'n/a'}×")
 
 

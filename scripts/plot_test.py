@@ -204,6 +204,10 @@ class PlotAndReportTest(unittest.TestCase):
         texts = " ".join(t.get_text() for t in fig.texts)
         self.assertIn("18.4B over 1.7B: published 1.48×, reproduced 1.45×", texts)
 
+    def test_a_ratio_published_as_a_direction_says_so(self):
+        note = plot.ratio_note({"label": "a / b", "published": None, "expect": "below_one", "reproduced": 0.92})
+        self.assertEqual(note, "a / b: expected < 1, reproduced 0.92×")
+
     def test_no_feasible_points_gives_a_figure_saying_so(self):
         fig = plot.plot_metric(EMPTY, "step_time_s")
         texts = " ".join(t.get_text() for t in fig.axes[0].texts)
