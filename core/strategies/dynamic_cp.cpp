@@ -41,14 +41,8 @@ namespace {
 constexpr double kBalanceSlack = 0.05;  // "max − min ≤ 5% of max" (context_parallel.md)
 constexpr double kBucketSlack = 0.10;   // "k equal-work buckets (10% slack)"
 
-struct OpenGroup {
-  int64_t size = 1;
-  std::vector<int64_t> seq_ids;
-  int64_t tokens = 0;
-  double work = 0;  // Σ L² / size
-};
-
-double sq(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
+using OpenGroup = DcpOpenGroup;
+double sq(int64_t length) { return squared_length(length); }
 
 class RoundBuilder {
  public:
@@ -212,11 +206,7 @@ class RoundBuilder {
   }
 
   // [C7]
-  void lay_out(DcpRound* round) const {
-    std::vector<DcpGroup> groups;
-    for (const OpenGroup& og : groups_) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
-    lay_out_aligned(std::move(groups), round);
-  }
+  void lay_out(DcpRound* round) const { lay_out_open_groups(groups_, round); }
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
@@ -232,6 +222,12 @@ int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
   int64_t cp = 1;
   while (cp < ranks_needed) cp *= 2;
   return cp;
+}
+
+void lay_out_open_groups(const std::vector<DcpOpenGroup>& open, DcpRound* round) {
+  std::vector<DcpGroup> groups;
+  for (const DcpOpenGroup& og : open) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
+  lay_out_aligned(std::move(groups), round);
 }
 
 void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round) {
@@ -280,13 +276,7 @@ Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengt
   std::vector<int64_t> pending(lengths.size());
   std::iota(pending.begin(), pending.end(), int64_t{0});
   builder.sort_pending(&pending);
-  DcpSchedule schedule;
-  while (!pending.empty()) {
-    DcpRound round;
-    pending = builder.build(pending, &round);
-    schedule.rounds.push_back(std::move(round));
-  }
-  return schedule;
+  return build_rounds(builder, std::move(pending));
 }
 
 }  // namespace cpbench

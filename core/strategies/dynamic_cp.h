@@ -32,6 +32,33 @@ Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int6
 // one, so each group is an aligned slice (first_rank % size == 0); Σ size must be ≤ the ranks.
 void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round);
 
+// A group while Megatron's schedulers (main and dev) fill a round: its CP size, its sequences,
+// Σ L over them, and its per-rank work Σ L² / size.
+struct DcpOpenGroup {
+  int64_t size = 1;
+  std::vector<int64_t> seq_ids;
+  int64_t tokens = 0;
+  double work = 0;
+};
+
+// The round's groups laid out with lay_out_aligned.
+void lay_out_open_groups(const std::vector<DcpOpenGroup>& open, DcpRound* round);
+
+// Rounds until every sequence is placed: builder.build(pending, &round) fills one round and
+// returns the sequences left for later ones (main and dev share this loop).
+template <class RoundBuilder>
+DcpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
+  DcpSchedule schedule;
+  while (!pending.empty()) {
+    DcpRound round;
+    pending = builder.build(pending, &round);
+    schedule.rounds.push_back(std::move(round));
+  }
+  return schedule;
+}
+
+inline double squared_length(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
+
 // The scheduler. Choices where context_parallel.md is ambiguous are documented in dynamic_cp.cpp.
 Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank);

@@ -44,14 +44,8 @@ namespace {
 
 constexpr double kCapSlack = 0.05;  // Megatron dev: _DYNAMIC_CP_WORKLOAD_CAP_DELTA
 
-struct OpenGroup {
-  int64_t size = 1;
-  std::vector<int64_t> seq_ids;
-  int64_t tokens = 0;  // Σ L over the group; per-rank tokens are tokens / size
-  double work = 0;     // Σ L² / size
-};
-
-double sq(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
+using OpenGroup = DcpOpenGroup;
+double sq(int64_t length) { return squared_length(length); }
 
 int log2_of(int64_t pow2) {
   int k = 0;
@@ -178,11 +172,7 @@ class DevRoundBuilder {
   }
 
   // [D7]
-  void lay_out(DcpRound* round) const {
-    std::vector<DcpGroup> groups;
-    for (const OpenGroup& og : groups_) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
-    lay_out_aligned(std::move(groups), round);
-  }
+  void lay_out(DcpRound* round) const { lay_out_open_groups(groups_, round); }
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
@@ -213,13 +203,7 @@ Expected<DcpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& length
     return lengths[a] != lengths[b] ? lengths[a] > lengths[b] : a < b;
   });
   DevRoundBuilder builder(lengths, cp_min, ranks, largest_pow2, max_seqlen_per_dp_cp_rank);
-  DcpSchedule schedule;
-  while (!pending.empty()) {
-    DcpRound round;
-    pending = builder.build(pending, &round);
-    schedule.rounds.push_back(std::move(round));
-  }
-  return schedule;
+  return build_rounds(builder, std::move(pending));
 }
 
 }  // namespace cpbench
