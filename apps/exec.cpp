@@ -147,7 +147,7 @@ std::string join(const std::vector<int64_t>& xs) {
 }
 
 // One rank's line of a round.
-std::string round_line(const DcpRoundReport& r, const std::vector<int64_t>& lengths, int rank) {
+std::string round_line(const DynCpRoundReport& r, const std::vector<int64_t>& lengths, int rank) {
   if (r.idle()) return "  rank " + std::to_string(rank) + ": idle\n";
   std::vector<int64_t> original;
   for (int64_t id : r.seq_ids) original.push_back(lengths[id]);
@@ -208,8 +208,8 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   if (!schedule) return refuse(schedule.error_str());
   std::vector<std::vector<AttentionPlan>> round_plans;
   for (size_t r = 0; r < schedule->rounds.size(); ++r) {
-    auto plans = plan_dcp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
-                                a.head_dim, dcp_pad_multiple(comm.size(), 1));
+    auto plans = plan_dyncp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
+                                a.head_dim, dyncp_pad_multiple(comm.size(), 1));
     if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
     round_plans.push_back(std::move(*plans));
   }
@@ -222,7 +222,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   }
   double ok = 1;
   for (size_t r = 0; r < schedule->rounds.size(); ++r) {
-    auto rep = execute_dcp_round(comm, schedule->rounds[r], round_plans[r], a.backward, a.seed);
+    auto rep = execute_dyncp_round(comm, schedule->rounds[r], round_plans[r], a.backward, a.seed);
     if (!rep) fail("rank " + std::to_string(rank) + ", round " + std::to_string(r) + ": " + rep.error_str());
     if (!rep->ok()) ok = 0;
     std::string text = rank == 0 ? "round " + std::to_string(r) + ":\n" : "";

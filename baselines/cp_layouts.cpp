@@ -236,11 +236,11 @@ std::string check_dim(const char* what, int64_t value) {
 
 }  // namespace
 
-Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const std::vector<int64_t>& lengths,
+Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, const std::vector<int64_t>& lengths,
                                                     int64_t world_ranks, const std::string& layout,
                                                     const std::string& mask, int64_t heads, int64_t kv_heads,
                                                     int64_t head_dim, int64_t pad_to) {
-  if (std::string why = check_dcp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
+  if (std::string why = check_dyncp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
     return layout_error("Dynamic-CP round: " + why);
   for (const std::string& why : {check_dim("heads", heads), check_dim("kv_heads", kv_heads), check_dim("head_dim", head_dim)})
     if (!why.empty()) return layout_error("Dynamic-CP round: " + why);
@@ -248,7 +248,7 @@ Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const
   if (!mask_spec) return mask_spec.errors();
   std::vector<AttentionPlan> plans;
   for (size_t i = 0; i < round.groups.size(); ++i) {
-    const DcpGroup& g = round.groups[i];
+    const DynCpGroup& g = round.groups[i];
     CpLayoutRequest req;
     req.layout = layout;
     req.cp = static_cast<int32_t>(g.size);
@@ -260,7 +260,7 @@ Expected<std::vector<AttentionPlan>> plan_dcp_round(const DcpRound& round, const
     req.head_dim = static_cast<int32_t>(head_dim);
     req.pad = true;  // further, only if pad_to does not already suit the layout
     auto plan = plan_cp_layout(req);
-    if (!plan) return layout_error("Dynamic-CP round: " + dcp_group_name(i, g) + ": " + plan.error_str());
+    if (!plan) return layout_error("Dynamic-CP round: " + dyncp_group_name(i, g) + ": " + plan.error_str());
     plans.push_back(std::move(*plan));
   }
   return plans;

@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #include "core/experiment/registry.h"
-#include "core/strategies/dcp_solver.h"
+#include "core/strategies/dyncp_solver.h"
 #include "core/strategies/dynamic_cp.h"
 #include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
@@ -96,7 +96,7 @@ void BM_DynamicCpSolver(benchmark::State& state) {
     if (!m.ok()) std::abort();
     return *m;
   }();
-  DcpSolverOptions opt;
+  DynCpSolverOptions opt;
   opt.ranks = state.range(0);
   opt.max_seqlen_per_dp_cp_rank = kMaxSeqlenPerRank;
   opt.pp = 8;

@@ -14,7 +14,7 @@ Error round_error(const std::string& message) { return runtime_error("Dynamic-CP
 
 }  // namespace
 
-OwnedInputs dcp_group_inputs(const AttentionPlan& plan, const std::vector<int64_t>& seq_ids, uint64_t seed) {
+OwnedInputs dyncp_group_inputs(const AttentionPlan& plan, const std::vector<int64_t>& seq_ids, uint64_t seed) {
   OwnedInputs all;
   for (size_t i = 0; i < seq_ids.size(); ++i) {
     // SplitMix64's state advances by the golden-ratio increment per draw, so starting it
@@ -35,24 +35,24 @@ OwnedInputs dcp_group_inputs(const AttentionPlan& plan, const std::vector<int64_
   return all;
 }
 
-Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& round,
+Expected<DynCpRoundReport> execute_dyncp_round(Communicator& world, const DynCpRound& round,
                                            const std::vector<AttentionPlan>& plans, bool backward, uint64_t seed) {
   // Checked on every rank before any collective: a bad round must stop all ranks alike, not
   // leave the others waiting in split.
   if (plans.size() != round.groups.size())
     return round_error(std::to_string(plans.size()) + " plans for " + std::to_string(round.groups.size()) + " groups");
   int64_t sequences = 0;
-  for (const DcpGroup& g : round.groups)
+  for (const DynCpGroup& g : round.groups)
     for (int64_t s : g.seq_ids) sequences = std::max(sequences, s + 1);
-  if (std::string why = check_dcp_round(round, world.size(), sequences); !why.empty()) return round_error(why);
+  if (std::string why = check_dyncp_round(round, world.size(), sequences); !why.empty()) return round_error(why);
   for (size_t i = 0; i < plans.size(); ++i)
     if (plans[i].ranks != round.groups[i].size || plans[i].seq_lengths.size() != round.groups[i].seq_ids.size())
-      return round_error(dcp_group_name(i, round.groups[i]) + ": its plan has " + std::to_string(plans[i].ranks) +
+      return round_error(dyncp_group_name(i, round.groups[i]) + ": its plan has " + std::to_string(plans[i].ranks) +
                          " ranks and " + std::to_string(plans[i].seq_lengths.size()) + " sequences");
   const int me = world.rank();
-  DcpRoundReport rep;
+  DynCpRoundReport rep;
   for (size_t i = 0; i < round.groups.size(); ++i) {
-    const DcpGroup& g = round.groups[i];
+    const DynCpGroup& g = round.groups[i];
     if (me >= g.first_rank && me < g.first_rank + g.size) rep.group = static_cast<int32_t>(i);
   }
   // Group colors are first ranks (< world.size()); idle ranks take colors above them, one each.
@@ -61,7 +61,7 @@ Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& 
   if (!sub) return sub.errors();
   if (rep.idle()) return rep;
 
-  const DcpGroup& g = round.groups[rep.group];
+  const DynCpGroup& g = round.groups[rep.group];
   const AttentionPlan& plan = plans[rep.group];
   Communicator& comm = **sub;
   rep.first_rank = g.first_rank;
@@ -70,14 +70,14 @@ Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& 
   rep.seq_ids = g.seq_ids;
   rep.padded_lengths = plan.seq_lengths;
   if (comm.size() != g.size || comm.rank() != me - g.first_rank)
-    return runtime_error("Dynamic-CP round: rank " + std::to_string(me) + " of " + dcp_group_name(rep.group, g) +
+    return runtime_error("Dynamic-CP round: rank " + std::to_string(me) + " of " + dyncp_group_name(rep.group, g) +
                          " became rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) +
                          " after the split");
 
-  OwnedInputs in = dcp_group_inputs(plan, g.seq_ids, seed);
+  OwnedInputs in = dyncp_group_inputs(plan, g.seq_ids, seed);
   auto exec = execute_attention(plan, comm, in.view(), backward);
   if (!exec) {
-    return runtime_error("Dynamic-CP round, rank " + std::to_string(me) + " in " + dcp_group_name(rep.group, g) + ": " +
+    return runtime_error("Dynamic-CP round, rank " + std::to_string(me) + " in " + dyncp_group_name(rep.group, g) + ": " +
                          exec.error_str());
   }
   rep.compute_s = exec->compute_s;

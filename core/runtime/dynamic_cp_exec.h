@@ -1,6 +1,6 @@
 // dynamic_cp_exec.h — executes one Dynamic-CP round (one micro-batch) on the world's ranks: the
 // world is split into the round's CP groups and each group runs its AttentionPlan (planned by the
-// caller, e.g. baselines' plan_dcp_round) with execute_attention, checked against the reference.
+// caller, e.g. baselines' plan_dyncp_round) with execute_attention, checked against the reference.
 // Requires: every rank passes the same round, plans and seed (inputs are drawn from the seed on
 // every rank). Note: the runtime decides nothing: the round and its plans come from above.
 #pragma once
@@ -13,17 +13,17 @@
 #include "core/plan/attention_plan.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/communicator.h"
-#include "core/plan/dcp_schedule.h"
+#include "core/plan/dyncp_schedule.h"
 
 namespace cpbench {
 
 // The group's packed inputs: sequence seq_ids[i] (padded length plan.seq_lengths[i]) is drawn by
 // make_attention_inputs with the (seq_ids[i] + 1)-th output of SplitMix64(seed) as its seed, so a
 // sequence's data depends on its id and padded length, not on which group or round it lands in.
-OwnedInputs dcp_group_inputs(const AttentionPlan& plan, const std::vector<int64_t>& seq_ids, uint64_t seed);
+OwnedInputs dyncp_group_inputs(const AttentionPlan& plan, const std::vector<int64_t>& seq_ids, uint64_t seed);
 
 // What one rank ran in a round, and how it compares with the plan and the reference.
-struct DcpRoundReport {
+struct DynCpRoundReport {
   int32_t group = -1;                   // index into round.groups; −1: idle in this round
   int64_t first_rank = 0, group_size = 0;
   int32_t group_rank = -1;              // this rank's rank inside the group (its CP rank)
@@ -41,13 +41,13 @@ struct DcpRoundReport {
   bool ok() const { return bytes_match() && results_match(); }
 };
 
-// Runs the round: checks it (check_dcp_round over the world, one plan per group with the group's
+// Runs the round: checks it (check_dyncp_round over the world, one plan per group with the group's
 // ranks and sequences; an Error there is returned by every rank before any communication), then
 // world.split(color = the group's first_rank, or world.size() + rank for an
 // idle rank; key = rank), then the rank's group executes its plan forward and, if `backward`,
 // backward; each rank checks its home slices against the group's reference. Idle ranks return an
 // idle report. An Error after the split is a runtime failure of this rank (a peer timed out...).
-Expected<DcpRoundReport> execute_dcp_round(Communicator& world, const DcpRound& round,
+Expected<DynCpRoundReport> execute_dyncp_round(Communicator& world, const DynCpRound& round,
                                            const std::vector<AttentionPlan>& plans, bool backward, uint64_t seed);
 
 }  // namespace cpbench

@@ -27,19 +27,19 @@ const std::vector<int64_t> kLengths{300, 37, 64, 129, 1000, 17, 250, 90};
 constexpr int64_t kMaxSeqlen = 256;
 constexpr int64_t kHeads = 4, kKvHeads = 2, kHeadDim = 16;  // GQA group 2; d = 16
 
-DcpSchedule schedule() {
+DynCpSchedule schedule() {
   auto s = schedule_dynamic_cp_main(kLengths, world().size(), kMaxSeqlen);
   EXPECT_TRUE(s.ok()) << s.error_str();
-  return s.ok() ? *s : DcpSchedule{};
+  return s.ok() ? *s : DynCpSchedule{};
 }
 
 TEST(DynamicCpExec, ScheduleCoversEveryGroupSize) {
   ASSERT_EQ(world().size(), 4) << "run under mpirun -np 4";
-  DcpSchedule s = schedule();
+  DynCpSchedule s = schedule();
   std::set<int64_t> sizes;
   std::vector<int> placed(kLengths.size(), 0);
   for (const auto& round : s.rounds) {
-    EXPECT_EQ(check_dcp_round(round, 4, static_cast<int64_t>(kLengths.size())), "");
+    EXPECT_EQ(check_dyncp_round(round, 4, static_cast<int64_t>(kLengths.size())), "");
     for (const auto& g : round.groups) {
       sizes.insert(g.size);
       for (int64_t id : g.seq_ids) ++placed[id];
@@ -49,13 +49,13 @@ TEST(DynamicCpExec, ScheduleCoversEveryGroupSize) {
   EXPECT_EQ(placed, std::vector<int>(kLengths.size(), 1)) << "every sequence runs in exactly one round";
 }
 
-// Plans the round's groups as `layout` (baselines' plan_dcp_round) and executes it.
-Expected<DcpRoundReport> run_round(MpiCommunicator& w, const DcpRound& round, const std::string& layout,
+// Plans the round's groups as `layout` (baselines' plan_dyncp_round) and executes it.
+Expected<DynCpRoundReport> run_round(MpiCommunicator& w, const DynCpRound& round, const std::string& layout,
                                    const std::string& mask, bool backward, uint64_t seed) {
-  auto plans = plan_dcp_round(round, kLengths, w.size(), layout, mask, kHeads, kKvHeads, kHeadDim,
-                              dcp_pad_multiple(w.size(), 1));
+  auto plans = plan_dyncp_round(round, kLengths, w.size(), layout, mask, kHeads, kKvHeads, kHeadDim,
+                              dyncp_pad_multiple(w.size(), 1));
   if (!plans) return plans.errors();
-  return execute_dcp_round(w, round, *plans, backward, seed);
+  return execute_dyncp_round(w, round, *plans, backward, seed);
 }
 
 class Masks : public ::testing::TestWithParam<std::string> {};
@@ -63,10 +63,10 @@ class Masks : public ::testing::TestWithParam<std::string> {};
 TEST_P(Masks, EveryRoundMatchesReferenceAndPlannedBytes) {
   MpiCommunicator& w = world();
   const int me = w.rank();
-  DcpSchedule s = schedule();
+  DynCpSchedule s = schedule();
   ASSERT_FALSE(s.rounds.empty());
   for (size_t r = 0; r < s.rounds.size(); ++r) {
-    const DcpRound& round = s.rounds[r];
+    const DynCpRound& round = s.rounds[r];
     auto rep = run_round(w, round, "zigzag", GetParam(), true, 7);
     ASSERT_TRUE(rep.ok()) << "round " << r << ": " << rep.error_str();
     int expected_group = -1;
@@ -76,7 +76,7 @@ TEST_P(Masks, EveryRoundMatchesReferenceAndPlannedBytes) {
     ASSERT_EQ(rep->group, expected_group) << "round " << r;
     const std::string where = "round " + std::to_string(r) + " rank " + std::to_string(me) + " " + GetParam();
     if (!rep->idle()) {
-      const DcpGroup& g = round.groups[rep->group];
+      const DynCpGroup& g = round.groups[rep->group];
       EXPECT_EQ(rep->group_rank, me - g.first_rank) << where;
       EXPECT_EQ(rep->seq_ids, g.seq_ids) << where;
       ASSERT_EQ(rep->padded_lengths.size(), g.seq_ids.size()) << where;
@@ -105,7 +105,7 @@ TEST(DynamicCpExec, RanksOutsideEveryGroupAreIdle) {
   // Groups [0, 2) and [2, 3); rank 3 has no work but still takes part in the split.
   MpiCommunicator& w = world();
   ASSERT_EQ(w.size(), 4);
-  DcpRound round;
+  DynCpRound round;
   round.groups = {{0, 2, {0, 2}, 0}, {2, 1, {1}, 0}};
   auto rep = run_round(w, round, "zigzag", "causal", false, 3);
   ASSERT_TRUE(rep.ok()) << rep.error_str();
@@ -123,7 +123,7 @@ TEST(DynamicCpExec, RanksOutsideEveryGroupAreIdle) {
 
 // An invalid round is refused identically on every rank before any communication: the world
 // stays usable (the barrier below would time out, not pass, if some rank were stuck in split).
-void expect_refused(const DcpRound& round, const std::string& layout, const std::string& fragment) {
+void expect_refused(const DynCpRound& round, const std::string& layout, const std::string& fragment) {
   MpiCommunicator& w = world();
   auto rep = run_round(w, round, layout, "causal", true, 7);
   ASSERT_FALSE(rep.ok()) << "rank " << w.rank() << " ran an invalid round";
@@ -133,37 +133,37 @@ void expect_refused(const DcpRound& round, const std::string& layout, const std:
 }
 
 TEST(DynamicCpExec, OverlappingGroupsAreAnError) {
-  DcpRound round;
+  DynCpRound round;
   round.groups = {{0, 2, {0}, 0}, {1, 2, {1}, 0}};
   expect_refused(round, "zigzag", "group 1 (ranks [1, 3)) overlaps group 0 (ranks [0, 2)) at rank 1");
 }
 
 TEST(DynamicCpExec, GroupBeyondTheWorldIsAnError) {
-  DcpRound round;
+  DynCpRound round;
   round.groups = {{0, 2, {0}, 0}, {2, 4, {1}, 0}};
   expect_refused(round, "zigzag", "group 1 (ranks [2, 6)) exceeds the world of 4 ranks");
 }
 
 TEST(DynamicCpExec, GroupTheLayoutRejectsIsAnErrorOnEveryRank) {
   // "single" runs on one rank only; the 2-rank group fails on the ranks outside it too.
-  DcpRound round;
+  DynCpRound round;
   round.groups = {{0, 1, {1}, 0}, {2, 2, {0}, 0}};
   expect_refused(round, "single", "group 1 (ranks [2, 4))");
 }
 
 TEST(DynamicCpExec, CheckNamesSequenceProblems) {
-  DcpRound dup;
+  DynCpRound dup;
   dup.groups = {{0, 1, {3}, 0}, {1, 1, {3}, 0}};
-  EXPECT_EQ(check_dcp_round(dup, 4, 8), "sequence 3 is in group 0 (ranks [0, 1)) and group 1 (ranks [1, 2))");
-  DcpRound range;
+  EXPECT_EQ(check_dyncp_round(dup, 4, 8), "sequence 3 is in group 0 (ranks [0, 1)) and group 1 (ranks [1, 2))");
+  DynCpRound range;
   range.groups = {{0, 2, {8}, 0}};
-  EXPECT_EQ(check_dcp_round(range, 4, 8), "group 0 (ranks [0, 2)) names sequence 8 of a batch of 8");
-  DcpRound empty;
+  EXPECT_EQ(check_dyncp_round(range, 4, 8), "group 0 (ranks [0, 2)) names sequence 8 of a batch of 8");
+  DynCpRound empty;
   empty.groups = {{0, 2, {}, 0}};
-  EXPECT_EQ(check_dcp_round(empty, 4, 8), "group 0 (ranks [0, 2)) has no sequences");
-  DcpRound zero;
+  EXPECT_EQ(check_dyncp_round(empty, 4, 8), "group 0 (ranks [0, 2)) has no sequences");
+  DynCpRound zero;
   zero.groups = {{0, 0, {1}, 0}};
-  EXPECT_EQ(check_dcp_round(zero, 4, 8), "group 0 (ranks [0, 0)) has size 0; a group needs ≥ 1 rank");
+  EXPECT_EQ(check_dyncp_round(zero, 4, 8), "group 0 (ranks [0, 0)) has size 0; a group needs ≥ 1 rank");
 }
 
 TEST(DynamicCpExec, InputsDependOnSequenceNotGroup) {
@@ -176,7 +176,7 @@ TEST(DynamicCpExec, InputsDependOnSequenceNotGroup) {
   }
   alone.seq_lengths = {18};
   pair.seq_lengths = {64, 18};
-  OwnedInputs a = dcp_group_inputs(alone, {5}, 7), b = dcp_group_inputs(pair, {2, 5}, 7);
+  OwnedInputs a = dyncp_group_inputs(alone, {5}, 7), b = dyncp_group_inputs(pair, {2, 5}, 7);
   const size_t q_row = kHeads * kHeadDim, kv_row = kKvHeads * kHeadDim;
   ASSERT_EQ(b.q.size(), 82 * q_row);
   EXPECT_TRUE(std::equal(a.q.begin(), a.q.end(), b.q.begin() + 64 * q_row));
@@ -184,8 +184,8 @@ TEST(DynamicCpExec, InputsDependOnSequenceNotGroup) {
   EXPECT_TRUE(std::equal(a.v.begin(), a.v.end(), b.v.begin() + 64 * kv_row));
   EXPECT_TRUE(std::equal(a.dout.begin(), a.dout.end(), b.dout.begin() + 64 * q_row));
   // A different seed, or a different id, gives different data.
-  EXPECT_NE(dcp_group_inputs(alone, {5}, 8).q, a.q);
-  EXPECT_NE(dcp_group_inputs(alone, {4}, 7).q, a.q);
+  EXPECT_NE(dyncp_group_inputs(alone, {5}, 8).q, a.q);
+  EXPECT_NE(dyncp_group_inputs(alone, {4}, 7).q, a.q);
 }
 
 }  // namespace

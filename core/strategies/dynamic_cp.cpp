@@ -41,7 +41,7 @@ namespace {
 constexpr double kBalanceSlack = 0.05;  // "max − min ≤ 5% of max" (context_parallel.md)
 constexpr double kBucketSlack = 0.10;   // "k equal-work buckets (10% slack)"
 
-using OpenGroup = DcpOpenGroup;
+using OpenGroup = DynCpOpenGroup;
 double sq(int64_t length) { return squared_length(length); }
 
 class RoundBuilder {
@@ -51,7 +51,7 @@ class RoundBuilder {
       : lengths_(lengths), cp_min_(cp_min), ranks_(ranks), largest_pow2_(largest_pow2), max_seqlen_(max_seqlen) {}
 
   // Builds one round from `pending` (sorted); returns the samples left for later rounds, sorted.
-  std::vector<int64_t> build(const std::vector<int64_t>& pending, DcpRound* round) {
+  std::vector<int64_t> build(const std::vector<int64_t>& pending, DynCpRound* round) {
     groups_.clear();
     free_ranks_ = ranks_;
     std::vector<std::vector<int64_t>> buckets = make_buckets(pending);
@@ -206,7 +206,7 @@ class RoundBuilder {
   }
 
   // [C7]
-  void lay_out(DcpRound* round) const { lay_out_open_groups(groups_, round); }
+  void lay_out(DynCpRound* round) const { lay_out_open_groups(groups_, round); }
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
@@ -217,30 +217,30 @@ class RoundBuilder {
 
 }  // namespace
 
-int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
+int64_t dyncp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
   const int64_t ranks_needed = (length + max_seqlen_per_dp_cp_rank - 1) / max_seqlen_per_dp_cp_rank;
   int64_t cp = 1;
   while (cp < ranks_needed) cp *= 2;
   return cp;
 }
 
-void lay_out_open_groups(const std::vector<DcpOpenGroup>& open, DcpRound* round) {
-  std::vector<DcpGroup> groups;
-  for (const DcpOpenGroup& og : open) groups.push_back(DcpGroup{0, og.size, og.seq_ids, og.work});
+void lay_out_open_groups(const std::vector<DynCpOpenGroup>& open, DynCpRound* round) {
+  std::vector<DynCpGroup> groups;
+  for (const DynCpOpenGroup& og : open) groups.push_back(DynCpGroup{0, og.size, og.seq_ids, og.work});
   lay_out_aligned(std::move(groups), round);
 }
 
-void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round) {
-  std::stable_sort(groups.begin(), groups.end(), [](const DcpGroup& a, const DcpGroup& b) { return a.size > b.size; });
+void lay_out_aligned(std::vector<DynCpGroup> groups, DynCpRound* round) {
+  std::stable_sort(groups.begin(), groups.end(), [](const DynCpGroup& a, const DynCpGroup& b) { return a.size > b.size; });
   int64_t next_rank = 0;
-  for (DcpGroup& g : groups) {
+  for (DynCpGroup& g : groups) {
     g.first_rank = next_rank;
     next_rank += g.size;
     round->groups.push_back(std::move(g));
   }
 }
 
-Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
                                         int64_t max_seqlen_per_dp_cp_rank) {
   if (ranks < 1) return Error{"", "", "ranks (dp·cp) must be ≥ 1, got " + std::to_string(ranks)};
   if (max_seqlen_per_dp_cp_rank < 1) {
@@ -254,7 +254,7 @@ Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int6
       return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
                                " tokens; lengths must be ≥ 1"};
     }
-    cp_min[i] = dcp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
+    cp_min[i] = dyncp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
     if (cp_min[i] > largest_pow2) {
       return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
                                " tokens and needs CP size " + std::to_string(cp_min[i]) +
@@ -263,12 +263,12 @@ Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int6
                                " ranks has " + std::to_string(largest_pow2)};
     }
   }
-  return DcpMinSizes{std::move(cp_min), largest_pow2};
+  return DynCpMinSizes{std::move(cp_min), largest_pow2};
 }
 
-Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank) {
-  auto sizes = dcp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
+  auto sizes = dyncp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
   if (!sizes) return sizes.errors();
   const std::vector<int64_t>& cp_min = sizes->cp_min;
   const int64_t largest_pow2 = sizes->largest_pow2;

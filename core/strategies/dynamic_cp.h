@@ -10,31 +10,31 @@
 #include <vector>
 
 #include "core/common/expected.h"
-#include "core/plan/dcp_schedule.h"
+#include "core/plan/dyncp_schedule.h"
 
 namespace cpbench {
 
 // cp_min(L) = max(1, 2^ceil(log2(L / max_seqlen_per_dp_cp_rank))), in exact integer arithmetic.
-int64_t dcp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);
+int64_t dyncp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);
 
 // cp_min of every sequence and the largest power of two ≤ ranks, after checking the inputs: an
 // Error for ranks or max_seqlen_per_dp_cp_rank < 1, a length < 1, or a sequence whose cp_min
 // exceeds the largest power-of-two group (naming the sequence, its length and both sizes).
-struct DcpMinSizes {
+struct DynCpMinSizes {
   std::vector<int64_t> cp_min;
   int64_t largest_pow2 = 1;
 };
-Expected<DcpMinSizes> dcp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
                                        int64_t max_seqlen_per_dp_cp_rank);
 
 // Gives a round's groups their ranks: sizes descending (ties keep the given order), laid out
 // contiguously from rank 0. With power-of-two sizes every offset is a sum of sizes ≥ the current
 // one, so each group is an aligned slice (first_rank % size == 0); Σ size must be ≤ the ranks.
-void lay_out_aligned(std::vector<DcpGroup> groups, DcpRound* round);
+void lay_out_aligned(std::vector<DynCpGroup> groups, DynCpRound* round);
 
 // A group while Megatron's schedulers (main and dev) fill a round: its CP size, its sequences,
 // Σ L over them, and its per-rank work Σ L² / size.
-struct DcpOpenGroup {
+struct DynCpOpenGroup {
   int64_t size = 1;
   std::vector<int64_t> seq_ids;
   int64_t tokens = 0;
@@ -42,15 +42,15 @@ struct DcpOpenGroup {
 };
 
 // The round's groups laid out with lay_out_aligned.
-void lay_out_open_groups(const std::vector<DcpOpenGroup>& open, DcpRound* round);
+void lay_out_open_groups(const std::vector<DynCpOpenGroup>& open, DynCpRound* round);
 
 // Rounds until every sequence is placed: builder.build(pending, &round) fills one round and
 // returns the sequences left for later ones (main and dev share this loop).
 template <class RoundBuilder>
-DcpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
-  DcpSchedule schedule;
+DynCpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
+  DynCpSchedule schedule;
   while (!pending.empty()) {
-    DcpRound round;
+    DynCpRound round;
     pending = builder.build(pending, &round);
     schedule.rounds.push_back(std::move(round));
   }
@@ -60,7 +60,7 @@ DcpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
 inline double squared_length(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
 
 // The scheduler. Choices where context_parallel.md is ambiguous are documented in dynamic_cp.cpp.
-Expected<DcpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank);
 
 }  // namespace cpbench

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "core/model/formulas.h"
-#include "core/strategies/dcp_solver.h"
+#include "core/strategies/dyncp_solver.h"
 #include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
 #include "core/strategies/ptdp.h"
@@ -105,25 +105,25 @@ std::string plan_static_cp(const StrategyInput& in, const std::string& packer, P
   return "";
 }
 
-Plan plan_from_dcp_schedule(const DcpSchedule& schedule, const std::vector<int64_t>& lengths,
+Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
                             const ParallelConfig& layout, bool round_barrier) {
   Plan plan;
   plan.layout = layout;
   const int64_t pool = layout.dp() * layout.cp;
   // A round where every rank is idle is no micro-batch at all (a solver may leave trailing
   // slots empty); it is dropped rather than run as an empty pipeline pass.
-  DcpSchedule kept;
-  for (const DcpRound& r : schedule.rounds)
+  DynCpSchedule kept;
+  for (const DynCpRound& r : schedule.rounds)
     if (!r.groups.empty()) kept.rounds.push_back(r);
-  const DcpSchedule& schedule_used = kept;
+  const DynCpSchedule& schedule_used = kept;
   plan.layout.cp = 1;  // the CP size is chosen per micro-batch
-  const int64_t pad_to = dcp_pad_multiple(pool, layout.sequence_parallel ? layout.tp : 1);
+  const int64_t pad_to = dyncp_pad_multiple(pool, layout.sequence_parallel ? layout.tp : 1);
   int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
   plan.pipeline_schedule = schedule_kind(plan.layout, &m);
   plan.round_barrier = round_barrier;
   plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
   for (size_t k = 0; k < schedule_used.rounds.size(); ++k)
-    for (const DcpGroup& g : schedule_used.rounds[k].groups) {
+    for (const DynCpGroup& g : schedule_used.rounds[k].groups) {
       PlanMicroBatch mb;
       for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
       mb.cp = g.size;
@@ -140,7 +140,7 @@ StrategyOutcome run_packing_flops(const StrategyInput& in) { return run_static(i
 
 namespace {
 
-using Scheduler = Expected<DcpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
+using Scheduler = Expected<DynCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
 
 StrategyOutcome run_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
   const ParallelConfig& L = in.parallel;
@@ -149,7 +149,7 @@ StrategyOutcome run_scheduler(const StrategyInput& in, Scheduler scheduler, bool
   const auto start = Clock::now();
   auto schedule = scheduler(in.batch.lengths, L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
   if (!schedule) return StrategyOutcome::infeasible(schedule.error_str());
-  Plan plan = plan_from_dcp_schedule(*schedule, in.batch.lengths, L, round_barrier);
+  Plan plan = plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier);
   return finish(in, plan, elapsed_ms(start));
 }
 
@@ -167,7 +167,7 @@ StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
   if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
   if (auto why = check_model_split(in.model, L); !why.empty()) return StrategyOutcome::infeasible(why);
   const auto start = Clock::now();
-  DcpSolverOptions opt;
+  DynCpSolverOptions opt;
   opt.ranks = L.dp() * L.cp;
   opt.max_seqlen_per_dp_cp_rank = L.max_seqlen_per_dp_cp_rank;
   opt.pp = L.pp;
@@ -175,7 +175,7 @@ StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
   opt.full_recompute = L.recompute == "full";
   auto solved = solve_dynamic_cp(in.batch.lengths, in.model, opt);
   if (!solved) return StrategyOutcome::infeasible(solved.error_str());
-  Plan plan = plan_from_dcp_schedule(solved->schedule, in.batch.lengths, L, false);
+  Plan plan = plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false);
   return finish(in, plan, elapsed_ms(start));
 }
 

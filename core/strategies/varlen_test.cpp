@@ -97,7 +97,7 @@ TEST_F(VarlenTest, StaticCpPlansHoldEverySequenceOnceOnWholeReplicas) {
 TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   auto schedule = schedule_dynamic_cp_main(batch_.lengths, 8, layout_.max_seqlen_per_dp_cp_rank);
   ASSERT_TRUE(schedule.ok()) << schedule.error_str();
-  Plan plan = plan_from_dcp_schedule(*schedule, batch_.lengths, layout_, true);
+  Plan plan = plan_from_dyncp_schedule(*schedule, batch_.lengths, layout_, true);
   EXPECT_EQ(plan.layout.cp, 1);
   EXPECT_EQ(plan.micro_batches.size(), 8u);
   EXPECT_EQ(plan.micro_batches.front().size(), schedule->rounds.size());

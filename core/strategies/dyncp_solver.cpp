@@ -1,4 +1,4 @@
-// dcp_solver.cpp — the Dynamic-CP blog's solver as references/context_parallel.md describes it
+// dyncp_solver.cpp — the Dynamic-CP blog's solver as references/context_parallel.md describes it
 // ("The blog's solver (NVIDIA draft PR, not merged)"), written from that description; no code is
 // copied. For each candidate micro-batch count m the batch is planned into m rounds; the m with the
 // least predicted step wins (ties: the smaller m).
@@ -11,7 +11,7 @@
 //      The cost model has no per-micro-batch overhead (GEMM efficiency, launch, P2P latency), so
 //      with pp > 1 the largest feasible m usually wins; the reference's memory check (70 GiB) is
 //      the tokens-per-rank bound here.
-// [S2] Units: a sample's cost is dcp_sequence_flops(L).total() (one layer; the layer count is a
+// [S2] Units: a sample's cost is dyncp_sequence_flops(L).total() (one layer; the layer count is a
 //      common factor). A sample split over c ranks costs cost / c on each: the reference has no CP
 //      communication term, so CP looks free to this solver; the simulator prices it.
 // [S3] Bucket target: W / (ranks · m), W = Σ cost. "Long" compares forward FLOPs with the same
@@ -36,7 +36,7 @@
 // [S6] Predicted step of m: max over ranks of its Σ per-rank cost, times (m·vp + pp − 1) / (m·vp),
 //      the 1F1B (interleaved when vp > 1) bubble; this is the reference's W1·(m1·V + p − 1) =
 //      W2·(m2·V + p − 1) comparison with W the busiest rank's work per micro-batch.
-#include "core/strategies/dcp_solver.h"
+#include "core/strategies/dyncp_solver.h"
 
 #include <algorithm>
 #include <set>
@@ -68,7 +68,7 @@ struct Group {
 };
 
 struct Candidate {
-  DcpSchedule schedule;
+  DynCpSchedule schedule;
   double predicted = 0;
 };
 
@@ -79,7 +79,7 @@ std::string sample_name(const Sample& s) {
 // Plans the batch for one micro-batch count m ([S3]–[S6]).
 class RoundPlanner {
  public:
-  RoundPlanner(const std::vector<Sample>& by_cost, const DcpSolverOptions& opt, int64_t largest_pow2,
+  RoundPlanner(const std::vector<Sample>& by_cost, const DynCpSolverOptions& opt, int64_t largest_pow2,
                double total_forward)
       : by_cost_(by_cost), opt_(opt), largest_pow2_(largest_pow2), total_forward_(total_forward) {}
 
@@ -118,11 +118,11 @@ class RoundPlanner {
     out.schedule.rounds.resize(static_cast<size_t>(m));
     for (const Group& g : groups_) {
       out.schedule.rounds[static_cast<size_t>(g.round)].groups.push_back(
-          DcpGroup{g.first_rank, g.size, g.seq_ids, g.work});
+          DynCpGroup{g.first_rank, g.size, g.seq_ids, g.work});
     }
-    for (DcpRound& r : out.schedule.rounds) {
+    for (DynCpRound& r : out.schedule.rounds) {
       std::sort(r.groups.begin(), r.groups.end(),
-                [](const DcpGroup& a, const DcpGroup& b) { return a.first_rank < b.first_rank; });
+                [](const DynCpGroup& a, const DynCpGroup& b) { return a.first_rank < b.first_rank; });
     }
     const double busiest = *std::max_element(rank_work_.begin(), rank_work_.end());
     const double chunks = static_cast<double>(m * opt_.vp);
@@ -271,7 +271,7 @@ class RoundPlanner {
   }
 
   const std::vector<Sample>& by_cost_;
-  const DcpSolverOptions& opt_;
+  const DynCpSolverOptions& opt_;
   int64_t largest_pow2_;
   double total_forward_;
   int64_t m_ = 0;
@@ -281,7 +281,7 @@ class RoundPlanner {
   std::vector<Group> groups_;
 };
 
-Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model, const DcpSolverOptions& opt) {
+Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model, const DynCpSolverOptions& opt) {
   auto positive = [](int64_t v, const std::string& name) -> Status {
     if (v >= 1) return ok_status();
     return Error{"", "", name + " must be ≥ 1, got " + std::to_string(v)};
@@ -308,7 +308,7 @@ Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model
 
 }  // namespace
 
-DcpSequenceFlops dcp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute) {
+DynCpSequenceFlops dyncp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute) {
   const double s = static_cast<double>(length);
   const double h = static_cast<double>(model.hidden);
   const double ffn = static_cast<double>(model.ffn_hidden);
@@ -317,7 +317,7 @@ DcpSequenceFlops dcp_sequence_flops(int64_t length, const ModelShape& model, boo
   const double qkv = gemm * (1 + 2 / groups);  // "gemm + 2·gemm/groups", as written
   const double out_proj = gemm;
   const double mlp = 2 * s * h * (model.gated_mlp ? 2 * ffn : ffn) + 2 * s * ffn * h;
-  DcpSequenceFlops f;
+  DynCpSequenceFlops f;
   f.attention_forward = 2 * 2 * s * s * h * 0.5;  // causal: half of the s×s scores
   f.linear_forward = qkv + out_proj + mlp;
   f.forward = f.attention_forward + f.linear_forward;
@@ -326,11 +326,11 @@ DcpSequenceFlops dcp_sequence_flops(int64_t length, const ModelShape& model, boo
   return f;
 }
 
-Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
-                                           const DcpSolverOptions& opt) {
+Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
+                                           const DynCpSolverOptions& opt) {
   Status valid = check_inputs(lengths, model, opt);
   if (!valid.ok()) return valid.errors();
-  auto sizes = dcp_min_cp_sizes(lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank);
+  auto sizes = dyncp_min_cp_sizes(lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank);
   if (!sizes) return sizes.errors();
   const int64_t largest_pow2 = sizes->largest_pow2;
   std::vector<Sample> samples(lengths.size());
@@ -342,7 +342,7 @@ Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, 
     s.id = static_cast<int64_t>(i);
     s.length = L;
     s.cp_min = sizes->cp_min[i];
-    const DcpSequenceFlops f = dcp_sequence_flops(L, model, opt.full_recompute);
+    const DynCpSequenceFlops f = dyncp_sequence_flops(L, model, opt.full_recompute);
     s.cost = f.total();
     s.forward = f.forward;
     total_forward += s.forward;
@@ -355,7 +355,7 @@ Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, 
   const int64_t m_lo = (total_tokens + per_round - 1) / per_round;
   const int64_t k0 = std::max<int64_t>(1, (m_lo + opt.pp - 1) / opt.pp);
   RoundPlanner planner(samples, opt, largest_pow2, total_forward);
-  Expected<DcpSolverResult> best = Error{"", "", ""};
+  Expected<DynCpSolverResult> best = Error{"", "", ""};
   std::string last_reason, tried;
   for (int64_t k = k0; k < k0 + opt.max_microbatch_factor; ++k) {
     const int64_t m = opt.pp * k;
@@ -366,7 +366,7 @@ Expected<DcpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, 
       continue;
     }
     if (!best.ok() || c->predicted < best->predicted_time_units) {
-      best = DcpSolverResult{std::move(c->schedule), m, c->predicted};
+      best = DynCpSolverResult{std::move(c->schedule), m, c->predicted};
     }
   }
   if (!best.ok()) {

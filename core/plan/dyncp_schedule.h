@@ -1,7 +1,7 @@
-// dcp_schedule.h — a Dynamic-CP schedule: rounds (micro-batches over the DP×CP ranks), each a set
+// dyncp_schedule.h — a Dynamic-CP schedule: rounds (micro-batches over the DP×CP ranks), each a set
 // of CP groups on aligned slices of the ranks holding some of the batch's sequences. Planners
 // (core/strategies) produce it; the simulator's plan and the runtime's executor consume it.
-// Requires: nothing beyond the standard library. Note: check_dcp_round is the one validity check
+// Requires: nothing beyond the standard library. Note: check_dyncp_round is the one validity check
 // every consumer runs before acting on a round.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace cpbench {
 
-struct DcpGroup {
+struct DynCpGroup {
   int64_t first_rank = 0;
   int64_t size = 1;               // CP size of every sequence in the group
   std::vector<int64_t> seq_ids;   // indices into the caller's lengths, in order of placement
@@ -20,27 +20,27 @@ struct DcpGroup {
 
 // One micro-batch round over all dp·cp ranks; a barrier over DP×CP follows it. Groups do not
 // overlap; ranks outside every group are idle in this round.
-struct DcpRound {
-  std::vector<DcpGroup> groups;
+struct DynCpRound {
+  std::vector<DynCpGroup> groups;
 };
 
-struct DcpSchedule {
-  std::vector<DcpRound> rounds;
+struct DynCpSchedule {
+  std::vector<DynCpRound> rounds;
 };
 
 // "" when `round` can run on `world_ranks` ranks over `sequences` sequences: every group has
 // size ≥ 1 and lies inside [0, world_ranks), no rank is in two groups, every group has at least
 // one sequence, every sequence id is in range and in at most one group. Otherwise what is wrong,
 // naming the group(s), their ranks and the sequence.
-std::string check_dcp_round(const DcpRound& round, int64_t world_ranks, int64_t sequences);
+std::string check_dyncp_round(const DynCpRound& round, int64_t world_ranks, int64_t sequences);
 
 // What every sequence of a Dynamic-CP batch is padded to a multiple of: any sample may land on any
 // group of the pool, so 2·(a multiple of every group size) — 2·pool for a power-of-two pool
 // (references/context_parallel.md: 2·dp·cp), 2·lcm(pool, largest power of two ≤ pool) otherwise —
 // times the sequence-parallel size (tp with SP, else 1).
-int64_t dcp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
+int64_t dyncp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
 
 // "group i (ranks [a, b))", as every message about a round names a group.
-std::string dcp_group_name(size_t index, const DcpGroup& group);
+std::string dyncp_group_name(size_t index, const DynCpGroup& group);
 
 }  // namespace cpbench
