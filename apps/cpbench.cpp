@@ -13,6 +13,7 @@
 
 #include "apps/exec.h"
 #include "core/cost/calibrate.h"
+#include "core/evaluate/evaluate.h"
 #include "core/experiment/fit.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
@@ -67,6 +68,7 @@ struct RunArgs {
   int jobs = 1;
   bool resume = false, trace = false, dry_run = false;
   std::string backend = "sim";
+  size_t first = 0;  // run only the first N points (0 = all)
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
@@ -77,20 +79,20 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   if (!set_errors.list.empty()) return report_errors(set_errors);
   auto spec = load_spec(ref->file, ref->name, options);
   if (!spec) return report_errors(spec.errors());
+  if (a.first > 0 && spec->points.size() > a.first) spec->points.resize(a.first);
   if (a.dry_run) {
     if (mpi_rank() == 0) {
       std::cout << spec->name << ": " << spec->points.size() << " points\n";
       for (const auto& p : spec->points) {
-        std::string why = check_parallel_config(p.parallel);
         std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", "
                   << p.workload.dataset_name << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp"
-                  << p.parallel.cp << " gpus " << p.parallel.num_gpus << "]" << (why.empty() ? "" : "  infeasible: " + why)
-                  << "\n";
+                  << p.parallel.cp << " gpus " << p.parallel.num_gpus << "]\n"
+                  << describe_point(p, a.backend);
       }
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, a.resume, a.trace};
+  RunOptions run{a.out, a.jobs, a.resume, a.trace, a.backend};
   auto results = run_experiment(*spec, run);
   if (!results) {
     if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
@@ -197,9 +199,12 @@ int run_cli(int argc, char** argv) {
   run->add_option("--jobs,-j", ra.jobs, "worker threads per process")->check(CLI::Range(1, 1024))->capture_default_str();
   run->add_flag("--resume", ra.resume, "keep the finished points of an earlier run of the same spec");
   run->add_flag("--trace", ra.trace, "write a Perfetto/Chrome timeline per point under DIR/NAME/traces/");
-  run->add_flag("--dry-run", ra.dry_run, "print the resolved points without running them");
-  run->add_option("--backend", ra.backend, "where plans are evaluated: sim (the cluster model)")
-      ->check(CLI::IsMember({"sim"}))
+  run->add_option("--first", ra.first, "run only the first N points of the spec (a quick check)");
+  run->add_flag("--dry-run", ra.dry_run,
+                "print each resolved point's plan and predicted step time; no results are written");
+  run->add_option("--backend", ra.backend,
+                  "where plans are evaluated: sim (the cluster model); plans run on MPI ranks with `cpbench exec`")
+      ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
 
   std::string cal_file, cal_preset, cal_out;
@@ -233,6 +238,12 @@ int run_cli(int argc, char** argv) {
     sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")->capture_default_str();
     sub->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");
     sub->add_flag("--backward", ea.backward, "also run the backward pass");
+    sub->add_option("--dtype", ea.dtype, "values on the wire: bf16 (as training runs) or fp32")
+        ->check(CLI::IsMember({"bf16", "fp32"}))
+        ->capture_default_str();
+    sub->add_flag("--per-tile", ea.per_tile,
+                  "one kernel call per tile and the backward exchanged before and after all tiles, instead of the "
+                  "experiments' TransformerEngine style (fused stages, pipelined backward)");
     sub->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")
         ->capture_default_str();
   };

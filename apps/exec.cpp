@@ -55,7 +55,12 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return lengths.errors();
   req.seq_lengths = *lengths;
-  return plan_cp_layout(req);
+  auto plan = plan_cp_layout(req);
+  if (!plan) return plan;
+  plan->value_bytes = a.dtype == "bf16" ? 2 : 4;
+  plan->fused_stages = !a.per_tile;
+  plan->pipelined_backward = !a.per_tile;
+  return plan;
 }
 
 // The job's world communicator with a deadline on every wait; prints why not.

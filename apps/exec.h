@@ -20,6 +20,11 @@ struct ExecArgs {
   uint64_t seed = 1;
   int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0;
   bool pad = false, backward = false;
+  // How the plan runs, as an experiment's plan runs by default (baselines/cp_layouts.h
+  // plan_micro_batch_attention): values on the wire in `dtype`, fused stages and the pipelined
+  // backward; per_tile = one kernel call per tile and the three-phase backward.
+  std::string dtype = "fp32";
+  bool per_tile = false;
   double timeout_s = 120;
   // --dynamic-cp: schedule the lengths with schedule_dynamic_cp_main over the job's ranks and run
   // every round, each group as one `layout` (always padded) on its own ranks.

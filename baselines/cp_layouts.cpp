@@ -5,6 +5,8 @@
 #include "baselines/cp_layouts.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <limits>
 #include <optional>
 
@@ -278,7 +280,31 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   req.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
   req.head_dim = static_cast<int32_t>(model.head_dim());
   req.pad = true;
-  return plan_cp_layout(req);
+  auto plan = plan_cp_layout(req);
+  if (!plan) return plan;
+  plan->value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
+  // As TransformerEngine runs CP attention on GPUs: a CP step's THD pack is one kernel call, and
+  // the backward's inputs and partial gradients travel step by step under the kernels.
+  plan->fused_stages = true;
+  plan->pipelined_backward = true;
+  return plan;
+}
+
+std::string attach_attention_plans(Plan* plan, const ModelShape& model) {
+  std::map<std::pair<std::vector<int64_t>, int64_t>, std::shared_ptr<const AttentionPlan>> made;
+  for (auto& rank : plan->micro_batches)
+    for (PlanMicroBatch& mb : rank) {
+      if (mb.cp <= 1 || mb.lengths.empty()) continue;
+      auto key = std::make_pair(mb.padded_lengths(), mb.cp);
+      auto it = made.find(key);
+      if (it == made.end()) {
+        auto a = plan_micro_batch_attention(mb, model, plan->layout);
+        if (!a) return a.error_str();
+        it = made.emplace(std::move(key), std::make_shared<const AttentionPlan>(std::move(*a))).first;
+      }
+      mb.attention = it->second;
+    }
+  return "";
 }
 
 std::string cp_layout_for_comm_type(const std::string& t) {

@@ -70,10 +70,17 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
 
 // The AttentionPlan of one packed micro-batch on its CP group, per TP rank: the layout of the
 // layout's cp_comm_type (single when mb.cp = 1), causal, the model's heads and KV heads over tp,
-// the micro-batch's padded lengths (padded further if the layout needs it). The simulator prices
+// the micro-batch's padded lengths (padded further if the layout needs it), 16-bit values on the
+// wire for bf16/fp16 layouts (value_bytes 2; LSE stays fp32), run as TransformerEngine runs it
+// (fused_stages, pipelined_backward). The simulator prices
 // this plan (core/sim/cp_attention.h); the executors run plans built the same way.
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
                                                    const ParallelConfig& layout);
+
+// Gives every micro-batch of `plan` with cp > 1 its AttentionPlan (plan_micro_batch_attention
+// under plan->layout); equal micro-batches (same padded lengths and group size) share one plan
+// object, so the simulator's symmetry still sees them equal. "" or why a micro-batch cannot run.
+std::string attach_attention_plans(Plan* plan, const ModelShape& model);
 
 // The layout names plan_cp_layout accepts, in the order above.
 std::vector<std::string> cp_layout_names();

@@ -6,6 +6,7 @@
 
 #include "core/experiment/registry.h"
 #include "core/strategies/ptdp.h"
+#include "core/strategies/strategy_test_util.h"
 #include "core/workload/length_profile.h"
 
 namespace cpbench {
@@ -32,10 +33,10 @@ void BM_SimulateIteration1T(benchmark::State& state) {
   layout.grad_reduce_in_fp32 = false;
   GlobalBatch batch;
   batch.lengths.assign(3072, 2048);
-  StrategyInput in{*cluster, *model, layout, batch, "sc21", {}};
+  StrategyInput in{*cluster, *model, layout, batch};
   double tflops = 0;
   for (auto _ : state) {
-    StrategyOutcome out = run_ptdp(in);
+    Evaluation out = plan_and_evaluate(plan_ptdp, in, "sc21");
     tflops = out.metrics["tflops_per_gpu"];
     benchmark::DoNotOptimize(&out);
   }

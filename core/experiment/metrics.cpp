@@ -21,10 +21,13 @@ const std::vector<MetricInfo>& known_metrics() {
       {"exposed_comm_s", "s", "communication time not hidden under compute"},
       {"exposed_cp_comm_s", "s", "of which: attention waiting on context-parallel transfers, mean per rank"},
       {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},
-      {"comm_bytes", "B", "bytes sent per iteration, all ranks"},
+      {"cp_comm_bytes_nvlink", "B", "context-parallel attention bytes one GPU sends per iteration inside a node"},
+      {"cp_comm_bytes_network", "B", "context-parallel attention bytes one GPU sends per iteration across nodes"},
       {"compute_imbalance", "ratio", "max / mean compute time across ranks"},
       {"padding_fraction", "fraction", "padding tokens / real tokens"},
-      {"plan_time_ms", "ms", "wall time of the planner for one iteration"},
+      // Wall-clock measurements: kept in a point's "timings", never in "metrics", and read by no
+      // comparison, so results.json stays deterministic (DESIGN.md contract 4).
+      {"plan_time_ms", "ms", "wall time of the planner for one iteration (timings)", true},
   };
   return m;
 }

@@ -12,6 +12,7 @@ struct MetricInfo {
   std::string name;
   std::string unit;         // for tables and axis labels
   std::string description;  // one line
+  bool timing = false;      // a wall-clock measurement: lives in a point's "timings"
 };
 
 const std::vector<MetricInfo>& known_metrics();

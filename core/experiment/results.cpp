@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include "core/experiment/metrics.h"
+
 namespace cpbench {
 namespace {
 
@@ -35,6 +37,11 @@ json point_json(const PointConfig& p, const PointResult& r) {
   json m = json::object();
   for (const auto& [k, v] : r.metrics) m[k] = number_or_null(v);
   j["metrics"] = m;
+  if (!r.timings.empty()) {
+    json t = json::object();
+    for (const auto& [k, v] : r.timings) t[k] = number_or_null(v);
+    j["timings"] = t;
+  }
   return j;
 }
 
@@ -113,7 +120,7 @@ Provenance current_provenance(uint64_t seed) {
   std::string src = CPBENCH_SOURCE_DIR;
   p.git_commit = run_command("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
   if (p.git_commit.empty()) p.git_commit = "unknown";
-  p.dirty = !run_command("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+  p.dirty = !run_command("git -C '" + src + "' status --porcelain --untracked-files=no -- . ':!results' ':!paper' 2>/dev/null").empty();
   p.build_type = CPBENCH_BUILD_TYPE;
   p.cpbench_version = CPBENCH_VERSION;
   char host[256] = {0};
@@ -194,7 +201,9 @@ std::string results_to_csv(const Spec& spec, const PointResults& results) {
   std::vector<std::string> axes;
   if (!spec.points.empty())
     for (const auto& [k, v] : spec.points.front().params.items()) axes.push_back(k);
-  std::vector<std::string> metrics = spec.metrics;
+  std::vector<std::string> metrics;
+  for (const std::string& m : spec.metrics)  // wall-clock timings stay out of the CSV
+    if (const MetricInfo* info = find_metric(m); !info || !info->timing) metrics.push_back(m);
   std::set<std::string> extra;
   for (const auto& r : results)
     if (r)
@@ -253,6 +262,9 @@ Expected<PointResults> load_finished_points(const std::filesystem::path& results
     const json metrics = pj.value("metrics", json::object());
     for (const auto& [k, v] : metrics.items())
       if (v.is_number()) r.metrics[k] = v.get<double>();
+    const json timings = pj.value("timings", json::object());
+    for (const auto& [k, v] : timings.items())
+      if (v.is_number()) r.timings[k] = v.get<double>();
     out[it->second] = r;
   }
   return out;

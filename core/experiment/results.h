@@ -22,6 +22,9 @@ struct PointResult {
   std::string status;  // "ok" | "infeasible" | "error"
   std::string reason;
   std::map<std::string, double> metrics;
+  // Wall-clock measurements (plan_time_ms): written under the point's "timings", read by no
+  // comparison, left out of results.csv, so two runs of a spec differ only there and in provenance.
+  std::map<std::string, double> timings;
 };
 
 struct Provenance {
@@ -35,6 +38,7 @@ struct Provenance {
 };
 
 // What the running binary and its source tree are (git read at run time from the source dir).
+// `dirty` ignores the generated outputs (results/, paper/): a run that rewrites them is not dirty.
 Provenance current_provenance(uint64_t seed);
 
 struct Comparison {

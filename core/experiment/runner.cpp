@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include "core/evaluate/evaluate.h"
 #include "core/experiment/metrics.h"
 #include "core/strategies/strategy.h"
 
@@ -27,11 +28,13 @@ std::string sanitize(const std::string& id) {
 }
 
 json result_to_wire(size_t index, const PointResult& r) {
-  return {{"index", index}, {"id", r.id}, {"status", r.status}, {"reason", r.reason}, {"metrics", r.metrics}};
+  return {{"index", index}, {"id", r.id},           {"status", r.status},
+          {"reason", r.reason}, {"metrics", r.metrics}, {"timings", r.timings}};
 }
 
 std::pair<size_t, PointResult> result_from_wire(const json& j) {
-  PointResult r{j["id"], j["status"], j["reason"], j["metrics"].get<std::map<std::string, double>>()};
+  PointResult r{j["id"], j["status"], j["reason"], j["metrics"].get<std::map<std::string, double>>(),
+                j["timings"].get<std::map<std::string, double>>()};
   return {j["index"].get<size_t>(), r};
 }
 
@@ -70,8 +73,28 @@ class Progress {
 
 }  // namespace
 
-PointResult run_point(const PointConfig& point, const fs::path& trace_path) {
-  PointResult r{point.id, "ok", "", {}};
+std::string describe_point(const PointConfig& point, const std::string& backend) {
+  if (auto why = check_parallel_config(point.parallel); !why.empty()) return "    infeasible: " + why + "\n";
+  const StrategyInfo* strategy = find_strategy(point.strategy);
+  if (!strategy) return "    error: unknown strategy " + point.strategy + "\n";
+  const auto& w = point.workload;
+  GlobalBatch batch = make_global_batch(
+      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
+  if (planned.status != "ok") return "    " + planned.status + ": " + planned.reason + "\n";
+  std::string out = plan_summary(planned.plan, point.cluster);
+  Evaluation e = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, {}}, planned.plan, backend);
+  char line[160];
+  if (e.status == "ok")
+    std::snprintf(line, sizeof line, "    predicted (%s): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
+                  backend.c_str(), e.metrics["step_time_s"], e.metrics["tflops_per_gpu"], e.metrics["peak_memory_gib"]);
+  else
+    std::snprintf(line, sizeof line, "    %s: ", e.status.c_str());
+  return out + line + (e.status == "ok" ? "" : e.reason + "\n");
+}
+
+PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend) {
+  PointResult r{point.id, "ok", "", {}, {}};
   if (auto why = check_parallel_config(point.parallel); !why.empty()) {
     r.status = "infeasible";
     r.reason = why;
@@ -87,15 +110,26 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path) {
     const auto& w = point.workload;
     GlobalBatch batch = make_global_batch(
         w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
-    StrategyInput in{point.cluster, point.model, point.parallel, batch, point.flops_definition, trace_path};
-    StrategyOutcome out = strategy->run(in);
+    // The strategy decides (timed: the planner's latency is a wall-clock timing, not a metric) ...
+    const auto start = std::chrono::steady_clock::now();
+    PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
+    r.timings["plan_time_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (planned.status != "ok") {
+      r.status = planned.status;
+      r.reason = planned.reason;
+      return r;
+    }
+    // ... and the backend prices what it decided.
+    Evaluation out = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, trace_path},
+                              planned.plan, backend);
     r.status = out.status;
     r.reason = out.reason;
     r.metrics = std::move(out.metrics);
     for (const auto& [k, v] : r.metrics) {
       if (!find_metric(k)) {
         r.status = "error";
-        r.reason = "strategy " + point.strategy + " reported unknown metric " + k;
+        r.reason = "backend " + backend + " reported unknown metric " + k;
       }
     }
   } catch (const std::exception& e) {
@@ -142,7 +176,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     for (size_t k; (k = next++) < mine.size();) {
       size_t i = mine[k];
       fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
-      PointResult r = run_point(spec.points[i], trace);
+      PointResult r = run_point(spec.points[i], trace, options.backend);
       std::lock_guard<std::mutex> lock(mu);
       finished.emplace_back(i, std::move(r));
     }

@@ -1,7 +1,7 @@
 // runner.h — runs the points of a spec: threads within a process (--jobs), points spread over MPI
 // ranks when launched under mpirun, results written by rank 0 after every finished point.
 // Requires: MPI initialised by the caller when running under a launcher (apps/ does it).
-// Note: a strategy that throws turns its point into status "error"; the sweep goes on.
+// Note: a strategy or backend that throws turns its point into status "error"; the sweep goes on.
 #pragma once
 
 #include <filesystem>
@@ -18,10 +18,17 @@ struct RunOptions {
   int jobs = 1;                   // worker threads per process
   bool resume = false;            // skip points an earlier run of the same spec finished
   bool trace = false;             // write a timeline per point under out_dir/<name>/traces/
+  std::string backend = "sim";    // where plans are evaluated (core/evaluate/evaluate.h)
 };
 
-// Evaluates one point: checks the layout, samples the batch, runs the strategy.
-PointResult run_point(const PointConfig& point, const std::filesystem::path& trace_path);
+// Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
+// (timing the planner into the result's timings) and evaluates the plan on `backend`.
+PointResult run_point(const PointConfig& point, const std::filesystem::path& trace_path,
+                      const std::string& backend = "sim");
+
+// `cpbench run --dry-run`: the point's plan summary and the backend's predicted step time, or why
+// it cannot run; nothing is written.
+std::string describe_point(const PointConfig& point, const std::string& backend = "sim");
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
 // ranks return their own share. Errors are I/O or --resume mismatches, never a failing point.

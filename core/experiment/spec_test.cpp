@@ -29,7 +29,7 @@ class SpecTest : public ::testing::Test {
         {"model", "gpt_1.7b"},
         {"workload", {{"dataset", "fixed_2048"}, {"global_batch_sequences", 64}}},
         {"parallel", {{"num_gpus", 8}, {"tp", 2}}},
-        {"strategies", {"analytical", {{"name", "analytical"}, {"label", "tp4"}, {"set", {{"parallel.tp", 4}}}}}},
+        {"strategies", {"ptdp", {{"name", "ptdp"}, {"label", "tp4"}, {"set", {{"parallel.tp", 4}}}}}},
         {"cases", {{{"name", "small"}}, {{"name", "big"}, {"model", "gpt_3.6b"}, {"published", {{"params_b", 3.6}}}}}},
         {"grid", {{"parallel.micro_batch_size", {1, 2, 4}}}},
         {"metrics", {"params_b"}},
@@ -59,7 +59,7 @@ TEST_F(SpecTest, ValidSpecExpandsCasesGridAndStrategies) {
   ASSERT_TRUE(spec.ok()) << spec.error_str();
   ASSERT_EQ(spec->points.size(), 2u * 3u * 2u);
   const auto& p0 = spec->points[0];
-  EXPECT_EQ(p0.id, "case=small/parallel.micro_batch_size=1/strategy=analytical");
+  EXPECT_EQ(p0.id, "case=small/parallel.micro_batch_size=1/strategy=ptdp");
   EXPECT_EQ(p0.parallel.tp, 2);
   EXPECT_EQ(p0.parallel.micro_batch_size, 1);
   EXPECT_EQ(p0.model.hidden, 2304);
@@ -144,7 +144,7 @@ TEST_F(SpecTest, InlinePresetErrorsPointInsideIt) {
 TEST_F(SpecTest, UnknownStrategy) {
   auto f = write([](json& j) { j["strategies"][0] = "ringg"; });
   auto e = error_of(load(f));
-  EXPECT_NE(e.find("/strategies/0: unknown strategy \"ringg\" (known: analytical"), std::string::npos) << e;
+  EXPECT_NE(e.find("/strategies/0: unknown strategy \"ringg\" (known: ptdp"), std::string::npos) << e;
 }
 
 TEST_F(SpecTest, UnknownMetric) {

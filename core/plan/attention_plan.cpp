@@ -13,7 +13,7 @@ namespace cpbench {
 
 namespace {
 
-constexpr double kBytesPerValue = 4.0;  // fp32 storage, as the header states
+constexpr double kLseBytes = 4.0;  // the log-sum-exp is fp32 whatever the values' dtype
 
 std::optional<AttnSlice> intersect(const AttnSlice& a, const AttnSlice& b) {
   if (a.seq != b.seq) return std::nullopt;
@@ -211,16 +211,59 @@ const char* attn_tensor_name(AttnTensor t) {
   return "?";
 }
 
+std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
+  const BackwardTransfers bt = backward_transfers(plan);
+  const size_t stages = plan.stages.size();
+  std::vector<AttnBackwardPhase> phases;
+  if (!plan.pipelined_backward) {
+    phases.push_back({bt.inputs, -1});
+    for (size_t st = 0; st < stages; ++st) phases.push_back({{}, static_cast<int32_t>(st)});
+    phases.push_back({bt.returns, -1});
+    return phases;
+  }
+  auto overlaps = [](const AttnSlice& a, const AttnSlice& b) {
+    return a.seq == b.seq && a.tok_begin < b.tok_end && b.tok_begin < a.tok_end && a.head_begin < b.head_end &&
+           b.head_begin < a.head_end;
+  };
+  // Whether stage st's tiles on `rank` touch the transfer's slice: Q-side tensors (q, dout, out,
+  // dq) through the tiles' q, KV-side ones (kv, dkv) through their kv.
+  auto touches = [&](size_t st, int32_t rank, const AttnTransfer& t) {
+    if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
+    const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
+    for (const AttnTile& tile : plan.stages[st].tiles[rank])
+      if (overlaps(kv_side ? tile.kv : tile.q, t.slice)) return true;
+    return false;
+  };
+  // Phase i (0..stages + 1) runs stage i − 1's tiles (none in the first and the last).
+  phases.resize(stages + 2);
+  for (size_t i = 0; i < phases.size(); ++i)
+    phases[i].stage = i > 0 && i <= stages ? static_cast<int32_t>(i - 1) : -1;
+  for (const AttnTransfer& t : bt.inputs) {
+    size_t first = stages;
+    for (size_t st = 0; st < stages && first == stages; ++st)
+      if (touches(st, t.dst, t)) first = st;
+    phases[first == stages ? 0 : first].transfers.push_back(t);  // arrives before stage `first` runs
+  }
+  for (const AttnTransfer& t : bt.returns) {
+    size_t last = 0;
+    for (size_t st = 0; st < stages; ++st)
+      if (touches(st, t.src, t)) last = st;
+    phases[last + 2].transfers.push_back(t);  // stage `last` ran in phase last + 1
+  }
+  return phases;
+}
+
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t) {
   const double tokens = static_cast<double>(t.slice.tokens()), heads = t.slice.heads(), d = plan.head_dim;
   const double kv_heads = heads / std::max(1, plan.group());
+  const double value = plan.value_bytes;
   switch (t.tensor) {
     case AttnTensor::q:
     case AttnTensor::dout:
-    case AttnTensor::dq: return tokens * heads * d * kBytesPerValue;
+    case AttnTensor::dq: return tokens * heads * d * value;
     case AttnTensor::kv:
-    case AttnTensor::dkv: return 2 * tokens * kv_heads * d * kBytesPerValue;  // K and V
-    case AttnTensor::out: return tokens * heads * (d + 1) * kBytesPerValue;   // O and one LSE per row
+    case AttnTensor::dkv: return 2 * tokens * kv_heads * d * value;  // K and V
+    case AttnTensor::out: return tokens * heads * (d * value + kLseBytes);   // O and one LSE per row
   }
   return 0;
 }
@@ -304,6 +347,8 @@ std::string check_attention_plan(const AttentionPlan& p) {
   if (p.heads_kv < 1 || p.heads_q < 1 || p.heads_q % p.heads_kv != 0 || p.head_dim < 1)
     out.add("heads_q = " + std::to_string(p.heads_q) + ", heads_kv = " + std::to_string(p.heads_kv) +
             ", head_dim = " + std::to_string(p.head_dim) + ": need heads_kv ≥ 1 dividing heads_q and head_dim ≥ 1");
+  if (p.value_bytes != 2 && p.value_bytes != 4)
+    out.add("value_bytes = " + std::to_string(p.value_bytes) + ": need 2 (bf16/fp16) or 4 (fp32)");
   for (size_t s = 0; s < p.seq_lengths.size(); ++s) {
     if (p.seq_lengths[s] < 1)
       out.add("sequence " + std::to_string(s) + " has " + std::to_string(p.seq_lengths[s]) + " tokens");

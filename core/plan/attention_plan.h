@@ -28,7 +28,7 @@ struct AttnSlice {
   bool operator==(const AttnSlice&) const = default;
 };
 
-// What a transfer carries for its slice (fp32 storage):
+// What a transfer carries for its slice (values of plan.value_bytes each, LSE always fp32):
 //   q: Q rows; kv: K and V rows of the slice's KV heads; out: O and LSE (a partial forward, or
 //   the final one brought for backward); dout: dO; dq: a partial dQ; dkv: partial dK and dV.
 enum class AttnTensor : uint8_t { q, kv, out, dout, dq, dkv };
@@ -60,6 +60,17 @@ struct AttentionPlan {
   std::vector<int64_t> seq_lengths;    // the micro-batch's sequences, in tokens (padded lengths)
   MaskSpec mask;
   int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
+  // Bytes of one value on the wire: 4 (fp32) or 2 (bf16/fp16 training). LSE rows stay fp32, as
+  // FlashAttention and TransformerEngine keep them. The executor sends exactly this.
+  int32_t value_bytes = 4;
+  // How the plan runs, the same for every backend (the simulator prices it, the executors run it):
+  //   fused_stages: a rank's tiles of one stage are one varlen kernel call (TransformerEngine
+  //     runs a CP step's THD pack in one call); false: one call per tile.
+  //   pipelined_backward: backward inputs and partial-gradient returns travel stage by stage
+  //     under the kernels (TransformerEngine's ring backward); false: one exchange before all
+  //     backward tiles and one after (backward_phases).
+  bool fused_stages = false;
+  bool pipelined_backward = false;
   // [rank] the slices (all heads) a rank owns: its Q, K, V and dO on entry, its O, LSE, dQ, dK
   // and dV on exit. Every token of every sequence has exactly one home.
   std::vector<std::vector<AttnSlice>> home;
@@ -71,7 +82,7 @@ struct AttentionPlan {
   int32_t group() const { return heads_q / heads_kv; }
 };
 
-// Payload bytes of one transfer (fp32).
+// Payload bytes of one transfer: values at plan.value_bytes, LSE at 4 bytes.
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t);
 
 // Every transfer of the forward pass, in order: stages, then gather_out.
@@ -86,6 +97,18 @@ struct BackwardTransfers {
   std::vector<AttnTransfer> inputs, returns;
 };
 BackwardTransfers backward_transfers(const AttentionPlan& plan);
+
+// The backward pass as every backend runs it, phase by phase: post `transfers`, run the backward
+// of forward stage `stage`'s tiles (−1: no tiles), then wait for the rank's transfers. Derived
+// from the plan: without pipelined_backward, [inputs], one phase per stage, [returns]; with it,
+// each input is posted in the phase before the first stage whose tiles on its destination read it
+// and each return in the phase after the last stage whose tiles on its source write it (stages + 2
+// phases). The same transfers either way.
+struct AttnBackwardPhase {
+  std::vector<AttnTransfer> transfers;
+  int32_t stage = -1;
+};
+std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan);
 
 // [rank] payload bytes a rank sends and receives over forward + backward.
 struct RankBytes {

@@ -3,13 +3,18 @@
 // Requires: parallel_config.h. Carries the step-level layout and, per DP×CP rank, its micro-batches:
 // each names the CP group that runs it (an aligned power-of-two slice of the DP×CP ranks), so a
 // static CP layout, Dynamic-CP's per-micro-batch groups and plain PTD-P (cp = 1) share one form.
+// A micro-batch with cp > 1 carries the AttentionPlan its group runs, chosen by the strategy: the
+// simulator prices exactly it and the runtime executes exactly it.
 // Note: ranks with identical micro-batch lists are simulated once (symmetry); distinct ones each.
+// Equal micro-batches share one AttentionPlan object (micro-batches compare it by identity).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/plan/attention_plan.h"
 #include "core/plan/parallel_config.h"
 
 namespace cpbench {
@@ -22,6 +27,8 @@ struct PlanMicroBatch {
   int64_t cp = 1;                // CP group size (a power of two for Dynamic-CP)
   int64_t first_rank = -1;       // the group's first DP×CP rank; -1 = the rank that holds it (cp = 1)
   int64_t pad_to = 1;            // every sequence is padded to a multiple of this for the kernels
+  // cp > 1: one layer's attention on the group, per TP rank (its heads); null when cp = 1.
+  std::shared_ptr<const AttentionPlan> attention;
 
   int64_t tokens() const;
   double sum_sq() const;              // Σ L²

@@ -91,7 +91,10 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
         }
       }
   };
-  cmp("O", h.out, ref.out, p.heads_q, kOutTolerance);
+  const bool bf16 = p.value_bytes == 2;
+  const Tolerance out_tol = bf16 ? kBf16OutTolerance : kOutTolerance;
+  const Tolerance grad_tol = bf16 ? kBf16GradTolerance : kGradTolerance;
+  cmp("O", h.out, ref.out, p.heads_q, out_tol);
   for (int64_t hd = 0; hd < p.heads_q; ++hd)
     for (int64_t t = 0; t < n; ++t) {
       double x = h.lse[hd * n + t], y = ref.lse[hd * T + row0 + t];
@@ -102,16 +105,16 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
         }
         continue;
       }
-      double ratio = std::fabs(x - y) / (kOutTolerance.atol + kOutTolerance.rtol * std::fabs(y));
+      double ratio = std::fabs(x - y) / (out_tol.atol + out_tol.rtol * std::fabs(y));
       if (ratio > r.worst) {
         r.worst = ratio;
         r.where = "LSE token " + std::to_string(h.slice.tok_begin + t);
       }
     }
   if (backward) {
-    cmp("dQ", h.dq, ref.dq, p.heads_q, kGradTolerance);
-    cmp("dK", h.dk, ref.dk, p.heads_kv, kGradTolerance);
-    cmp("dV", h.dv, ref.dv, p.heads_kv, kGradTolerance);
+    cmp("dQ", h.dq, ref.dq, p.heads_q, grad_tol);
+    cmp("dK", h.dk, ref.dk, p.heads_kv, grad_tol);
+    cmp("dV", h.dv, ref.dv, p.heads_kv, grad_tol);
   }
   return r;
 }

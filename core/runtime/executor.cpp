@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace cpbench {
@@ -36,6 +37,71 @@ Shape shape_of(const AttentionPlan& p, AttnTensor t) {
   }
 }
 bool has_second(AttnTensor t) { return t == AttnTensor::kv || t == AttnTensor::dkv || t == AttnTensor::out; }
+
+// bf16 of an fp32 value, rounded to nearest even (NaN kept a NaN): what a 16-bit training step
+// puts on the wire. The CPU kernels compute in fp32; only transfers carry the plan's dtype.
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// One transfer's message: x's values, then y's (values, or an fp32 LSE for `out`), each value
+// at plan.value_bytes. Its size is transfer_bytes(plan, transfer) exactly.
+std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::vector<float>& x,
+                              const std::vector<float>& y) {
+  const bool lse = shape_of(p, t).lse_second;
+  const size_t vb = static_cast<size_t>(p.value_bytes);
+  std::vector<std::byte> msg(x.size() * vb + y.size() * (lse ? 4 : vb));
+  std::byte* at = msg.data();
+  auto put = [&](const std::vector<float>& a, size_t bytes) {
+    if (bytes == 4) {
+      std::memcpy(at, a.data(), a.size() * 4);
+    } else {
+      for (size_t i = 0; i < a.size(); ++i) {
+        const uint16_t h = to_bf16(a[i]);
+        std::memcpy(at + 2 * i, &h, 2);
+      }
+    }
+    at += a.size() * bytes;
+  };
+  put(x, vb);
+  put(y, lse ? 4 : vb);
+  return msg;
+}
+
+// The floats of a message (x then y), decoded from encode's layout; `x_values` = x's length.
+std::vector<float> decode(const AttentionPlan& p, AttnTensor t, const std::vector<std::byte>& msg, size_t x_values) {
+  const bool lse = shape_of(p, t).lse_second;
+  const size_t vb = static_cast<size_t>(p.value_bytes);
+  const size_t y_bytes = msg.size() - x_values * vb;
+  const size_t y_values = y_bytes / (lse ? 4 : vb);
+  std::vector<float> out(x_values + y_values);
+  const std::byte* at = msg.data();
+  auto get = [&](float* a, size_t n, size_t bytes) {
+    if (bytes == 4) {
+      std::memcpy(a, at, n * 4);
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, at + 2 * i, 2);
+        a[i] = from_bf16(h);
+      }
+    }
+    at += n * bytes;
+  };
+  get(out.data(), x_values, vb);
+  get(out.data() + x_values, y_values, lse ? 4 : vb);
+  return out;
+}
 
 // Copies the rows and heads of `sub` out of `e` (which contains it).
 void extract(const Entry& e, const AttnSlice& sub, const Shape& s, std::vector<float>& x, std::vector<float>* y) {
@@ -186,7 +252,7 @@ class Rank {
   }
 
   // Posts one transfer; `data` keeps the message alive until wait_all.
-  Status post(const AttnTransfer& tr, int tag, std::vector<Request>& reqs, std::vector<std::vector<float>>& data,
+  Status post(const AttnTransfer& tr, int tag, std::vector<Request>& reqs, std::vector<std::vector<std::byte>>& data,
               std::vector<const AttnTransfer*>& incoming) {
     const Shape sh = shape_of(p_, tr.tensor);
     if (tr.src == me_) {
@@ -195,15 +261,14 @@ class Rank {
                                        attn_tensor_name(tr.tensor) + " it must send"};
       std::vector<float> x, y;
       extract(*e, tr.slice, sh, x, has_second(tr.tensor) ? &y : nullptr);
-      x.insert(x.end(), y.begin(), y.end());
-      data.push_back(std::move(x));
-      auto r = comm_.isend(std::span<const float>(data.back()), tr.dst, tag);
+      data.push_back(encode(p_, tr.tensor, x, y));
+      auto r = comm_.isend(std::span<const std::byte>(data.back()), tr.dst, tag);
       if (!r) return r.errors();
       reqs.push_back(std::move(*r));
     }
     if (tr.dst == me_) {
-      data.emplace_back(static_cast<size_t>(transfer_bytes(p_, tr) / sizeof(float)));
-      auto r = comm_.irecv(std::span<float>(data.back()), tr.src, tag);
+      data.emplace_back(static_cast<size_t>(transfer_bytes(p_, tr)));
+      auto r = comm_.irecv(std::span<std::byte>(data.back()), tr.src, tag);
       if (!r) return r.errors();
       reqs.push_back(std::move(*r));
       incoming.push_back(&tr);
@@ -211,11 +276,18 @@ class Rank {
     return ok_status();
   }
 
+  // The floats of a received message of `tr`.
+  std::vector<float> unpack(const AttnTransfer& tr, const std::vector<std::byte>& msg) const {
+    const Shape sh = shape_of(p_, tr.tensor);
+    const size_t first = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
+    return decode(p_, tr.tensor, msg, first);
+  }
+
   // Posts a list of transfers, waits for them, and hands every received message to `take`.
   template <class Take>
   Status exchange(const std::vector<AttnTransfer>& list, int tag, ExecutionReport& rep, Take take) {
     std::vector<Request> reqs;
-    std::vector<std::vector<float>> data;
+    std::vector<std::vector<std::byte>> data;
     data.reserve(2 * list.size());
     std::vector<const AttnTransfer*> incoming;
     std::vector<size_t> incoming_slot;
@@ -227,7 +299,7 @@ class Rank {
     auto t0 = Clock::now();
     if (auto s = comm_.wait_all(reqs); !s) return s;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t i = 0; i < incoming.size(); ++i) take(*incoming[i], data[incoming_slot[i]]);
+    for (size_t i = 0; i < incoming.size(); ++i) take(*incoming[i], unpack(*incoming[i], data[incoming_slot[i]]));
     return ok_status();
   }
 
@@ -265,6 +337,27 @@ class Rank {
     in.rows_k = tile.kv.tokens();
     in.key_begin = tile.kv.tok_begin;
     return in;
+  }
+
+  // One tile backward: its dQ, dK, dV partials go into the home or return slots that cover them.
+  Status run_tile_backward(const AttnTile& tile, ExecutionReport& rep) {
+    const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
+    std::vector<float> q, k, v, o, lse, dout;
+    std::vector<kernels::KeyRanges> ranges;
+    Status st = ok_status();
+    auto in = tile_input(tile, q, k, v, ranges, st);
+    if (!st) return st;
+    if (!assemble(AttnTensor::out, tile.q, o, &lse) || !assemble(AttnTensor::dout, tile.q, dout, nullptr))
+      return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
+    std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+    auto t0 = Clock::now();
+    kernels::flash_tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(),
+                                 dv.data(), cfg_);
+    rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
+        !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
+      return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
+    return ok_status();
   }
 
   // Runs a stage's tiles kRowsPerCall query rows at a time and tests the stage's pending transfers
@@ -322,7 +415,7 @@ Status Rank::forward(ExecutionReport& rep) {
   // Stage i's transfers go out before stage i−1's tiles run.
   for (size_t i = 0; i <= p_.stages.size(); ++i) {
     std::vector<Request> reqs;
-    std::vector<std::vector<float>> data;
+    std::vector<std::vector<std::byte>> data;
     std::vector<const AttnTransfer*> incoming;
     std::vector<size_t> slots;
     if (i < p_.stages.size()) {
@@ -338,7 +431,7 @@ Status Rank::forward(ExecutionReport& rep) {
     auto t0 = Clock::now();
     if (auto s = comm_.wait_all(reqs); !s) return s;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t j = 0; j < incoming.size(); ++j) keep_fn(*incoming[j], data[slots[j]]);
+    for (size_t j = 0; j < incoming.size(); ++j) keep_fn(*incoming[j], unpack(*incoming[j], data[slots[j]]));
   }
   // Partials computed away from home come home; home merges everything it has.
   std::vector<std::pair<AttnSlice, std::vector<float>>> gathered;
@@ -375,43 +468,45 @@ Status Rank::backward(ExecutionReport& rep) {
     fresh(AttnTensor::dkv, s);
   }
   for (const auto& e : home_out_) store(AttnTensor::out).push_back(e);
-  BackwardTransfers bt = backward_transfers(p_);
-  if (auto s = exchange(bt.inputs, kTagBackwardIn, rep, [this](const AttnTransfer& tr, const std::vector<float>& m) { keep(tr, m); }); !s)
-    return s;
+  const std::vector<AttnBackwardPhase> phases = backward_phases(p_);
   // One gradient slot per slice this rank returns, beside the home slots: the slots are disjoint
   // and cover every slice a tile touches.
-  for (const auto& tr : bt.returns)
-    if (tr.src == me_) fresh(tr.tensor, tr.slice);
-  // Tiles backward; partial gradients of remote slices get entries of their own.
-  const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
-  for (const auto& stage : p_.stages) {
-    if (static_cast<size_t>(me_) >= stage.tiles.size()) continue;
-    for (const auto& tile : stage.tiles[me_]) {
-      std::vector<float> q, k, v, o, lse, dout;
-      std::vector<kernels::KeyRanges> ranges;
-      Status st = ok_status();
-      auto in = tile_input(tile, q, k, v, ranges, st);
-      if (!st) return st;
-      if (!assemble(AttnTensor::out, tile.q, o, &lse) || !assemble(AttnTensor::dout, tile.q, dout, nullptr))
-        return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
-      std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
-      auto t0 = Clock::now();
-      kernels::flash_tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(),
-                                   dv.data(), cfg_);
-      rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
-      if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
-          !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
-        return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
-    }
-  }
-  // Gradients of remote slices go home and are summed there.
-  auto add_home = [&](const AttnTransfer& tr, const std::vector<float>& msg) {
+  for (const AttnBackwardPhase& ph : phases)
+    for (const AttnTransfer& tr : ph.transfers)
+      if (tr.src == me_ && (tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv)) fresh(tr.tensor, tr.slice);
+  // Received inputs are kept; gradients of this rank's slices computed elsewhere are summed home.
+  auto take = [&](const AttnTransfer& tr, const std::vector<float>& msg) {
+    if (tr.tensor != AttnTensor::dq && tr.tensor != AttnTensor::dkv) return keep(tr, msg);
     const Shape sh = shape_of(p_, tr.tensor);
-    Entry* e = find(tr.tensor, tr.slice);
+    Entry* e = find(tr.tensor, tr.slice);  // the home entries come first in the store
     const size_t n = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
     if (e) accumulate(*e, tr.slice, sh, msg.data(), has_second(tr.tensor) ? msg.data() + n : nullptr);
   };
-  if (auto s = exchange(bt.returns, kTagBackwardOut, rep, add_home); !s) return s;
+  // Each phase posts its transfers, runs the backward of its stage's tiles (testing the pending
+  // transfers between tiles, as the forward does), then waits.
+  for (const AttnBackwardPhase& ph : phases) {
+    std::vector<Request> reqs;
+    std::vector<std::vector<std::byte>> data;
+    data.reserve(2 * ph.transfers.size());
+    std::vector<const AttnTransfer*> incoming;
+    std::vector<size_t> slots;
+    for (const auto& tr : ph.transfers) {
+      if (tr.src != me_ && tr.dst != me_) continue;
+      const bool gradient = tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv;
+      if (auto s = post(tr, gradient ? kTagBackwardOut : kTagBackwardIn, reqs, data, incoming); !s) return s;
+      if (tr.dst == me_) slots.push_back(data.size() - 1);
+    }
+    if (ph.stage >= 0 && static_cast<size_t>(me_) < p_.stages[ph.stage].tiles.size())
+      for (const auto& tile : p_.stages[ph.stage].tiles[me_]) {
+        if (auto s = run_tile_backward(tile, rep); !s) return s;
+        for (Request& r : reqs)
+          if (auto done = comm_.test(r); !done) return done.errors();
+      }
+    auto t0 = Clock::now();
+    if (auto s = comm_.wait_all(reqs); !s) return s;
+    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t j = 0; j < incoming.size(); ++j) take(*incoming[j], unpack(*incoming[j], data[slots[j]]));
+  }
   for (size_t i = 0; i < p_.home[me_].size(); ++i) {
     const AttnSlice& h = p_.home[me_][i];
     // The home entries were created first, so they are the first entries of each store.

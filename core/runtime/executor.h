@@ -3,7 +3,7 @@
 // partial outputs with the LSE rule, and runs the derived backward pass.
 // Requires: a Communicator of plan.ranks ranks; every rank passes the same whole batch (inputs are
 // generated from a seed), of which it reads only what it holds. Decides nothing: the plan does.
-// Note: what moves is exactly forward_transfers / backward_transfers of the plan, one message per
+// Note: what moves is exactly forward_transfers and the backward_phases of the plan, one message per
 // transfer, so the Communicator's byte counters must equal plan_bytes (tests check it).
 #pragma once
 

@@ -35,9 +35,17 @@ std::vector<MaskCase> masks() {
           {"causal_blockwise", blockwise}};
 }
 
+// How a plan runs: the CPU style (fp32 on the wire, one kernel call per tile, the three-phase
+// backward) or an experiment's (bf16 on the wire, fused stages, pipelined backward).
+struct RunStyle {
+  bool experiment = false;
+  const char* name() const { return experiment ? "bf16 fused pipelined" : "fp32 per-tile"; }
+};
+
 // Runs one layout on a sub-communicator of cp ranks (world ranks split into groups of cp).
 void run_case(const std::string& layout, const MaskCase& m, int cp,
-              std::vector<int64_t> lengths = {37, 100, 5, 64}) {  // odd, unequal, one shorter than 2·cp
+              std::vector<int64_t> lengths = {37, 100, 5, 64},  // odd, unequal, one shorter than 2·cp
+              RunStyle style = {}) {
   MpiCommunicator& w = world();
   auto sub = w.split(w.rank() / cp, w.rank());
   ASSERT_TRUE(sub.ok()) << sub.error_str();
@@ -60,6 +68,10 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
     return;
   }
   ASSERT_TRUE(plan.ok()) << layout << " " << m.name << " cp=" << cp << ": " << plan.error_str();
+  if (style.experiment) {
+    plan->value_bytes = 2;
+    plan->fused_stages = plan->pipelined_backward = true;
+  }
   ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name << " cp=" << cp;
   OwnedInputs in = make_attention_inputs(*plan, 42);
   auto rep = execute_attention(*plan, comm, in.view(), true);
@@ -67,12 +79,13 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
   ReferenceAttention ref = reference_attention(*plan, in, true);
   for (const auto& h : rep->home) {
     CheckResult c = check_home(*plan, h, ref, true);
-    EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " cp=" << cp << " rank " << comm.rank() << ": " << c.where
-                            << " off by " << c.max_abs_error;
+    EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " cp=" << cp << " " << style.name() << " rank "
+                            << comm.rank() << ": " << c.where << " off by " << c.max_abs_error;
   }
   RankBytes predicted = plan_bytes(*plan, true);
-  EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << layout << " " << m.name << " cp=" << cp;
-  EXPECT_EQ(rep->bytes_received, predicted.received[comm.rank()]) << layout << " " << m.name << " cp=" << cp;
+  EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << layout << " " << m.name << " cp=" << cp << " " << style.name();
+  EXPECT_EQ(rep->bytes_received, predicted.received[comm.rank()]) << layout << " " << m.name << " cp=" << cp << " "
+                                                                  << style.name();
 }
 
 class Layouts : public ::testing::TestWithParam<std::string> {};
@@ -83,7 +96,7 @@ TEST_P(Layouts, MatchesReferenceAndPredictedBytes) {
     for (int cp : {1, 2, 4, 8}) {
       if (cp > world().size() || world().size() % cp != 0) continue;
       if (GetParam() == "single" && cp > 1) continue;
-      run_case(GetParam(), m, cp);
+      for (bool experiment : {false, true}) run_case(GetParam(), m, cp, {37, 100, 5, 64}, RunStyle{experiment});
     }
 }
 

@@ -34,10 +34,8 @@ struct Lowering {
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
 
-  bool fuse_tiles;
-
-  Lowering(const AttentionPlan& p, const CostModel& c, Link l, bool fuse)
-      : plan(p), cost(c), link(l), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0), fuse_tiles(fuse) {}
+  Lowering(const AttentionPlan& p, const CostModel& c, Link l)
+      : plan(p), cost(c), link(l), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {}
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
   void phase(const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<const AttnTile*>>& tiles,
@@ -63,7 +61,7 @@ struct Lowering {
     }
     for (int32_t r = 0; r < plan.ranks; ++r) {
       int last = -1;
-      if (fuse_tiles && static_cast<size_t>(r) < tiles.size() && !tiles[r].empty()) {
+      if (plan.fused_stages && static_cast<size_t>(r) < tiles.size() && !tiles[r].empty()) {
         TaskSpec task;
         task.device = r;
         task.stream = 0;
@@ -108,52 +106,6 @@ struct Lowering {
     }
   }
 
-  // TransformerEngine's ring backward (GPU mode): KV and the dKV partials travel step by step
-  // under each step's kernels instead of in one exchange before and after all tiles. Each input
-  // goes out one phase before the first stage whose tiles on its destination read it; each
-  // partial returns in the phase after the last stage whose tiles on its source produce it. Same
-  // transfers and bytes as the executor's three-phase backward, overlapped as the forward is.
-  void lower_pipelined_backward(const BackwardTransfers& bt) {
-    const size_t stages = plan.stages.size();
-    auto overlaps = [](const AttnSlice& a, const AttnSlice& b) {
-      return a.seq == b.seq && a.tok_begin < b.tok_end && b.tok_begin < a.tok_end && a.head_begin < b.head_end &&
-             b.head_begin < a.head_end;
-    };
-    // Whether stage st's tiles on `rank` touch the transfer's slice: Q-side tensors (q, dout,
-    // out, dq) through the tiles' q, KV-side ones (kv, dkv) through their kv.
-    auto touches = [&](size_t st, int32_t rank, const AttnTransfer& t) {
-      if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
-      const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
-      for (const AttnTile& tile : plan.stages[st].tiles[rank])
-        if (overlaps(kv_side ? tile.kv : tile.q, t.slice)) return true;
-      return false;
-    };
-    // Phase i (0..stages + 1) posts posts[i], then runs stage i−1's tiles (none in the first and
-    // the last), then waits: what is posted in phase i overlaps stage i−1's tiles.
-    std::vector<std::vector<AttnTransfer>> posts(stages + 2);
-    for (const AttnTransfer& t : bt.inputs) {
-      size_t first = stages;
-      for (size_t st = 0; st < stages && first == stages; ++st)
-        if (touches(st, t.dst, t)) first = st;
-      posts[first == stages ? 0 : first].push_back(t);  // arrives before phase first + 1 runs stage first
-    }
-    for (const AttnTransfer& t : bt.returns) {
-      size_t last = 0;
-      for (size_t st = 0; st < stages; ++st)
-        if (touches(st, t.src, t)) last = st;
-      posts[last + 2].push_back(t);  // stage `last` ran in phase last + 1
-    }
-    for (size_t i = 0; i <= stages + 1; ++i) {
-      std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
-      if (i > 0 && i <= stages)
-        for (size_t r = 0; r < plan.stages[i - 1].tiles.size(); ++r)
-          for (const AttnTile& t : plan.stages[i - 1].tiles[r]) tiles[r].push_back(&t);
-      std::string label = "bwd s";
-      label += std::to_string(i);
-      phase(posts[i], tiles, true, label);
-    }
-  }
-
   // The executor's order: stage i's transfers go out before stage i−1's tiles run.
   void lower(bool backward) {
     const size_t stages = plan.stages.size();
@@ -169,15 +121,19 @@ struct Lowering {
     }
     phase(plan.gather_out, {}, false, "gather");
     if (!backward) return;
-    const BackwardTransfers bt = backward_transfers(plan);
-    if (fuse_tiles) return lower_pipelined_backward(bt);
-    phase(bt.inputs, {}, true, "bwd in");
-    std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
-    for (size_t s = 0; s < stages; ++s)
-      for (size_t r = 0; r < plan.stages[s].tiles.size(); ++r)
-        for (const AttnTile& t : plan.stages[s].tiles[r]) tiles[r].push_back(&t);
-    phase({}, tiles, true, "bwd");
-    phase(bt.returns, {}, true, "bwd out");
+    // The backward phases every backend runs (attention_plan.h backward_phases).
+    const std::vector<AttnBackwardPhase> phases = backward_phases(plan);
+    for (size_t i = 0; i < phases.size(); ++i) {
+      std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
+      if (phases[i].stage >= 0)
+        for (size_t r = 0; r < plan.stages[phases[i].stage].tiles.size(); ++r)
+          for (const AttnTile& t : plan.stages[phases[i].stage].tiles[r]) tiles[r].push_back(&t);
+      // "bwd in" / "bwd out": the exchanges before the first and after the last stage's tiles.
+      std::string label = "bwd ";
+      if (phases[i].stage >= 0) label += "s" + std::to_string(phases[i].stage);
+      else label += i == 0 ? "in" : "out";
+      phase(phases[i].transfers, tiles, true, label);
+    }
   }
 };
 
@@ -221,9 +177,9 @@ Status check_ranges(const AttentionPlan& p) {
   return ok_status();
 }
 
-Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link, bool fuse) {
+Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
   if (auto s = check_ranges(plan); !s) return s.errors();
-  Lowering low(plan, cost, link, fuse);
+  Lowering low(plan, cost, link);
   low.lower(backward);
   return low;
 }
@@ -263,16 +219,15 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
                   : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
 }
 
-Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link,
-                                         bool fuse_tiles) {
-  auto low = build(plan, cost, backward, link, fuse_tiles);
+Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
+  auto low = build(plan, cost, backward, link);
   if (!low) return low.errors();
   return std::move(low->graph);
 }
 
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
-                                                     Link link, const std::filesystem::path& trace, bool fuse_tiles) {
-  auto low = build(plan, cost, backward, link, fuse_tiles);
+                                                     Link link, const std::filesystem::path& trace) {
+  auto low = build(plan, cost, backward, link);
   if (!low) return low.errors();
   auto sim = simulate_checked(low->graph);
   if (!sim) return sim.errors();

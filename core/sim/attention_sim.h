@@ -4,8 +4,9 @@
 // rejected here) and a CostModel. Decides nothing: the plan's tiles and transfers are priced as is.
 // Note: per rank and stage i the executor posts stage i's transfers, runs stage i−1's tiles, then
 // waits for all of its stage-i sends and receives; a transfer starts once both ends have posted
-// it (a rendezvous, as MPI and NCCL send/recv of large messages). Then gather_out; backward:
-// inputs exchange, every tile backward in stage order, returns exchange (backward_transfers).
+// it (a rendezvous, as MPI and NCCL send/recv of large messages). Then gather_out; backward: the
+// plan's backward_phases. The plan's fused_stages and pipelined_backward say how it runs; the
+// simulator prices that, as the executor runs it.
 #pragma once
 
 #include <filesystem>
@@ -34,23 +35,20 @@ double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const C
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward);
 
-// The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'), stream 1 the
-// rank's sends (kind 'm', cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's
-// sends serialize, its receives do not occupy its own link).
+// The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'; one task per
+// stage and rank with plan.fused_stages), stream 1 the rank's sends (kind 'm',
+// cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's sends serialize, its
+// receives do not occupy its own link).
 Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
-                                         Link link = Link::nvlink, bool fuse_tiles = false);
+                                         Link link = Link::nvlink);
 
 // Simulates the plan. wait_s is measured as the executor measures it: the time a rank spends in a
 // wait point after its own tiles of the stage are done, i.e. for its transfers and for a partner
 // that has not posted yet. With `trace` non-empty, writes the timeline there (write_chrome_trace,
 // one process per rank). Errors: a malformed plan (a rank, sequence or stage out of range), an
-// unwritable trace file. fuse_tiles (GPU mode, as TransformerEngine runs it): a rank's tiles of
-// one stage are one kernel call (attention_tiles_s), and the backward passes its inputs and
-// partial-gradient returns stage by stage under the kernels (TE's ring backward) instead of the
-// executor's exchange before and after all tiles — same transfers, overlapped. The CPU executor
-// runs tiles one by one and exchanges in three phases (fuse_tiles = false).
+// unwritable trace file.
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
                                                      Link link = Link::nvlink,
-                                                     const std::filesystem::path& trace = {}, bool fuse_tiles = false);
+                                                     const std::filesystem::path& trace = {});
 
 }  // namespace cpbench

@@ -218,6 +218,9 @@ TEST(AttentionSim, GpuModeBackwardMovesTheSameTransfersButOverlapsThem) {
   // TransformerEngine's ring backward passes KV and dKV step by step under the kernels; the
   // executor exchanges everything before and after. Same transfers, less exposed time.
   const AttentionPlan plan = layout("zigzag", 4, {16384});
+  AttentionPlan gpu_plan = plan;  // as TransformerEngine runs it: fused stages, pipelined backward
+  gpu_plan.fused_stages = true;
+  gpu_plan.pipelined_backward = true;
   const CostModel cost = ideal_model(50);
   const BackwardTransfers bt = backward_transfers(plan);
   // The transfers of a lowering: (src, dst, duration), sorted.
@@ -229,14 +232,14 @@ TEST(AttentionSim, GpuModeBackwardMovesTheSameTransfersButOverlapsThem) {
     return out;
   };
   auto cpu = lower_attention_plan(plan, cost, true);
-  auto gpu = lower_attention_plan(plan, cost, true, Link::nvlink, true);
+  auto gpu = lower_attention_plan(gpu_plan, cost, true, Link::nvlink);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   EXPECT_EQ(sends(*cpu).size(), forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
   EXPECT_EQ(sends(*gpu), sends(*cpu));  // the same transfers, only scheduled differently
   auto fwd_cpu = simulate_attention_plan(plan, cost, false);
   auto bwd_cpu = simulate_attention_plan(plan, cost, true);
-  auto fwd_gpu = simulate_attention_plan(plan, cost, false, Link::nvlink, {}, true);
-  auto bwd_gpu = simulate_attention_plan(plan, cost, true, Link::nvlink, {}, true);
+  auto fwd_gpu = simulate_attention_plan(gpu_plan, cost, false, Link::nvlink);
+  auto bwd_gpu = simulate_attention_plan(gpu_plan, cost, true, Link::nvlink);
   ASSERT_TRUE(fwd_cpu.ok() && bwd_cpu.ok() && fwd_gpu.ok() && bwd_gpu.ok());
   // One sequence: the fused and per-tile kernels cost the same up to launch overheads, so the
   // difference in backward time is the overlap of the backward transfers.

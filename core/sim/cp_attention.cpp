@@ -8,9 +8,9 @@ namespace cpbench {
 
 Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan, Link link) {
   AttentionCost out;
-  auto fwd = simulate_attention_plan(plan, cost, false, link, {}, true);
+  auto fwd = simulate_attention_plan(plan, cost, false, link);
   if (!fwd) return fwd.errors();
-  auto both = simulate_attention_plan(plan, cost, true, link, {}, true);
+  auto both = simulate_attention_plan(plan, cost, true, link);
   if (!both) return both.errors();
   auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   const double fwd_compute = max_of(fwd->compute_s);
@@ -24,15 +24,13 @@ Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const Attention
 
 Expected<AttentionCost> CpAttentionCache::get(const PlanMicroBatch& mb) {
   if (mb.lengths.empty()) return AttentionCost{};
-  auto key = std::make_pair(mb.padded_lengths(), mb.cp);
-  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-  if (!planner_) return Error{"", "", "a micro-batch with cp = " + std::to_string(mb.cp) + " needs an attention planner"};
-  auto plan = planner_(mb);
-  if (!plan) return plan.errors();
+  if (!mb.attention)
+    return Error{"", "", "a micro-batch with cp = " + std::to_string(mb.cp) + " carries no attention plan"};
+  if (auto it = memo_.find(mb.attention.get()); it != memo_.end()) return it->second;
   const Link link = mb.cp * tp_ <= cost_.cluster().gpus_per_node ? Link::nvlink : Link::network;
-  auto c = cp_attention_cost(cost_, *plan, link);
+  auto c = cp_attention_cost(cost_, *mb.attention, link);
   if (!c) return c.errors();
-  memo_.emplace(std::move(key), *c);
+  memo_.emplace(mb.attention.get(), *c);
   return *c;
 }
 

@@ -62,8 +62,7 @@ double boundary_s(const CostModel& cost, const ModelShape& model, const Parallel
 }  // namespace
 
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path,
-                                             const AttentionPlanner& attention_planner) {
+                                             const std::filesystem::path& trace_path) {
   const ParallelConfig& L = plan.layout;
   const int p = static_cast<int>(L.pp), v = static_cast<int>(L.vp);
   const int64_t ranks = static_cast<int64_t>(plan.micro_batches.size());  // DP×CP ranks of a stage
@@ -100,7 +99,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
   if (!schedule) return schedule.errors();
 
-  CpAttentionCache attention(cost, attention_planner, L.tp);
+  CpAttentionCache attention(cost, L.tp);
   TaskGraph g;
   std::vector<std::vector<int>> grad_tasks(p);  // per stage: the DP reduction tasks of every replica
   std::vector<PipelineTasks> pipelines;

@@ -31,11 +31,9 @@ struct IterationResult {
   size_t simulated_pipelines = 0;  // distinct DP×CP rank lists simulated (symmetry)
 };
 
-// `attention` expands micro-batches with cp > 1 into their AttentionPlans (the strategy layer's
-// baselines/cp_layouts.h plan_micro_batch_attention); a plan with such micro-batches and no
-// planner is an Error.
+// Micro-batches with cp > 1 are priced through the AttentionPlan they carry; one without is an
+// Error (a strategy bug).
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path = {},
-                                             const AttentionPlanner& attention = {});
+                                             const std::filesystem::path& trace_path = {});
 
 }  // namespace cpbench

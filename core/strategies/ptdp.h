@@ -14,15 +14,8 @@ namespace cpbench {
 // the FFN width over tp, layers over pp·vp.
 std::string check_model_split(const ModelShape& model, const ParallelConfig& layout);
 
-// The plan, or why the layout cannot run it ("" when it can).
-std::string plan_ptdp(const StrategyInput& in, Plan* plan);
-
-StrategyOutcome run_ptdp(const StrategyInput& in);
-
-// Prices any strategy's plan: memory per GPU (infeasible with the reason when it does not fit,
-// keeping a 2 GiB reserve), the simulated iteration, and the step metrics every strategy reports
-// (step time, TFLOP/s per GPU by in.flops_definition, MFU, bubble, exposed communication,
-// compute imbalance, memory).
-StrategyOutcome evaluate_plan(const StrategyInput& in, const Plan& plan);
+// The plan of the layout: each DP rank takes consecutive micro_batch_size-sequence slices of the
+// global batch (Megatron's sampler), 1F1B or interleaved by vp.
+PlanOutcome plan_ptdp(const StrategyInput& in);
 
 }  // namespace cpbench

@@ -1,6 +1,7 @@
 // ptdp_test.cpp — PTD-P planning and simulation: every sequence placed once, infeasible layouts
 // with reasons, the schedule effects the SC'21 paper describes, determinism.
 #include "core/strategies/ptdp.h"
+#include "core/strategies/strategy_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -28,9 +29,9 @@ class PtdpTest : public ::testing::Test {
     layout_.micro_batch_size = 2;
     layout_.recompute = "full";
   }
-  StrategyOutcome run(int64_t sequences, int64_t length = 2048) {
+  Evaluation run(int64_t sequences, int64_t length = 2048) {
     batch_.lengths.assign(sequences, length);
-    return run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+    return plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
   }
 
   ClusterSpec cluster_;
@@ -42,8 +43,9 @@ class PtdpTest : public ::testing::Test {
 TEST_F(PtdpTest, PlanPlacesEverySequenceOnce) {
   batch_.lengths.clear();
   for (int i = 0; i < 128; ++i) batch_.lengths.push_back(100 + i);  // distinct lengths identify sequences
-  Plan plan;
-  ASSERT_EQ(plan_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}}, &plan), "");
+  PlanOutcome planned = plan_ptdp(StrategyInput{cluster_, model_, layout_, batch_});
+  ASSERT_EQ(planned.status, "ok") << planned.reason;
+  const Plan& plan = planned.plan;
   ASSERT_EQ(plan.micro_batches.size(), 4u);  // dp = 64 / (8·2)
   std::vector<int64_t> seen;
   for (const auto& replica : plan.micro_batches) {
@@ -102,7 +104,7 @@ TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
   layout_.overlap_grad_reduce = true;
   batch_.lengths.assign(64, 2048);
   const auto path = std::filesystem::temp_directory_path() / ("cpbench_ptdp_trace_" + std::to_string(::getpid()) + ".json");
-  auto out = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", path});
+  auto out = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21", path);
   ASSERT_EQ(out.status, "ok") << out.reason;
   auto trace = load_json_file(path);
   ASSERT_TRUE(trace.ok()) << trace.error_str();
@@ -173,9 +175,9 @@ TEST_F(PtdpTest, DifferentReplicasAreSimulatedEach) {
   layout_.num_gpus = 32;  // dp = 2
   layout_.micro_batch_size = 1;
   batch_.lengths = {2048, 2048, 2048, 2048, 512, 512, 512, 512};
-  auto mixed = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+  auto mixed = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
   batch_.lengths.assign(8, 2048);
-  auto uniform = run_ptdp(StrategyInput{cluster_, model_, layout_, batch_, "sc21", {}});
+  auto uniform = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
   ASSERT_EQ(mixed.status, "ok") << mixed.reason;
   EXPECT_NEAR(mixed.metrics.at("step_time_s"), uniform.metrics.at("step_time_s"), 0.02 * uniform.metrics.at("step_time_s"));
   EXPECT_GT(mixed.metrics.at("compute_imbalance"), 1.2);

@@ -1,6 +1,5 @@
 // registry.cpp — the table of strategies, in a fixed order. Adding a strategy is one line here
 // (docs/strategies.md); no static-registration macros, so the list is readable in one place.
-#include "core/strategies/analytical.h"
 #include "core/strategies/ptdp.h"
 #include "core/strategies/strategy.h"
 #include "core/strategies/varlen.h"
@@ -9,14 +8,13 @@ namespace cpbench {
 
 const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = {
-      {"analytical", "closed-form model only: parameters, FLOPs and tokens of the iteration", run_analytical},
-      {"ptdp", "Megatron PTD-P: TP × PP (1F1B / interleaved) × DP, simulated on the hardware preset", run_ptdp},
-      {"packing", "THD packing (Megatron dp_balanced) under one static CP size and cp_comm_type", run_packing},
-      {"packing_ffd", "THD packing, first-fit decreasing by tokens, under one static CP size", run_packing_ffd},
-      {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", run_packing_flops},
-      {"dynamic_cp", "Dynamic-CP, Megatron main's scheduler: CP size per sequence, balanced rounds, barrier per round", run_dynamic_cp},
-      {"dynamic_cp_dev", "Dynamic-CP, Megatron dev's packing-aware scheduler: rounds under a 1.05 cap, deferral, PP-friendly", run_dynamic_cp_dev},
-      {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", run_dynamic_cp_solver},
+      {"ptdp", "Megatron PTD-P: TP × PP (1F1B / interleaved) × DP on fixed-length micro-batches", plan_ptdp},
+      {"packing", "THD packing (Megatron dp_balanced) under one static CP size and cp_comm_type", plan_packing},
+      {"packing_ffd", "THD packing, first-fit decreasing by tokens, under one static CP size", plan_packing_ffd},
+      {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", plan_packing_flops},
+      {"dynamic_cp", "Dynamic-CP, Megatron main's scheduler: CP size per sequence, balanced rounds, barrier per round", plan_dynamic_cp},
+      {"dynamic_cp_dev", "Dynamic-CP, Megatron dev's packing-aware scheduler: rounds under a 1.05 cap, deferral, PP-friendly", plan_dynamic_cp_dev},
+      {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", plan_dynamic_cp_solver},
   };
   return table;
 }

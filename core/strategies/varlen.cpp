@@ -1,7 +1,6 @@
 #include "core/strategies/varlen.h"
 
-#include <chrono>
-
+#include "baselines/cp_layouts.h"
 #include "core/model/formulas.h"
 #include "core/strategies/dyncp_solver.h"
 #include "core/strategies/dynamic_cp_dev.h"
@@ -11,28 +10,9 @@
 namespace cpbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double elapsed_ms(Clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
-}
-
 std::string needs_max_seqlen(const ParallelConfig& L) {
   if (L.max_seqlen_per_dp_cp_rank > 0) return "";
   return "parallel.max_seqlen_per_dp_cp_rank is not set: packing and Dynamic-CP need the per-rank token cap";
-}
-
-// Padding overhead of a plan: kernel tokens over real tokens, minus one, over all groups once.
-double padding_fraction(const Plan& plan) {
-  double real = 0, padded = 0;
-  for (const auto& rank : plan.micro_batches)
-    for (const auto& mb : rank) {
-      // Count each group once: at its first rank (cp = 1 micro-batches are their own group).
-      const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, mb.cp));
-      real += share * static_cast<double>(mb.tokens());
-      padded += share * static_cast<double>(mb.padded_tokens());
-    }
-  return real > 0 ? padded / real - 1 : 0;
 }
 
 std::string schedule_kind(const ParallelConfig& L, int64_t* micro_batches) {
@@ -53,20 +33,17 @@ std::string check_cp_heads(const StrategyInput& in, const Plan& plan) {
   return "";
 }
 
-StrategyOutcome finish(const StrategyInput& in, const Plan& plan, double plan_ms) {
-  if (auto why = check_cp_heads(in, plan); !why.empty()) return StrategyOutcome::infeasible(why);
-  StrategyOutcome out = evaluate_plan(in, plan);
-  if (out.status != "ok") return out;
-  out.metrics["padding_fraction"] = padding_fraction(plan);
-  out.metrics["plan_time_ms"] = plan_ms;
-  return out;
+// The plan's attention for every CP group (the layout of cp_comm_type), after the heads check.
+PlanOutcome finish(const StrategyInput& in, Plan plan) {
+  if (auto why = check_cp_heads(in, plan); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = attach_attention_plans(&plan, in.model); !why.empty()) return PlanOutcome::infeasible(why);
+  return PlanOutcome::ok(std::move(plan));
 }
 
-StrategyOutcome run_static(const StrategyInput& in, const std::string& packer) {
-  const auto start = Clock::now();
+PlanOutcome plan_static(const StrategyInput& in, const std::string& packer) {
   Plan plan;
-  if (auto why = plan_static_cp(in, packer, &plan); !why.empty()) return StrategyOutcome::infeasible(why);
-  return finish(in, plan, elapsed_ms(start));
+  if (auto why = plan_static_cp(in, packer, &plan); !why.empty()) return PlanOutcome::infeasible(why);
+  return finish(in, std::move(plan));
 }
 
 }  // namespace
@@ -134,39 +111,36 @@ Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<i
   return plan;
 }
 
-StrategyOutcome run_packing(const StrategyInput& in) { return run_static(in, "dp_balanced"); }
-StrategyOutcome run_packing_ffd(const StrategyInput& in) { return run_static(in, "first_fit_decreasing"); }
-StrategyOutcome run_packing_flops(const StrategyInput& in) { return run_static(in, "flops_balanced"); }
+PlanOutcome plan_packing(const StrategyInput& in) { return plan_static(in, "dp_balanced"); }
+PlanOutcome plan_packing_ffd(const StrategyInput& in) { return plan_static(in, "first_fit_decreasing"); }
+PlanOutcome plan_packing_flops(const StrategyInput& in) { return plan_static(in, "flops_balanced"); }
 
 namespace {
 
 using Scheduler = Expected<DynCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
 
-StrategyOutcome run_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
+PlanOutcome plan_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
   const ParallelConfig& L = in.parallel;
-  if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
-  if (auto why = check_model_split(in.model, L); !why.empty()) return StrategyOutcome::infeasible(why);
-  const auto start = Clock::now();
+  if (auto why = needs_max_seqlen(L); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = check_model_split(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
   auto schedule = scheduler(in.batch.lengths, L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
-  if (!schedule) return StrategyOutcome::infeasible(schedule.error_str());
-  Plan plan = plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier);
-  return finish(in, plan, elapsed_ms(start));
+  if (!schedule) return PlanOutcome::infeasible(schedule.error_str());
+  return finish(in, plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier));
 }
 
 }  // namespace
 
 // Megatron main synchronizes DP×CP after every round (references/context_parallel.md).
-StrategyOutcome run_dynamic_cp(const StrategyInput& in) { return run_scheduler(in, schedule_dynamic_cp_main, true); }
+PlanOutcome plan_dynamic_cp(const StrategyInput& in) { return plan_scheduler(in, schedule_dynamic_cp_main, true); }
 
 // Megatron dev runs its rounds as the micro-batches of the PP schedule, no extra barrier.
-StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in) { return run_scheduler(in, schedule_dynamic_cp_dev, false); }
+PlanOutcome plan_dynamic_cp_dev(const StrategyInput& in) { return plan_scheduler(in, schedule_dynamic_cp_dev, false); }
 
 // The solver searches its own micro-batch count (PP × {1..6}) with its FLOPs model and bubble term.
-StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
+PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in) {
   const ParallelConfig& L = in.parallel;
-  if (auto why = needs_max_seqlen(L); !why.empty()) return StrategyOutcome::infeasible(why);
-  if (auto why = check_model_split(in.model, L); !why.empty()) return StrategyOutcome::infeasible(why);
-  const auto start = Clock::now();
+  if (auto why = needs_max_seqlen(L); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = check_model_split(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
   DynCpSolverOptions opt;
   opt.ranks = L.dp() * L.cp;
   opt.max_seqlen_per_dp_cp_rank = L.max_seqlen_per_dp_cp_rank;
@@ -174,9 +148,8 @@ StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in) {
   opt.vp = L.vp;
   opt.full_recompute = L.recompute == "full";
   auto solved = solve_dynamic_cp(in.batch.lengths, in.model, opt);
-  if (!solved) return StrategyOutcome::infeasible(solved.error_str());
-  Plan plan = plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false);
-  return finish(in, plan, elapsed_ms(start));
+  if (!solved) return PlanOutcome::infeasible(solved.error_str());
+  return finish(in, plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false));
 }
 
 }  // namespace cpbench

@@ -1,10 +1,10 @@
 // varlen.h — variable-length strategies: THD packing under one static CP size ("packing",
 // "packing_ffd", "packing_flops") and Dynamic-CP ("dynamic_cp"), each planning the global batch
-// into per-rank micro-batches with their CP groups (plan.h) and priced by evaluate_plan.
+// into per-rank micro-batches with their CP groups and each group's AttentionPlan (plan.h).
 // Requires: parallel.max_seqlen_per_dp_cp_rank > 0 (the per-rank token cap both Megatron paths
 // take); packing: cp_comm_type's layout rules; Dynamic-CP: the DP×CP pool = num_gpus / (tp·pp).
-// Note: metrics add padding_fraction (padded / real tokens − 1) and plan_time_ms (the planner's
-// wall time on this machine); infeasible inputs (a sequence no group can hold) are results.
+// Note: infeasible inputs (a sequence no group can hold, heads a2a cannot split) are infeasible
+// plans with the reason.
 #pragma once
 
 #include <string>
@@ -30,11 +30,11 @@ std::string plan_static_cp(const StrategyInput& in, const std::string& packer, P
 Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
                             const ParallelConfig& layout, bool round_barrier);
 
-StrategyOutcome run_packing(const StrategyInput& in);        // Megatron dp_balanced
-StrategyOutcome run_packing_ffd(const StrategyInput& in);    // first-fit decreasing
-StrategyOutcome run_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
-StrategyOutcome run_dynamic_cp(const StrategyInput& in);     // Megatron main's scheduler, round barriers
-StrategyOutcome run_dynamic_cp_dev(const StrategyInput& in); // Megatron dev's packing-aware scheduler
-StrategyOutcome run_dynamic_cp_solver(const StrategyInput& in);  // the blog's pipeline-aware solver
+PlanOutcome plan_packing(const StrategyInput& in);        // Megatron dp_balanced
+PlanOutcome plan_packing_ffd(const StrategyInput& in);    // first-fit decreasing
+PlanOutcome plan_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
+PlanOutcome plan_dynamic_cp(const StrategyInput& in);     // Megatron main's scheduler, round barriers
+PlanOutcome plan_dynamic_cp_dev(const StrategyInput& in); // Megatron dev's packing-aware scheduler
+PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in);  // the blog's pipeline-aware solver
 
 }  // namespace cpbench

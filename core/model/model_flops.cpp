@@ -1,4 +1,4 @@
-#include "core/strategies/model_flops.h"
+#include "core/model/model_flops.h"
 
 namespace cpbench {
 

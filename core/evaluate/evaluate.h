@@ -1,0 +1,49 @@
+// evaluate.h — the one way a Plan is priced: evaluate(input, plan, backend). Strategies decide
+// (core/strategies/strategy.h), backends evaluate; a solver or search compares candidate plans
+// only through this interface.
+// Requires: a Plan from a strategy (check_parallel_config passed), the cluster, model and batch
+// it was made for. Backends: "sim" — the memory model and the discrete-event simulation of the
+// iteration on the cluster model (core/sim). Executing plans on MPI ranks is `cpbench exec` /
+// `cpbench validate` today (core/runtime); it is not yet a backend of `cpbench run`.
+// Note: every backend reports the workload's own metrics (parameters, model FLOPs by the spec's
+// definition, tokens, long-token share) and the plan's padding beside its measured ones.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/hardware/hardware.h"
+#include "core/model/model.h"
+#include "core/plan/plan.h"
+#include "core/workload/batch.h"
+
+namespace cpbench {
+
+// How a point counts model FLOPs; papers differ, and a reproduction must use the paper's own
+// (core/model/model_flops.h): "sc21", "megatron" or "kwai".
+struct EvalInput {
+  const ClusterSpec& cluster;
+  const ModelShape& model;
+  const GlobalBatch& batch;
+  std::string flops_definition;
+  std::filesystem::path trace_path;  // where the sim backend writes a timeline; empty = none
+};
+
+struct Evaluation {
+  std::string status = "ok";  // "ok" | "infeasible" (out of memory) | "error" (a backend failure)
+  std::string reason;
+  std::map<std::string, double> metrics;
+};
+
+// The backends evaluate() knows, in a fixed order.
+const std::vector<std::string>& backend_names();
+
+Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend = "sim");
+
+// A few lines describing a plan for `cpbench run --dry-run`: layout, schedule, micro-batches per
+// rank, CP group sizes, and the attention bytes per layer by link class.
+std::string plan_summary(const Plan& plan, const ClusterSpec& cluster);
+
+}  // namespace cpbench
