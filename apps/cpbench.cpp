@@ -232,9 +232,11 @@ int cmd_calibrate_local_presets(const std::string& stack_out, const std::string&
     std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
     return kExitFailed;
   }
+  // The rank before the call: without a launcher cmd_calibrate_local opens and closes MPI itself.
+  const int rank = mpi_rank();
   const int code = cmd_calibrate_local(stack_out, scratch);
   fs::remove_all(scratch, ec);
-  if (code != kExitOk || mpi_rank() != 0) return code;
+  if (code != kExitOk || rank != 0) return code;
   auto written = load_json_file(stack_out);
   if (!written) return report_errors(written.errors());
   json stack = {{"name", fs::path(stack_out).stem().string()},
