@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/common/json_reader.h"
+#include "core/hardware/hardware.h"
 
 namespace cpbench {
 namespace {
@@ -139,6 +140,13 @@ TEST_F(CliTest, CalibrateWritesAFittedPresetThatLoads) {
   ASSERT_TRUE(j.ok());
   std::string source = (*j)["efficiency"]["gemm_peak_fraction"]["source"];
   EXPECT_NE(source.find("fitted by cpbench calibrate from " + csv.string()), std::string::npos) << source;
+  // What is written is the hardware's default stack, fitted and named after its file: no machine
+  // facts, its memory overheads and fit records kept.
+  EXPECT_EQ((*j)["name"], "fitted");
+  EXPECT_FALSE(j->contains("gpu"));
+  EXPECT_EQ((*j)["fits"][0]["experiment"], "megatron_ptdp/table1");
+  auto stack = load_stack(out);
+  ASSERT_TRUE(stack.ok()) << stack.error_str();
   // A broken measurement file names the file and line, exit 2, nothing written.
   std::ofstream(csv) << "gemm,m=8192;n=8192,0.005\n";
   fs::remove(out);
@@ -162,14 +170,28 @@ TEST_F(CliTest, ExecChecksAPlanAndRefusesABadBatch) {
 }
 
 TEST_F(CliTest, CalibrateLocalThenValidate) {
-  fs::path preset = dir_ / "cpu_local.json";
-  auto cal = cpbench("calibrate --local --out " + preset.string());
+  // The machine and its stack go to their two folders; the hardware names the stack by name.
+  fs::create_directories(dir_ / "hardware");
+  fs::create_directories(dir_ / "stacks");
+  fs::path preset = dir_ / "hardware" / "cpu_local.json", stack = dir_ / "stacks" / "cpu_local.json";
+  EXPECT_EQ(cpbench("calibrate --local --out " + stack.string()).code, 2);  // --hardware-out is required
+  auto cal = cpbench("calibrate --local --out " + stack.string() + " --hardware-out " + preset.string());
   ASSERT_EQ(cal.code, 0) << cal.out;
   auto j = load_json_file(preset);
   ASSERT_TRUE(j.ok()) << j.error_str();
   EXPECT_NE((*j)["gpu"]["peak_dense_tflops"]["source"].get<std::string>().find("measured by cpbench calibrate --local"),
             std::string::npos);
-  EXPECT_TRUE(fs::exists(dir_ / "cpu_local.csv"));
+  EXPECT_EQ((*j)["default_stack"], "cpu_local");
+  EXPECT_FALSE(j->contains("efficiency"));
+  auto s = load_json_file(stack);
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  EXPECT_FALSE(s->contains("gpu"));
+  EXPECT_NE((*s)["efficiency"]["gemm_peak_fraction"]["source"].get<std::string>().find("fitted by cpbench calibrate"),
+            std::string::npos);
+  auto merged = load_hardware(preset);
+  ASSERT_TRUE(merged.ok()) << merged.error_str();
+  EXPECT_EQ(merged->stack, "cpu_local");
+  EXPECT_TRUE(fs::exists(dir_ / "stacks" / "cpu_local.csv"));
   auto val = cpbench("validate --preset " + preset.string() + " --layout single --mask causal --lengths 512,300 "
                      "--heads 2 --kv-heads 2 --head-dim 32");
   ASSERT_EQ(val.code, 0) << val.out;

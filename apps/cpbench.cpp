@@ -1,4 +1,4 @@
-// cpbench.cpp — the command-line tool: list, run and show experiments.
+// cpbench.cpp — the command-line tool: list, run and show experiments; calibrate stack presets.
 // Requires: CLI11; MPI when launched under mpirun (points of `run` are spread over the ranks).
 // Note: exit codes — 0 success; 1 a point ended in "error" or an I/O failure; 2 bad input (an
 // invalid spec, an unknown experiment, a bad flag), in which case nothing is written.
@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <mpi.h>
+#include <unistd.h>
 
 #include "apps/exec.h"
 #include "core/cost/calibrate.h"
@@ -120,18 +121,48 @@ int cmd_show(const std::string& file) {
   return kExitOk;
 }
 
-// Fits the efficiency constants of a hardware preset to measured op times and writes the fitted
-// preset (every fitted constant's source names the measurement file).
-int cmd_calibrate(const std::string& measurements, const std::string& preset, const std::string& out,
-                  const fs::path& experiments_dir) {
-  fs::path preset_file = hardware_preset_path(preset, experiments_dir);
-  auto raw = load_json_file(preset_file);
-  if (!raw) return report_errors(raw.errors());
+// The stack to calibrate: `stack` (a name or file, as stack_preset_path reads it) or the hardware
+// preset's default stack, loaded on that machine; `file` is where the stack was read from.
+struct StackToFit {
+  ClusterSpec machine;
+  json stack;
+  std::string file;
+};
+
+Expected<StackToFit> stack_to_fit(const std::string& preset, const std::string& stack, const fs::path& experiments_dir) {
+  const fs::path hardware_file = hardware_preset_path(preset, experiments_dir);
+  auto machine = load_hardware(hardware_file, stack);
+  if (!machine) return machine.errors();
+  StackToFit out{*machine, json::object(), machine->stack_file};
+  if (out.file.empty()) {  // the hardware file carries its stack inline
+    auto raw = load_json_file(hardware_file);
+    if (!raw) return raw.errors();
+    out.stack = (*raw)["default_stack"];
+    return out;
+  }
+  auto raw = load_json_file(out.file);
+  if (!raw) return raw.errors();
+  out.stack = *raw;
+  return out;
+}
+
+// A stack written to `out` is named after its file, as every stack preset is.
+Status write_stack(const std::string& out, json stack) {
+  stack["name"] = fs::path(out).stem().string();
+  return write_file_atomic(out, stack.dump(2) + "\n");
+}
+
+// Fits the efficiency constants of a stack (on a hardware preset) to measured op times and writes
+// the fitted stack (every fitted constant's source names the measurement file).
+int cmd_calibrate(const std::string& measurements, const std::string& preset, const std::string& stack,
+                  const std::string& out, const fs::path& experiments_dir) {
+  auto start = stack_to_fit(preset, stack, experiments_dir);
+  if (!start) return report_errors(start.errors());
   auto rows = load_measurements(measurements);
   if (!rows) return report_errors(rows.errors());
-  auto fitted = calibrate_preset(*raw, *rows, measurements);
+  auto fitted = calibrate_stack(start->machine, start->stack, *rows, measurements);
   if (!fitted) return report_errors(fitted.errors());
-  if (auto st = write_file_atomic(out, fitted->dump(2) + "\n"); !st) {
+  if (auto st = write_stack(out, *fitted); !st) {
     std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
     return kExitFailed;
   }
@@ -139,31 +170,94 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
   return kExitOk;
 }
 
-// Fits chosen efficiency constants of a preset to an experiment's published values of `metric`,
-// trained on the labels in `train` (all when empty), prints every value before the held-out
-// ones, and writes the fitted preset.
-int cmd_calibrate_experiment(const std::string& experiment, const std::string& preset, const std::vector<std::string>& keys,
+// Fits chosen efficiency constants of the stack an experiment's points run on (`stack`, when
+// given, must be that one) to its published values of `metric`, trained on the labels in `train`
+// (all when empty), prints every value before the held-out ones, and writes the fitted stack with
+// its fit record.
+int cmd_calibrate_experiment(const std::string& experiment, const std::string& stack, const std::vector<std::string>& keys,
                              const std::string& metric, const std::vector<std::string>& train, const std::string& out,
                              const fs::path& experiments_dir) {
   auto ref = resolve_experiment(experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
   auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, {}});
   if (!spec) return report_errors(spec.errors());
-  auto raw = load_json_file(hardware_preset_path(preset, experiments_dir));
-  if (!raw) return report_errors(raw.errors());
-  auto fit = fit_preset_to_experiment(*spec, *raw, keys, metric, {train.begin(), train.end()});
+  if (spec->points.empty()) return report_errors(Errors{{{ref->file.string(), "", "no points"}}});
+  const ClusterSpec& first = spec->points.front().cluster;
+  json raw;
+  if (!stack.empty()) {
+    fs::path file = fs::path(stack).extension() == ".json" ? fs::path(stack) : experiments_dir / "stacks" / (stack + ".json");
+    auto j = load_json_file(file);
+    if (!j) return report_errors(j.errors());
+    raw = *j;
+  } else if (!first.stack_file.empty()) {
+    auto j = load_json_file(first.stack_file);
+    if (!j) return report_errors(j.errors());
+    raw = *j;
+  } else {
+    return report_errors(Errors{{{ref->file.string(), "", "its stack is written inline: give --stack FILE"}}});
+  }
+  auto fit = fit_stack_to_experiment(*spec, raw, keys, metric, {train.begin(), train.end()});
   if (!fit) return report_errors(fit.errors());
   for (const std::string& k : keys)
-    std::printf("%-28s %.4g\n", k.c_str(), fit->preset["efficiency"][k]["value"].get<double>());
+    std::printf("%-28s %.4g\n", k.c_str(), fit->stack["efficiency"][k]["value"].get<double>());
   for (const FitRow& r : fit->rows)
     std::printf("%-32s published %10.4g  reproduced %10.4g  %+6.1f%%  %s\n", r.label.c_str(), r.published, r.reproduced,
                 100 * (r.reproduced / r.published - 1), r.trained ? "fitted" : "held out");
   std::printf("rms log error: fitted %.4f, held out %.4f\n", fit->train_rms_log, fit->holdout_rms_log);
-  if (auto st = write_file_atomic(out, fit->preset.dump(2) + "\n"); !st) {
+  if (auto st = write_stack(out, fit->stack); !st) {
     std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << "\n";
+  return kExitOk;
+}
+
+// `calibrate --local`: apps/exec.cpp measures this machine and writes one object (machine facts,
+// memory and efficiency) to `stack_out`, starting from a100_80gb_dgx.json's "efficiency" in the
+// folder it is given. That folder is a temporary one holding the A100 machine with its default
+// stack beside it, as exec.cpp reads it; the object is then split into the stack preset
+// (`stack_out`) and the hardware preset (`hardware_out`) naming it as its default stack.
+int cmd_calibrate_local_presets(const std::string& stack_out, const std::string& hardware_out,
+                                const fs::path& experiments_dir) {
+  const fs::path a100 = experiments_dir / "hardware" / "a100_80gb_dgx.json";
+  auto start = stack_to_fit(a100.string(), "", experiments_dir);
+  auto machine = load_json_file(a100);
+  if (!start || !machine) return report_errors(start ? machine.errors() : start.errors());
+  const fs::path scratch = fs::temp_directory_path() / ("cpbench_calibrate_local_" + std::to_string(::getpid()));
+  json one = *machine;
+  one.erase("default_stack");
+  one["memory"] = start->stack["memory"];
+  one["efficiency"] = start->stack["efficiency"];
+  std::error_code ec;
+  fs::create_directories(scratch / "hardware", ec);
+  if (auto st = write_file_atomic(scratch / "hardware" / "a100_80gb_dgx.json", one.dump(2)); !st) {
+    std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
+    return kExitFailed;
+  }
+  // The rank before the call: without a launcher cmd_calibrate_local opens and closes MPI itself.
+  const int rank = mpi_rank();
+  const int code = cmd_calibrate_local(stack_out, scratch);
+  fs::remove_all(scratch, ec);
+  if (code != kExitOk || rank != 0) return code;
+  auto written = load_json_file(stack_out);
+  if (!written) return report_errors(written.errors());
+  json stack = {{"name", fs::path(stack_out).stem().string()},
+                {"description", "This machine's own stack, as cpbench calibrate --local measured it: OpenBLAS SGEMM, the "
+                                "tiled CPU flash-attention kernels of kernels/cpu, MPI transfers between ranks on one host "
+                                "(fitted to " + fs::path(stack_out).replace_extension(".csv").string() + ")."},
+                {"memory", (*written)["memory"]},
+                {"efficiency", (*written)["efficiency"]}};
+  json hardware = *written;
+  hardware.erase("memory");
+  hardware.erase("efficiency");
+  hardware["name"] = fs::path(hardware_out).stem().string();
+  hardware["default_stack"] = stack_reference(stack_out, hardware_out);
+  for (const auto& [file, text] : {std::pair{hardware_out, hardware.dump(2)}, std::pair{stack_out, stack.dump(2)}})
+    if (auto st = write_file_atomic(file, text + "\n"); !st) {
+      std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
+      return kExitFailed;
+    }
+  std::cerr << "cpbench: wrote " << hardware_out << " (the machine) and " << stack_out << " (its stack)\n";
   return kExitOk;
 }
 
@@ -207,17 +301,25 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
 
-  std::string cal_file, cal_preset, cal_out;
-  auto* calibrate = app.add_subcommand("calibrate", "fit a hardware preset's efficiency constants to measured op times");
+  std::string cal_file, cal_preset, cal_stack, cal_out, cal_hardware_out;
+  auto* calibrate = app.add_subcommand("calibrate", "fit a software-stack preset's efficiency constants to measured op "
+                                                    "times or published values, and write the fitted stack");
   bool cal_local = false;
   calibrate->add_option("measurements", cal_file, "CSV of measured ops: op,key=value;key=value,time_s");
-  calibrate->add_option("--preset", cal_preset, "hardware preset name or file to start from");
-  calibrate->add_flag("--local", cal_local, "measure this machine (under mpirun -np 2 for transfers) into a cpu_local preset");
-  calibrate->add_option("--out", cal_out, "where to write the fitted preset")->required();
+  calibrate->add_option("--preset", cal_preset, "hardware preset (name or file) the measurements were taken on");
+  calibrate->add_option("--stack", cal_stack,
+                        "stack preset (name or file) to start from; default: the hardware's default stack, or with "
+                        "--experiment the stack its points run on");
+  calibrate->add_flag("--local", cal_local,
+                      "measure this machine (under mpirun -np 2 for transfers) into a stack (--out) and a hardware "
+                      "preset (--hardware-out)");
+  calibrate->add_option("--out", cal_out, "where to write the fitted stack preset (its name is the file's)")->required();
+  calibrate->add_option("--hardware-out", cal_hardware_out, "--local: where to write the measured hardware preset");
   std::string cal_experiment, cal_metric = "tflops_per_gpu";
   std::vector<std::string> cal_fit, cal_train;
   calibrate->add_option("--experiment", cal_experiment,
-                        "instead of measurements: fit --fit constants of --preset to this experiment's published values");
+                        "instead of measurements: fit --fit constants of the experiment's stack to its published values "
+                        "(the stack records the fit, and results mark those values as calibration)");
   calibrate->add_option("--fit", cal_fit, "--experiment: the efficiency constants to fit (comma separated)")->delimiter(',');
   calibrate->add_option("--metric", cal_metric, "--experiment: the published metric to fit")->capture_default_str();
   calibrate->add_option("--train", cal_train,
@@ -281,19 +383,25 @@ int run_cli(int argc, char** argv) {
     return *exec ? cmd_exec(ea, experiments_dir) : cmd_validate(ea, validate_preset, experiments_dir);
   }
   if (*calibrate) {
-    if (cal_local) return cmd_calibrate_local(cal_out, experiments_dir);
-    if (!cal_experiment.empty()) {
-      if (cal_preset.empty() || cal_fit.empty()) {
-        std::cerr << "cpbench calibrate --experiment: give --preset and --fit\n";
+    if (cal_local) {
+      if (cal_hardware_out.empty()) {
+        std::cerr << "cpbench calibrate --local: give --hardware-out for the measured machine\n";
         return kExitBadInput;
       }
-      return cmd_calibrate_experiment(cal_experiment, cal_preset, cal_fit, cal_metric, cal_train, cal_out, experiments_dir);
+      return cmd_calibrate_local_presets(cal_out, cal_hardware_out, experiments_dir);
+    }
+    if (!cal_experiment.empty()) {
+      if (cal_fit.empty()) {
+        std::cerr << "cpbench calibrate --experiment: give --fit\n";
+        return kExitBadInput;
+      }
+      return cmd_calibrate_experiment(cal_experiment, cal_stack, cal_fit, cal_metric, cal_train, cal_out, experiments_dir);
     }
     if (cal_file.empty() || cal_preset.empty()) {
       std::cerr << "cpbench calibrate: give a measurements file and --preset, or --local\n";
       return kExitBadInput;
     }
-    return cmd_calibrate(cal_file, cal_preset, cal_out, experiments_dir);
+    return cmd_calibrate(cal_file, cal_preset, cal_stack, cal_out, experiments_dir);
   }
   return cmd_show(show_file);
 }

@@ -49,9 +49,11 @@ CASES = {
     "comparisons": [
         {"label": "1.7B TFLOP/s per GPU", "metric": "tflops_per_gpu", "kind": "value",
          "published": 137, "reproduced": 137.5, "rel_error": 0.00365, "pass": True,
+         "calibration": True,
          "tolerance": {"rel": 0.1}, "case": "1.7B", "strategy": "ptdp", "params": {}},
         {"label": "18.4B TFLOP/s per GPU", "metric": "tflops_per_gpu", "kind": "value",
          "published": 135, "reproduced": 150.0, "rel_error": 0.1111, "pass": False,
+         "calibration": False,
          "tolerance": {"rel": 0.1}, "case": "18.4B", "strategy": "ptdp", "params": {}},
         {"label": "18.4B over 1.7B", "metric": "tflops_per_gpu", "kind": "ratio",
          "published": 1.48, "reproduced": 1.45, "rel_error": -0.02027, "pass": None}]}
@@ -221,15 +223,24 @@ class PlotAndReportTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(out, "results.md"), encoding="utf-8") as f:
             text = f.read()
-        self.assertIn("| step time at 64k | step_time_s | 5 | 4 | -20 % | **no** |", text)
-        self.assertIn("| step time at 16k | step_time_s | 2.1 | 2 | -4.762 % | yes |", text)
+        # A results file without "calibration" (written before the field) reads as out of sample.
+        self.assertIn("| step time at 64k | step_time_s | 5 | 4 | -20 % | **no** | out |", text)
+        self.assertIn("| step time at 16k | step_time_s | 2.1 | 2 | -4.762 % | yes | out |", text)
         self.assertIn("| 1.7B TFLOP/s per GPU | tflops_per_gpu | 137 | 137.5 | 0.365 % | "
-                      "yes (rel 0.1) |", text)
-        self.assertIn("| 18.4B over 1.7B | tflops_per_gpu | 1.48× | 1.45× | -2.027 % | — |", text)
-        # mean |rel_error| of step_time_s: (0.047619 + 0.2) / 2 = 12.38 %
+                      "yes (rel 0.1) | in (calibration) |", text)
+        self.assertIn("| 18.4B over 1.7B | tflops_per_gpu | 1.48× | 1.45× | -2.027 % | — | out |", text)
+        # mean |rel_error| of step_time_s: (0.047619 + 0.2) / 2 = 12.38 %, all out of sample
         self.assertIn("- step_time_s: 12.38 % over 2 comparisons", text)
-        # tflops_per_gpu: (0.00365 + 0.1111 + 0.02027) / 3 = 4.501 %
-        self.assertIn("- tflops_per_gpu: 4.501 % over 3 comparisons", text)
+        # tflops_per_gpu: the fitted 1.7B value apart from the two predictions:
+        # in sample 0.365 %; out of sample (0.1111 + 0.02027) / 2 = 6.569 %
+        section = text[text.index("## ptdp/weak_scaling"):]
+        out_at = section.index("Mean absolute relative error per metric, out of sample")
+        in_at = section.index("Mean absolute relative error per metric, in sample (calibration")
+        self.assertIn("- tflops_per_gpu: 6.569 % over 2 comparisons", section[out_at:in_at])
+        self.assertIn("- tflops_per_gpu: 0.365 % over 1 comparison\n", section[in_at:])
+        self.assertNotIn("in sample", text[text.index("## dynamic_cp/github"):text.index("## ptdp/weak_scaling")])
+        # The summary keeps them apart too: out of sample first, then in sample, with counts.
+        self.assertIn("| 2 / 0 / 0 | 3 | 1 / 2 | 6.569 % (2) | 0.365 % (1) |", text)
         self.assertIn("(../results/dynamic_cp/github/step_time_s.png)", text)
         order = [text.index("## " + n) for n in ("dynamic_cp/github", "ptdp/weak_scaling",
                                                    "zz/all_infeasible")]

@@ -5,9 +5,12 @@ Usage: scripts/report.py RESULTS_ROOT [--out paper/]
 
 For each experiment (sorted by name) the report has: its description, point counts by status, a
 table of published vs reproduced values taken from the results file's `comparisons` (label,
-metric, published, reproduced, relative error in %, pass), the mean absolute relative error per
-metric, and links to the PNGs that scripts/plot.py drew beside the results file. A summary table
-of all experiments comes first. The numbers are only read, never recomputed, except a missing
+metric, published, reproduced, relative error in %, pass, and whether the value is in-sample), the
+mean absolute relative error per metric reported apart for in-sample comparisons (a published value
+a stack constant was fitted on: "calibration": true) and out-of-sample ones (predictions), and
+links to the PNGs that scripts/plot.py drew beside the results file. A summary table of all
+experiments comes first, its mean error split the same way. Results written before the
+"calibration" field existed read as out-of-sample. The numbers are only read, never recomputed, except a missing
 rel_error, which is (reproduced - published) / published as in the results schema. Output is
 deterministic and written atomically (a temporary file renamed over the old report).
 """
@@ -89,6 +92,11 @@ def status_counts(results):
     return counts
 
 
+def in_sample(c):
+    """True when a constant of the point's stack was fitted on this published value."""
+    return c.get("calibration") is True
+
+
 def mean_abs_errors(comparisons):
     """{metric: (mean |rel_error|, count)} over the comparisons that have a rel_error."""
     by_metric = {}
@@ -101,17 +109,21 @@ def mean_abs_errors(comparisons):
 
 def summary_table(experiments):
     lines = ["| experiment | points (ok / infeasible / error) | comparisons | passed |"
-             " mean abs. rel. error |", "|---|---|---|---|---|"]
+             " mean abs. rel. error, out of sample | in sample (calibration) |",
+             "|---|---|---|---|---|---|"]
     for name, _, results in experiments:
         counts = status_counts(results)
         comps = results.get("comparisons") or []
         passed = sum(1 for c in comps if c.get("pass") is True)
         judged = sum(1 for c in comps if c.get("pass") in (True, False))
-        errs = [abs(e) for e in map(rel_error, comps) if e is not None]
-        mean = fmt(100 * sum(errs) / len(errs), " %") if errs else "—"
+        means = []
+        for inside in (False, True):
+            errs = [abs(e) for e in (rel_error(c) for c in comps if in_sample(c) == inside)
+                    if e is not None]
+            means.append(fmt(100 * sum(errs) / len(errs), " %") + f" ({len(errs)})" if errs else "—")
         lines.append(f"| [{cell(name)}](#{anchor(name)}) | {counts.get('ok', 0)} / "
                      f"{counts.get('infeasible', 0)} / {counts.get('error', 0)} | {len(comps)} | "
-                     f"{passed} / {judged} | {mean} |")
+                     f"{passed} / {judged} | {means[0]} | {means[1]} |")
     return lines
 
 
@@ -131,22 +143,24 @@ def experiment_section(name, path, results, out_dir):
               + f". Source: `{os.path.relpath(path, out_dir)}`.", ""]
     comps = results.get("comparisons") or []
     if comps:
-        lines += ["| label | metric | published | reproduced | rel. error % | pass |",
-                  "|---|---|---:|---:|---:|---|"]
+        lines += ["| label | metric | published | reproduced | rel. error % | pass | sample |",
+                  "|---|---|---:|---:|---:|---|---|"]
         for c in comps:
             times = "×" if c.get("kind") == "ratio" else ""
             err = rel_error(c)
             lines.append(f"| {cell(c.get('label', ''))} | {cell(c.get('metric', ''))} | "
                          f"{fmt(c.get('published'), times)} | {fmt(c.get('reproduced'), times)} | "
                          f"{fmt(100 * err, ' %') if err is not None else 'n/a'} | "
-                         f"{cell(fmt_pass(c))} |")
+                         f"{cell(fmt_pass(c))} | {'in (calibration)' if in_sample(c) else 'out'} |")
         lines.append("")
-        means = mean_abs_errors(comps)
-        if means:
-            lines.append("Mean absolute relative error per metric:")
-            lines += [f"- {m}: {fmt(100 * mean, ' %')} over {n} comparison{'s' * (n != 1)}"
-                      for m, (mean, n) in means.items()]
-            lines.append("")
+        for inside, title in ((False, "out of sample (predictions)"),
+                              (True, "in sample (calibration: a stack constant was fitted on these values)")):
+            means = mean_abs_errors([c for c in comps if in_sample(c) == inside])
+            if means:
+                lines.append(f"Mean absolute relative error per metric, {title}:")
+                lines += [f"- {m}: {fmt(100 * mean, ' %')} over {n} comparison{'s' * (n != 1)}"
+                          for m, (mean, n) in means.items()]
+                lines.append("")
     else:
         lines += ["No published values to compare with.", ""]
     folder = os.path.dirname(path)

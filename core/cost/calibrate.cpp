@@ -279,13 +279,15 @@ Expected<std::vector<OpMeasurement>> load_measurements(const std::filesystem::pa
   return out;
 }
 
-Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurement>& measurements,
-                                const std::string& measurements_file) {
-  Diagnostics diag("preset");
-  JsonObject o(preset, "", diag);
-  const ClusterSpec cluster = parse_hardware(o);
+Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
+                               const std::vector<OpMeasurement>& measurements,
+                               const std::string& measurements_file) {
+  Diagnostics diag("stack");
+  JsonObject o(stack, "", diag);
+  ClusterSpec cluster = hardware;
+  apply_stack(cluster, parse_stack(o));
   if (!diag.ok()) return diag.errors();
-  auto start = CostModel::create(cluster, "preset");
+  auto start = CostModel::create(cluster, "stack");
   if (!start) return start.errors();
   Errors bad;
   for (size_t i = 0; i < measurements.size(); ++i)
@@ -346,8 +348,30 @@ Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurem
                                     format_g(rms) + ")";
     }
   }
-  json out = preset;
+  json out = stack;
   out["efficiency"] = efficiency_to_json(params);
+  return out;
+}
+
+Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurement>& measurements,
+                                const std::string& measurements_file) {
+  // Split the one object into the machine and its stack, fit the stack, put it back.
+  json machine = preset.is_object() ? preset : json::object();
+  json stack = {{"name", machine.value("name", std::string("inline"))}};
+  for (const char* key : {"memory", "efficiency"})
+    if (machine.contains(key)) {
+      stack[key] = machine[key];
+      machine.erase(key);
+    }
+  machine["default_stack"] = stack["name"];
+  Diagnostics diag("preset");
+  JsonObject o(machine, "", diag);
+  const ClusterSpec hardware = parse_hardware(o);
+  if (!diag.ok()) return diag.errors();
+  auto fitted = calibrate_stack(hardware, stack, measurements, measurements_file);
+  if (!fitted) return fitted.errors();
+  json out = preset;
+  out["efficiency"] = (*fitted)["efficiency"];
   return out;
 }
 

@@ -1,6 +1,7 @@
-// calibrate.h — fits a preset's efficiency constants to measured op times (`cpbench calibrate`).
-// Requires: a preset JSON that parses as hardware with a complete "efficiency" object (its values
-// are the starting point and stay for every constant the measurements do not determine).
+// calibrate.h — fits a software-stack preset's efficiency constants to op times measured on a
+// machine (`cpbench calibrate`).
+// Requires: the machine (a hardware preset) and a stack JSON with a complete "efficiency" object
+// (its values are the starting point and stay for every constant the measurements do not determine).
 // Note: least squares on log time, Nelder–Mead per op family; each fitted constant's source
 // becomes "fitted by cpbench calibrate from FILE (N measurements, rms log error x)".
 #pragma once
@@ -47,9 +48,19 @@ std::string validate_measurement(const OpMeasurement& m);
 std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f,
                                 std::vector<double> x0, double step, int max_evals);
 
-// The preset with the fitted efficiency values. `measurements_file` names the data in the new
-// sources. Constants whose op family has no measurement, or that no measurement is sensitive
-// to (LL latency when every message is large, say), keep their value and source.
+// The stack (experiments/stacks/ form) with the fitted efficiency values, as reached on the
+// machine `hardware` (only its machine facts are read). `measurements_file` names the data in the
+// new sources. Constants whose op family has no measurement, or that no measurement is sensitive
+// to (LL latency when every message is large, say), keep their value and source; every other key
+// of the stack (name, memory, fits) is kept.
+Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
+                               const std::vector<OpMeasurement>& measurements,
+                               const std::string& measurements_file = "measurements");
+
+// The same for a machine and its stack written as one object: a hardware preset's machine facts
+// with "memory" and "efficiency" beside them (core/runtime/local_measure builds cpu_local so);
+// returns the object with the fitted "efficiency". Errors in the stack part name pointers of the
+// object (/efficiency/KEY).
 Expected<json> calibrate_preset(const json& preset, const std::vector<OpMeasurement>& measurements,
                                 const std::string& measurements_file = "measurements");
 

@@ -1,5 +1,6 @@
-// calibrate_test.cpp — calibration recovers known constants from measurements the model itself
-// generated; measurement files parse, and bad lines are errors naming the file and the line.
+// calibrate_test.cpp — calibration recovers a stack's known constants from measurements the model
+// itself generated; the one-object form (machine + stack, as cpu_local is measured) fits the same;
+// measurement files parse, and bad lines are errors naming the file and the line.
 #include "core/cost/calibrate.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,8 @@ namespace {
 
 const std::filesystem::path kPreset =
     std::filesystem::path(CPBENCH_SOURCE_DIR) / "experiments/hardware/a100_80gb_dgx.json";
+const std::filesystem::path kStack =
+    std::filesystem::path(CPBENCH_SOURCE_DIR) / "experiments/stacks/megatron_sc21_a100.json";
 
 // Known constants, each well away from the shipped preset's value.
 EfficiencyParams truth() {
@@ -73,9 +76,9 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   auto cluster = load_hardware(kPreset);
   ASSERT_TRUE(cluster.ok()) << cluster.error_str();
   const auto measurements = synthetic(CostModel(*cluster, truth()));
-  auto preset = load_json_file(kPreset);
+  auto preset = load_json_file(kStack);
   ASSERT_TRUE(preset.ok());
-  auto fitted = calibrate_preset(*preset, measurements, "synthetic.csv");
+  auto fitted = calibrate_stack(*cluster, *preset, measurements, "synthetic.csv");
   ASSERT_TRUE(fitted.ok()) << fitted.error_str();
 
   ClusterSpec fitted_cluster = *cluster;
@@ -95,7 +98,7 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
               0u)
         << info.key << ": " << recovered->params().sources.at(info.key);
   }
-  // The rest of the preset is untouched.
+  // The rest of the stack (name, memory, fit records) is untouched.
   json rest = *fitted, original = *preset;
   rest.erase("efficiency");
   original.erase("efficiency");
@@ -109,8 +112,8 @@ TEST(Calibrate, ConstantsWithoutMeasurementsKeepValueAndSource) {
   std::vector<OpMeasurement> measurements;
   for (double bytes : {1e8, 1e9, 1e10})
     measurements.push_back({"p2p_pcie", {{"bytes", bytes}}, bytes / (32e9 * 0.6)});
-  auto preset = load_json_file(kPreset);
-  auto fitted = calibrate_preset(*preset, measurements, "pcie.csv");
+  auto preset = load_json_file(kStack);
+  auto fitted = calibrate_stack(*cluster, *preset, measurements, "pcie.csv");
   ASSERT_TRUE(fitted.ok()) << fitted.error_str();
   const json& e = (*fitted)["efficiency"];
   EXPECT_NEAR(e["pcie_efficiency"]["value"].get<double>(), 0.6, 0.01);
@@ -126,8 +129,8 @@ TEST(Calibrate, SendRecvAloneFitsItsBandwidthAndTheLatency) {
   std::vector<OpMeasurement> measurements;
   for (double bytes = 1e6; bytes < 1e10; bytes *= 4)
     measurements.push_back({"p2p_network", {{"bytes", bytes}}, 30e-6 + bytes / (25e9 * 0.4)});
-  auto preset = load_json_file(kPreset);
-  auto fitted = calibrate_preset(*preset, measurements, "sendrecv.csv");
+  auto preset = load_json_file(kStack);
+  auto fitted = calibrate_stack(*cluster, *preset, measurements, "sendrecv.csv");
   ASSERT_TRUE(fitted.ok()) << fitted.error_str();
   const json& e = (*fitted)["efficiency"];
   EXPECT_NEAR(e["network_p2p_efficiency"]["value"].get<double>(), 0.4, 0.01);
@@ -135,14 +138,42 @@ TEST(Calibrate, SendRecvAloneFitsItsBandwidthAndTheLatency) {
   EXPECT_EQ(e["network_busbw_efficiency"], (*preset)["efficiency"]["network_busbw_efficiency"]);
 }
 
+// A machine and its stack in one object (what core/runtime/local_measure writes for cpu_local)
+// fit exactly as the two presets do, and every machine fact is kept.
+TEST(Calibrate, OneObjectFormFitsLikeTheStack) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok()) << cluster.error_str();
+  auto machine = load_json_file(kPreset);
+  auto stack = load_json_file(kStack);
+  ASSERT_TRUE(machine.ok() && stack.ok());
+  std::vector<OpMeasurement> measurements;
+  for (double bytes : {1e8, 1e9, 1e10})
+    measurements.push_back({"memory_bound", {{"bytes", bytes}}, 5e-6 + bytes / (2039e9 * 0.7)});
+  json one = *machine;
+  one.erase("default_stack");
+  one["memory"] = (*stack)["memory"];
+  one["efficiency"] = (*stack)["efficiency"];
+  auto from_one = calibrate_preset(one, measurements, "m.csv");
+  auto from_stack = calibrate_stack(*cluster, *stack, measurements, "m.csv");
+  ASSERT_TRUE(from_one.ok()) << from_one.error_str();
+  ASSERT_TRUE(from_stack.ok()) << from_stack.error_str();
+  EXPECT_EQ((*from_one)["efficiency"], (*from_stack)["efficiency"]);
+  EXPECT_NEAR((*from_one)["efficiency"]["hbm_efficiency"]["value"].get<double>(), 0.7, 0.01);
+  EXPECT_EQ((*from_one)["gpu"], (*machine)["gpu"]);
+  EXPECT_EQ((*from_stack)["fits"], (*stack)["fits"]);
+}
+
 TEST(Calibrate, RejectsABadPresetOrMeasurement) {
-  auto preset = load_json_file(kPreset);
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok());
+  auto preset = load_json_file(kStack);
   json bad = *preset;
   bad["efficiency"].erase("hbm_efficiency");
-  auto r = calibrate_preset(bad, {{"memory_bound", {{"bytes", 1e9}}, 1e-3}});
+  bad.erase("fits");  // which names hbm_efficiency too
+  auto r = calibrate_stack(*cluster, bad, {{"memory_bound", {{"bytes", 1e9}}, 1e-3}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors().list[0].pointer, "/efficiency/hbm_efficiency");
-  auto m = calibrate_preset(*preset, {{"gemm", {{"m", 8}}, 1e-3}}, "x.csv");
+  auto m = calibrate_stack(*cluster, *preset, {{"gemm", {{"m", 8}}, 1e-3}}, "x.csv");
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error_str().find("needs key \"n\""), std::string::npos) << m.error_str();
 }

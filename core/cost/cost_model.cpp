@@ -9,7 +9,10 @@ namespace cpbench {
 namespace {
 
 std::string label_for(const ClusterSpec& cluster, const std::string& file) {
-  return file.empty() ? "hardware preset \"" + cluster.name + "\"" : file;
+  if (!file.empty()) return file;
+  if (!cluster.stack_file.empty()) return cluster.stack_file;  // the efficiency constants' file
+  return cluster.stack.empty() ? "hardware preset \"" + cluster.name + "\""
+                               : "stack preset \"" + cluster.stack + "\" (on hardware \"" + cluster.name + "\")";
 }
 
 // Output tiles cuBLAS/CUTLASS choose from on sm80/sm90 (CUTLASS default GEMM configurations:
@@ -134,7 +137,8 @@ double CostModel::memory_bound_s(double bytes) const {
 Expected<CostModel> load_cost_model(const std::filesystem::path& preset_file) {
   auto cluster = load_hardware(preset_file);
   if (!cluster) return cluster.errors();
-  return CostModel::create(*cluster, preset_file.string());
+  // The efficiency constants are the stack's: an error in them names the stack file.
+  return CostModel::create(*cluster, cluster->stack_file.empty() ? preset_file.string() : cluster->stack_file);
 }
 
 }  // namespace cpbench

@@ -82,7 +82,8 @@ class CostModel {
   Status status_ = ok_status();
 };
 
-// Loads a preset file and builds its model; errors name the file and the JSON pointer.
+// Loads a hardware preset file with its default stack and builds their model; errors name the
+// file (the stack's, for an efficiency constant) and the JSON pointer.
 Expected<CostModel> load_cost_model(const std::filesystem::path& preset_file);
 
 }  // namespace cpbench

@@ -20,11 +20,11 @@ const EfficiencyParamInfo* find_param(const std::string& key) {
 
 }  // namespace
 
-Expected<FitReport> fit_preset_to_experiment(const Spec& spec, const json& preset, const std::vector<std::string>& keys,
-                                             const std::string& metric, const std::set<std::string>& train) {
-  Diagnostics diag("preset");
-  JsonObject o(preset, "", diag);
-  const ClusterSpec cluster = parse_hardware(o);
+Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack, const std::vector<std::string>& keys,
+                                            const std::string& metric, const std::set<std::string>& train) {
+  Diagnostics diag("stack");
+  JsonObject o(stack, "", diag);
+  const StackSpec parsed = parse_stack(o);
   if (!diag.ok()) return diag.errors();
   std::vector<const EfficiencyParamInfo*> free;
   for (const std::string& k : keys) {
@@ -33,13 +33,13 @@ Expected<FitReport> fit_preset_to_experiment(const Spec& spec, const json& prese
     free.push_back(info);
   }
   for (const PointConfig& p : spec.points)
-    if (p.cluster.name != cluster.name)
-      return Error{spec.file.string(), "", "point " + p.id + " uses hardware '" + p.cluster.name + "', not the fitted '" +
-                                               cluster.name + "'"};
+    if (p.cluster.stack != parsed.name)
+      return Error{spec.file.string(), "", "point " + p.id + " runs on stack '" + p.cluster.stack + "', not the fitted '" +
+                                               parsed.name + "'"};
 
   // The preset's efficiency object with the free constants set from log-space coordinates u.
   auto efficiency_at = [&](const std::vector<double>& u) {
-    json eff = cluster.efficiency;
+    json eff = parsed.efficiency;
     for (size_t i = 0; i < free.size(); ++i)
       eff[free[i]->key]["value"] = std::clamp(std::exp(u[i]), free[i]->lo, free[i]->hi);
     return eff;
@@ -72,7 +72,7 @@ Expected<FitReport> fit_preset_to_experiment(const Spec& spec, const json& prese
     return n ? std::sqrt(sum / n) : 0.0;
   };
   std::vector<double> u;
-  for (const auto* info : free) u.push_back(std::log(cluster.efficiency.at(info->key).at("value").get<double>()));
+  for (const auto* info : free) u.push_back(std::log(parsed.efficiency.at(info->key).at("value").get<double>()));
   const std::vector<FitRow> start = evaluate(efficiency_at(u));
   size_t trained = 0;
   for (const FitRow& r : start) {
@@ -88,18 +88,33 @@ Expected<FitReport> fit_preset_to_experiment(const Spec& spec, const json& prese
   out.rows = evaluate(eff);
   out.train_rms_log = rms(out.rows, true);
   out.holdout_rms_log = rms(out.rows, false);
-  out.preset = preset;
-  out.preset["efficiency"] = eff;
+  out.stack = stack;
+  out.stack["efficiency"] = eff;
   char residual[64], start_value[32];
   std::snprintf(residual, sizeof residual, "rms log error %.3g", out.train_rms_log);
   for (const auto* info : free) {
-    std::snprintf(start_value, sizeof start_value, "%.4g", cluster.efficiency.at(info->key).at("value").get<double>());
-    out.preset["efficiency"][info->key]["source"] =
+    std::snprintf(start_value, sizeof start_value, "%.4g", parsed.efficiency.at(info->key).at("value").get<double>());
+    out.stack["efficiency"][info->key]["source"] =
         "fitted by cpbench calibrate --experiment " + spec.name + " to its published " + metric + " (" +
         std::to_string(trained) + " values, " + residual + "; references/README.md allows calibrating presets against "
-        "the reference figures); before the fit: " + start_value + ", " +
-        cluster.efficiency.at(info->key).at("source").get<std::string>();
+        "the reference figures; see \"fits\"); before the fit: " + start_value + ", " +
+        parsed.efficiency.at(info->key).at("source").get<std::string>();
   }
+  // The fit record: results mark comparisons of (experiment, metric) — of the trained labels when
+  // some were held out — as calibration. It replaces an earlier record of the same pair.
+  json record = {{"experiment", spec.name}, {"metric", metric}, {"constants", keys},
+                 {"values", trained}, {"rms_log_error", std::round(out.train_rms_log * 1e4) / 1e4}};
+  if (!train.empty()) {
+    json labels = json::array();
+    for (const FitRow& r : out.rows)
+      if (r.trained) labels.push_back(r.label);
+    record["train"] = labels;
+  }
+  json fits = json::array();
+  for (const json& f : stack.value("fits", json::array()))
+    if (f.value("experiment", "") != spec.name || f.value("metric", "") != metric) fits.push_back(f);
+  fits.push_back(record);
+  out.stack["fits"] = fits;
   return out;
 }
 

@@ -1,6 +1,6 @@
-// fit_test.cpp — calibrating a preset against an experiment's published values: only the chosen
-// constants move, the fit lowers the error it minimizes, held-out values are reported apart, and
-// bad requests are errors.
+// fit_test.cpp — calibrating a stack preset against an experiment's published values: only the
+// chosen constants move, the fit lowers the error it minimizes, held-out values are reported apart,
+// the stack records which values fitted which constants, and bad requests are errors.
 #include "core/experiment/fit.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +22,7 @@ class FitTest : public ::testing::Test {
     auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}});
     ASSERT_TRUE(spec.ok()) << spec.error_str();
     spec_ = *spec;
-    auto preset = load_json_file(default_experiments_dir() / "hardware" / "a100_80gb_dgx.json");
+    auto preset = load_json_file(default_experiments_dir() / "stacks" / "megatron_sc21_a100.json");
     ASSERT_TRUE(preset.ok());
     preset_ = *preset;
     // Start away from the shipped value, so the fit has somewhere to go.
@@ -54,14 +54,14 @@ class FitTest : public ::testing::Test {
 
 TEST_F(FitTest, MovesOnlyTheChosenConstantAndLowersTheError) {
   const std::set<std::string> train = {"1.7B tflops_per_gpu", "39.1B tflops_per_gpu", "1T tflops_per_gpu"};
-  auto fit = fit_preset_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", train);
+  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", train);
   ASSERT_TRUE(fit.ok()) << fit.error_str();
-  EXPECT_LT(rms_under(fit->preset), rms_under(preset_));
+  EXPECT_LT(rms_under(fit->stack), rms_under(preset_));
   for (const auto& [key, value] : preset_["efficiency"].items()) {
     if (key == "hbm_efficiency") continue;
-    EXPECT_EQ(fit->preset["efficiency"][key], value) << key;
+    EXPECT_EQ(fit->stack["efficiency"][key], value) << key;
   }
-  const json& fitted = fit->preset["efficiency"]["hbm_efficiency"];
+  const json& fitted = fit->stack["efficiency"]["hbm_efficiency"];
   EXPECT_NE(fitted["value"].get<double>(), 0.95);
   EXPECT_EQ(fitted["source"].get<std::string>().rfind("fitted by cpbench calibrate --experiment megatron_ptdp/table1", 0), 0u);
   size_t held_out = 0;
@@ -71,21 +71,50 @@ TEST_F(FitTest, MovesOnlyTheChosenConstantAndLowersTheError) {
   }
   EXPECT_EQ(held_out, 7u);
   EXPECT_GT(fit->holdout_rms_log, 0);
-  EXPECT_EQ(fit->preset["gpu"], preset_["gpu"]);  // the rest of the preset is untouched
+  EXPECT_EQ(fit->stack["memory"], preset_["memory"]);  // the rest of the stack is untouched
+  // The fit record replaces the shipped one of the same (experiment, metric) and names the
+  // trained labels, so only those comparisons count as in-sample.
+  ASSERT_EQ(fit->stack["fits"].size(), 1u) << fit->stack["fits"].dump();
+  const json& record = fit->stack["fits"][0];
+  EXPECT_EQ(record["experiment"], "megatron_ptdp/table1");
+  EXPECT_EQ(record["metric"], "tflops_per_gpu");
+  EXPECT_EQ(record["constants"], json::array({"hbm_efficiency"}));
+  EXPECT_EQ(record["values"], 3);
+  std::set<std::string> recorded(record["train"].begin(), record["train"].end());
+  EXPECT_EQ(recorded, train);
+  // It parses back as a stack, and the record covers exactly the trained labels.
+  Diagnostics diag("fitted");
+  JsonObject o(fit->stack, "", diag);
+  const StackSpec parsed = parse_stack(o);
+  ASSERT_TRUE(diag.ok()) << diag.errors().str();
+  ASSERT_EQ(parsed.fits.size(), 1u);
+  EXPECT_TRUE(parsed.fits[0].covers("megatron_ptdp/table1", "tflops_per_gpu", "1T tflops_per_gpu"));
+  EXPECT_FALSE(parsed.fits[0].covers("megatron_ptdp/table1", "tflops_per_gpu", "18.4B tflops_per_gpu"));
+  EXPECT_FALSE(parsed.fits[0].covers("megatron_ptdp/table1", "params_b", "1T params_b"));
+}
+
+TEST_F(FitTest, AnotherMetricKeepsTheEarlierRecord) {
+  // A fit to another published metric adds its own record beside the shipped TFLOP/s one.
+  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "params_b", {});
+  ASSERT_TRUE(fit.ok()) << fit.error_str();
+  ASSERT_EQ(fit->stack["fits"].size(), 2u) << fit->stack["fits"].dump();
+  EXPECT_EQ(fit->stack["fits"][0]["metric"], "tflops_per_gpu");
+  EXPECT_EQ(fit->stack["fits"][1]["metric"], "params_b");
+  EXPECT_FALSE(fit->stack["fits"][1].contains("train"));  // every published value was fitted
 }
 
 TEST_F(FitTest, BadRequestsAreErrors) {
-  auto unknown = fit_preset_to_experiment(spec_, preset_, {"hbm_speed"}, "tflops_per_gpu", {});
+  auto unknown = fit_stack_to_experiment(spec_, preset_, {"hbm_speed"}, "tflops_per_gpu", {});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error_str().find("unknown efficiency constant 'hbm_speed'"), std::string::npos);
-  auto none = fit_preset_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", {"no such row"});
+  auto none = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", {"no such row"});
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error_str().find("no published tflops_per_gpu value to fit"), std::string::npos) << none.error_str();
   json other = preset_;
-  other["name"] = "h100_dgx";
-  auto wrong = fit_preset_to_experiment(spec_, other, {"hbm_efficiency"}, "tflops_per_gpu", {});
+  other["name"] = "mcore_te_fa3_h100";
+  auto wrong = fit_stack_to_experiment(spec_, other, {"hbm_efficiency"}, "tflops_per_gpu", {});
   ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.error_str().find("not the fitted 'h100_dgx'"), std::string::npos) << wrong.error_str();
+  EXPECT_NE(wrong.error_str().find("not the fitted 'mcore_te_fa3_h100'"), std::string::npos) << wrong.error_str();
 }
 
 }  // namespace

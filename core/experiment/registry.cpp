@@ -9,7 +9,7 @@ namespace fs = std::filesystem;
 namespace {
 bool is_preset_folder(const fs::path& rel) {
   auto first = rel.begin()->string();
-  return first == "hardware" || first == "models" || first == "datasets";
+  return first == "hardware" || first == "stacks" || first == "models" || first == "datasets";
 }
 }  // namespace
 

@@ -113,6 +113,16 @@ std::string format_double(double x) {
   return buf;
 }
 
+// True when the stack of a point `select` picks was fitted on this published value.
+bool fitted_on(const Spec& spec, const Selector& select, const std::string& metric, const std::string& label) {
+  for (const PointConfig& p : spec.points) {
+    if (!select.matches(p)) continue;
+    for (const FitRecord& f : p.cluster.fits)
+      if (f.covers(spec.name, metric, label)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Provenance current_provenance(uint64_t seed) {
@@ -145,6 +155,7 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       auto den = num ? metric_of(spec, results, pv.denominator, pv.metric, &note) : std::nullopt;
       if (num && den && *den != 0) c.reproduced = *num / *den;
       if (num && den && *den == 0) note += note.empty() ? "denominator is zero" : "; denominator is zero";
+      c.calibration = fitted_on(spec, pv.select, pv.metric, pv.label) || fitted_on(spec, pv.denominator, pv.metric, pv.label);
       judge(pv, c);
       if (!note.empty()) c.note = c.note.empty() ? note : c.note + "; " + note;  // why, or which point was best
       out.push_back(std::move(c));
@@ -159,6 +170,7 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       std::string note;
       c.reproduced = metric_of(spec, results, exact, pv.metric, &note);
       if (!c.reproduced) c.note = note;
+      c.calibration = fitted_on(spec, exact, pv.metric, pv.label);
       judge(pv, c);
       out.push_back(std::move(c));
     }
@@ -184,7 +196,8 @@ json results_to_json(const Spec& spec, const Provenance& prov, const PointResult
                {"published", !c.expect.empty() && c.published == 0 ? json(nullptr) : json(c.published)},
                {"reproduced", c.reproduced ? number_or_null(*c.reproduced) : json(nullptr)},
                {"rel_error", c.rel_error ? number_or_null(*c.rel_error) : json(nullptr)},
-               {"pass", c.pass ? json(*c.pass) : json(nullptr)}, {"select", c.select}};
+               {"pass", c.pass ? json(*c.pass) : json(nullptr)}, {"calibration", c.calibration},
+               {"select", c.select}};
     if (!c.note.empty()) cj["note"] = c.note;
     if (!c.expect.empty()) cj["expect"] = c.expect;
     // A value names its point at top level too, so readers (plot.py) place it without parsing selectors.

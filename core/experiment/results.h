@@ -50,11 +50,17 @@ struct Comparison {
   std::optional<bool> pass;          // empty when the spec states no tolerance
   std::string note;                  // why there is no reproduction, or what was judged
   json select;                       // the selector(s) used, for readers
+  // In-sample: the published value was used to fit a constant of the stack its point(s) ran on
+  // (a fit record of that stack covers this experiment, metric and label). Reported apart from
+  // the out-of-sample predictions (DESIGN.md contract 1).
+  bool calibration = false;
 };
 
 // results[i] belongs to spec.points[i]; an empty slot is a point not run yet.
 using PointResults = std::vector<std::optional<PointResult>>;
 
+// Every published value against its reproduction, marked in-sample (calibration) when a fit
+// record of a selected point's stack covers (spec.name, metric, label).
 std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults& results);
 
 json results_to_json(const Spec& spec, const Provenance& prov, const PointResults& results);

@@ -1,12 +1,15 @@
-// results_test.cpp — the results contract: schema, comparisons, atomic writes, resume.
+// results_test.cpp — the results contract: schema, comparisons (in-sample ones marked as
+// calibration, and shown apart), atomic writes, resume.
 #include "core/experiment/results.h"
 
 #include <fstream>
+#include <map>
 
 #include <gtest/gtest.h>
 
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
+#include "core/experiment/show.h"
 
 namespace cpbench {
 namespace {
@@ -82,6 +85,84 @@ TEST_F(ResultsTest, ComparisonsJudgeValuesAndRatios) {
   EXPECT_EQ(comps[1].kind, "ratio");
   EXPECT_NEAR(*comps[1].reproduced, 2.0, 1e-12);
   EXPECT_TRUE(*comps[1].pass);
+}
+
+// A comparison is in-sample exactly when a fit record of the stack its point(s) ran on covers the
+// experiment, the metric and (when the fit held some values out) the label.
+TEST_F(ResultsTest, FittedValuesAreMarkedAsCalibrationAndShownApart) {
+  auto hardware = load_json_file(default_experiments_dir() / "hardware" / "a100_80gb_dgx.json");
+  auto stack = load_json_file(default_experiments_dir() / "stacks" / "megatron_sc21_a100.json");
+  ASSERT_TRUE(hardware.ok() && stack.ok());
+  json fitted = *stack;
+  fitted["name"] = "fitted_here";
+  fitted["fits"] = {{{"experiment", "t/cal"}, {"metric", "params_b"}, {"constants", {"hbm_efficiency"}}},
+                    {{"experiment", "t/cal"}, {"metric", "flops_per_iteration"}, {"constants", {"hbm_efficiency"}},
+                     {"train", {"b/a flops"}}},
+                    {{"experiment", "t/other"}, {"metric", "tflops_per_gpu"}, {"constants", {"hbm_efficiency"}}}};
+  json inline_hardware = *hardware;
+  inline_hardware["default_stack"] = fitted;  // a stack written inline, fit records included
+  json j = {
+      {"description", "calibration test"},
+      {"hardware", inline_hardware},
+      {"model", "gpt_1.7b"},
+      {"workload", {{"dataset", "fixed_2048"}, {"global_batch_sequences", 8}}},
+      {"parallel", {{"num_gpus", 8}}},
+      {"flops_definition", "sc21"},
+      {"strategies", {"analytical"}},
+      // Case b runs on the shipped A100 stack, whose only fit is on megatron_ptdp/table1.
+      {"cases", {{{"name", "a"}, {"published", {{"params_b", 1.7}}}},
+                 {{"name", "b"}, {"stack", "megatron_sc21_a100"}, {"workload", {{"global_batch_sequences", 16}}},
+                  {"published", {{"params_b", 1.7}}}}}},
+      {"metrics", {"params_b"}},
+      {"published",
+       {{"ratios",
+         {{{"label", "b/a flops"}, {"metric", "flops_per_iteration"}, {"value", 2.0},
+           {"numerator", {{"case", "b"}}}, {"denominator", {{"case", "a"}}}},
+          {{"label", "a/b flops"}, {"metric", "flops_per_iteration"}, {"value", 0.5},
+           {"numerator", {{"case", "a"}}}, {"denominator", {{"case", "b"}}}}}}}},
+  };
+  std::ofstream(dir_ / "cal.json") << j.dump(2);
+  auto spec = load_spec(dir_ / "cal.json", "t/cal", SpecOptions{default_experiments_dir(), {}});
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  ASSERT_EQ(spec->points.size(), 2u);
+  EXPECT_EQ(spec->points[0].cluster.stack, "fitted_here");
+  EXPECT_EQ(spec->points[1].cluster.stack, "megatron_sc21_a100");
+  PointResults r;
+  for (const auto& p : spec->points) r.push_back(run_point(p, {}));
+  auto comps = compute_comparisons(*spec, r);
+  ASSERT_EQ(comps.size(), 4u);
+  std::map<std::string, bool> calibration;
+  for (const auto& c : comps) calibration[c.label] = c.calibration;
+  EXPECT_TRUE(calibration.at("a params_b"));    // a's stack was fitted on this experiment's params_b
+  EXPECT_FALSE(calibration.at("b params_b"));   // b's stack was not
+  EXPECT_TRUE(calibration.at("b/a flops"));     // a trained label; a's stack is the denominator's
+  EXPECT_FALSE(calibration.at("a/b flops"));    // held out of that fit
+  // The same spec under another name is out of sample everywhere.
+  Spec renamed = *spec;
+  renamed.name = "t/renamed";
+  for (const auto& c : compute_comparisons(renamed, r)) EXPECT_FALSE(c.calibration) << c.label;
+
+  json results = results_to_json(*spec, current_provenance(1), r);
+  for (const auto& c : results["comparisons"]) ASSERT_TRUE(c["calibration"].is_boolean()) << c.dump();
+  EXPECT_EQ(results["comparisons"][0]["calibration"], true);
+  EXPECT_EQ(results["spec"]["presets"]["stacks"].count("megatron_sc21_a100"), 1u);
+  auto text = format_results(results, "results.json");
+  ASSERT_TRUE(text.ok()) << text.error_str();
+  const size_t in_sample = text->find("in sample (calibration"), out_of_sample = text->find("out of sample");
+  ASSERT_NE(in_sample, std::string::npos) << *text;
+  ASSERT_NE(out_of_sample, std::string::npos) << *text;
+  EXPECT_LT(in_sample, out_of_sample);
+  // Each part has its own mean error: a params_b in sample, b params_b out of sample.
+  EXPECT_NE(text->find("in-sample mean |rel.err| of params_b"), std::string::npos) << *text;
+  EXPECT_NE(text->find("out-of-sample mean |rel.err| of params_b"), std::string::npos) << *text;
+  EXPECT_LT(text->find("a params_b", in_sample), out_of_sample);
+  EXPECT_GT(text->find("b params_b", in_sample), out_of_sample);
+  // A results file written before the field existed shows every comparison out of sample.
+  for (auto& c : results["comparisons"]) c.erase("calibration");
+  auto old = format_results(results, "old.json");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->find("in sample"), std::string::npos) << *old;
+  EXPECT_NE(old->find("out of sample"), std::string::npos) << *old;
 }
 
 TEST_F(ResultsTest, ComparisonWithoutItsPointSaysWhy) {

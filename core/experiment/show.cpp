@@ -94,32 +94,41 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
   out << table(header, rows);
   for (const auto& r : reasons) out << "  " << r << "\n";
 
+  // Published vs reproduced, in-sample (values a constant of the stack was fitted on) apart from
+  // out-of-sample (predictions); results written before the field existed read as out-of-sample.
   const json& comps = j.value("comparisons", json::array());
   if (!comps.empty()) {
     out << "\npublished vs reproduced\n";
-    std::vector<std::vector<std::string>> crow;
-    std::map<std::string, std::pair<double, int>> mean_abs;  // metric -> (Σ|err|, n)
     int passed = 0, judged = 0;
-    for (const auto& c : comps) {
-      const json& err = c.value("rel_error", json(nullptr));
-      std::string err_s = err.is_number() ? fmt(100 * err.get<double>()) + "%" : "-";
-      if (err.is_number()) {
-        auto& [sum, n] = mean_abs[c.value("metric", "")];
-        sum += std::fabs(err.get<double>());
-        ++n;
+    for (const bool in_sample : {true, false}) {
+      std::vector<std::vector<std::string>> crow;
+      std::map<std::string, std::pair<double, int>> mean_abs;  // metric -> (Σ|err|, n)
+      for (const auto& c : comps) {
+        if (c.value("calibration", false) != in_sample) continue;
+        const json& err = c.value("rel_error", json(nullptr));
+        std::string err_s = err.is_number() ? fmt(100 * err.get<double>()) + "%" : "-";
+        if (err.is_number()) {
+          auto& [sum, n] = mean_abs[c.value("metric", "")];
+          sum += std::fabs(err.get<double>());
+          ++n;
+        }
+        const json& pass = c.value("pass", json(nullptr));
+        if (pass.is_boolean()) {
+          ++judged;
+          passed += pass.get<bool>();
+        }
+        crow.push_back({c.value("label", ""), c.value("metric", ""), cell(c.value("published", json(nullptr))),
+                        cell(c.value("reproduced", json(nullptr))), err_s, cell(pass), c.value("note", "")});
       }
-      const json& pass = c.value("pass", json(nullptr));
-      if (pass.is_boolean()) {
-        ++judged;
-        passed += pass.get<bool>();
-      }
-      crow.push_back({c.value("label", ""), c.value("metric", ""), cell(c.value("published", json(nullptr))),
-                      cell(c.value("reproduced", json(nullptr))), err_s, cell(pass), c.value("note", "")});
+      if (crow.empty()) continue;
+      out << "\n" << (in_sample ? "in sample (calibration: a constant of the stack was fitted on these values)"
+                                 : "out of sample")
+          << "\n";
+      out << table({"label", "metric", "published", "reproduced", "rel.err", "pass", "note"}, crow);
+      for (const auto& [metric, se] : mean_abs)
+        out << (in_sample ? "in-sample" : "out-of-sample") << " mean |rel.err| of " << metric << ": "
+            << fmt(100 * se.first / se.second) << "% over " << se.second << " values\n";
     }
-    out << table({"label", "metric", "published", "reproduced", "rel.err", "pass", "note"}, crow);
-    for (const auto& [metric, se] : mean_abs)
-      out << "mean |rel.err| of " << metric << ": " << fmt(100 * se.first / se.second) << "% over " << se.second
-          << " values\n";
     if (judged) out << passed << "/" << judged << " within the spec's tolerance\n";
   }
   return out.str();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/cost/efficiency.h"
 #include "core/experiment/metrics.h"
 #include "core/strategies/strategy.h"
 
@@ -14,7 +15,7 @@ using Origins = std::map<std::string, Error>;
 
 // Keys of a spec that describe one point; cases, grid axes, strategy entries and --set may
 // override them. Every other top-level key describes the experiment as a whole.
-const std::vector<std::string> kPointKeys = {"hardware", "model", "workload", "parallel",
+const std::vector<std::string> kPointKeys = {"hardware", "stack", "model", "workload", "parallel",
                                              "flops_definition"};
 
 bool is_point_key(const std::string& k) {
@@ -70,7 +71,7 @@ std::string set_dotted(json& point, const std::string& path, const json& value, 
   for (const auto& p : parts)
     if (p.empty()) return "\"" + path + "\" is not a dotted path like \"parallel.tp\"";
   if (!is_point_key(parts[0]))
-    return "\"" + parts[0] + "\" is not a per-point key (expected hardware, model, workload, parallel or flops_definition)";
+    return "\"" + parts[0] + "\" is not a per-point key (expected hardware, stack, model, workload, parallel or flops_definition)";
   json* node = &point;
   std::vector<std::string> walked;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -126,9 +127,7 @@ class Presets {
     if (name_out) *name_out = name;
     fs::path file = dir_ / kind_folder(kind) / (name + ".json");
     if (name.find('/') != std::string::npos || !fs::exists(file)) {
-      std::string known;
-      for (const auto& n : preset_names(dir_ / kind_folder(kind))) known += (known.empty() ? "" : ", ") + n;
-      o.error(key, "unknown " + kind + " preset \"" + name + "\" (known: " + known + ")");
+      o.error(key, "unknown " + kind + " preset \"" + name + "\" (known: " + known(kind_folder(kind)) + ")");
       return T{};
     }
     auto it = cache.find(name);
@@ -144,17 +143,72 @@ class Presets {
     return *it->second;
   }
 
+  // The stack a point runs on: the spec's "stack" (a name or an object), else the hardware's
+  // default stack (already merged when the hardware is a preset file or names its stack inline).
+  // Then checks the efficiency constants once, so a bad stack is an error naming its file and
+  // pointer before anything runs, and records the stack file for the resolved spec.
+  void resolve_stack(JsonObject& po, ClusterSpec& cluster, const fs::path& spec_dir) {
+    std::string base;  // where an inline stack's keys sit in the spec
+    if (!po.diag().ok()) {  // the hardware did not resolve: only mark "stack" as read
+      po.raw("stack");
+      return;
+    }
+    if (po.has("stack")) {
+      StackSpec s = resolve<StackSpec>(
+          po, "stack", "stack", stacks, [](const fs::path& f) { return load_stack(f); },
+          [](JsonObject& o, const fs::path&) { return parse_stack(o); }, spec_dir, nullptr);
+      if (!po.diag().ok()) return;
+      apply_stack(cluster, s);
+      if (s.file.empty()) base = po.pointer_of("stack");
+    } else if (cluster.stack.empty()) {
+      // Inline hardware naming its default stack: a preset of experiments/stacks/.
+      const std::string pointer = json_pointer_append(po.pointer_of("hardware"), "default_stack");
+      const fs::path file = dir_ / "stacks" / (cluster.default_stack + ".json");
+      if (cluster.default_stack.find('/') != std::string::npos || !fs::exists(file)) {
+        po.diag().error(pointer, "unknown stack preset \"" + cluster.default_stack + "\" (known: " + known("stacks") + ")");
+        return;
+      }
+      auto it = stacks.find(cluster.default_stack);
+      if (it == stacks.end()) it = stacks.emplace(cluster.default_stack, load_stack(file)).first;
+      if (!it->second) {
+        po.diag().add(it->second.errors());
+        return;
+      }
+      apply_stack(cluster, *it->second);
+    } else if (cluster.stack_file.empty()) {
+      base = json_pointer_append(po.pointer_of("hardware"), "default_stack");
+    }
+    if (!cluster.stack_file.empty()) {
+      if (!checked_.insert(cluster.stack_file).second) return;
+      Diagnostics d(cluster.stack_file);
+      JsonObject e(cluster.efficiency, "/efficiency", d);
+      parse_efficiency(e);
+      po.diag().add(d.errors());
+      if (auto raw = load_json_file(cluster.stack_file); raw && d.ok()) used_["stacks"][cluster.stack] = *raw;
+    } else {
+      JsonObject e(cluster.efficiency, json_pointer_append(base, "efficiency"), po.diag());
+      parse_efficiency(e);
+    }
+  }
+
   json used() const { return used_; }
   std::map<std::string, Expected<ClusterSpec>> hardware;
+  std::map<std::string, Expected<StackSpec>> stacks;
   std::map<std::string, Expected<ModelShape>> models;
   std::map<std::string, Expected<LengthProfile>> datasets;
 
  private:
   static std::string kind_folder(const std::string& kind) {
-    return kind == "hardware" ? "hardware" : kind == "model" ? "models" : "datasets";
+    return kind == "hardware" ? "hardware" : kind == "stack" ? "stacks" : kind == "model" ? "models" : "datasets";
+  }
+  std::string known(const std::string& folder) const {
+    std::string names;
+    for (const auto& n : preset_names(dir_ / folder)) names += (names.empty() ? "" : ", ") + n;
+    return names;
   }
   fs::path dir_;
   json used_ = json::object();
+  std::set<std::string> checked_;  // stack files whose efficiency constants parsed
 };
 
 WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& spec_dir) {
@@ -315,7 +369,7 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
             e.patch[k] = v;
           } else {
             diag.error(json_pointer_append(ptr, k), "unknown key \"" + k +
-                       "\" in a case (expected \"name\", \"published\", hardware, model, workload, parallel or flops_definition)");
+                       "\" in a case (expected \"name\", \"published\", hardware, stack, model, workload, parallel or flops_definition)");
           }
         }
         if (!c.contains("name")) diag.error(ptr, "missing required key \"name\"");
@@ -398,6 +452,7 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
         pc.cluster = presets.resolve<ClusterSpec>(
             po, "hardware", "hardware", presets.hardware, [](const fs::path& f) { return load_hardware(f); },
             [](JsonObject& o, const fs::path&) { return parse_hardware(o); }, spec_dir, nullptr);
+        presets.resolve_stack(po, pc.cluster, spec_dir);
         pc.model = presets.resolve<ModelShape>(
             po, "model", "model", presets.models, [](const fs::path& f) { return load_model(f); },
             [](JsonObject& o, const fs::path&) { return parse_model(o); }, spec_dir, nullptr);

@@ -125,6 +125,28 @@ TEST_F(SpecTest, UnknownPreset) {
   EXPECT_NE(e.find("a100_80gb_dgx,"), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, StackChosenPerCaseOrByDefault) {
+  auto f = write([](json& j) { j["cases"][0]["stack"] = "mcore_te_fa3_h100"; });
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  EXPECT_EQ(spec->points.front().cluster.stack, "mcore_te_fa3_h100");
+  EXPECT_EQ(spec->points.front().cluster.name, "a100_80gb_dgx");  // the machine stays
+  EXPECT_EQ(spec->points.back().cluster.stack, "megatron_sc21_a100");  // the hardware's default
+  EXPECT_EQ(spec->resolved["presets"]["stacks"].size(), 2u);
+  auto bad = write([](json& j) { j["cases"][0]["stack"] = "fa9"; });
+  auto e = error_of(load(bad));
+  EXPECT_NE(e.find(bad.string() + ": /cases/0/stack: unknown stack preset \"fa9\" (known: "), std::string::npos) << e;
+  EXPECT_NE(e.find("megatron_sc21_a100"), std::string::npos) << e;
+  // An inline stack missing a constant names the spec and the pointer inside it.
+  auto stack = load_json_file(default_experiments_dir() / "stacks" / "megatron_sc21_a100.json");
+  ASSERT_TRUE(stack.ok());
+  json incomplete = *stack;
+  incomplete["efficiency"].erase("pcie_latency_us");
+  auto in = write([&](json& j) { j["stack"] = incomplete; });
+  e = error_of(load(in));
+  EXPECT_NE(e.find(in.string() + ": /stack/efficiency/pcie_latency_us: missing required key"), std::string::npos) << e;
+}
+
 TEST_F(SpecTest, UnknownPresetInACase) {
   auto f = write([](json& j) { j["cases"][0]["model"] = "gpt_9b"; });
   auto e = error_of(load(f));

@@ -1,5 +1,6 @@
 #include "core/hardware/hardware.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cpbench {
@@ -15,7 +16,7 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
   }
   if (!v->is_object()) {
     parent.error(key, "expected {\"value\": <number>, \"source\": \"<citation>\"}, got " +
-                          json_type_name(*v) + ": every hardware constant cites its source");
+                          json_type_name(*v) + ": every preset constant cites its source");
     return lo;
   }
   JsonObject c(*v, parent.pointer_of(key), parent.diag());
@@ -23,7 +24,7 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
   const json* source = c.raw("source");
   if (!source || !source->is_string() || source->get<std::string>().empty()) {
     c.error("source", std::string(source ? "expected a non-empty string for" : "missing") +
-                          " \"source\": every hardware constant cites a datasheet, a published "
+                          " \"source\": every preset constant cites a datasheet, a published "
                           "measurement or a calibration file");
   } else {
     sources[field] = source->get<std::string>();
@@ -63,7 +64,119 @@ GpuSpec parse_gpu(JsonObject& o, std::map<std::string, std::string>& sources) {
   return g;
 }
 
+std::vector<std::string> string_list(JsonObject& o, const std::string& key, bool required) {
+  std::vector<std::string> out;
+  if (!required && !o.has(key)) return out;
+  const json& a = o.array(key);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].is_string() && !a[i].get<std::string>().empty())
+      out.push_back(a[i].get<std::string>());
+    else
+      o.diag().error(json_pointer_append(o.pointer_of(key), i),
+                     "expected a non-empty string, got " + json_type_name(a[i]));
+  }
+  return out;
+}
+
+FitRecord parse_fit(JsonObject& f, const json& efficiency) {
+  FitRecord r;
+  r.experiment = f.string("experiment");
+  r.metric = f.string("metric");
+  r.constants = string_list(f, "constants", true);
+  if (f.has("constants") && r.constants.empty() && f.diag().ok())
+    f.error("constants", "expected at least one efficiency constant");
+  for (size_t i = 0; i < r.constants.size(); ++i)
+    if (!efficiency.contains(r.constants[i]))
+      f.diag().error(json_pointer_append(f.pointer_of("constants"), i),
+                     "\"" + r.constants[i] + "\" is not a constant of this stack's \"efficiency\"");
+  r.train = string_list(f, "train", false);
+  f.integer_or("values", 0, 1, 1 << 30);  // for readers: how many published values the fit used
+  f.number_or("rms_log_error", 0, 0, 1e9);
+  f.finish();
+  return r;
+}
+
 }  // namespace
+
+bool FitRecord::covers(const std::string& experiment_name, const std::string& metric_name,
+                       const std::string& label) const {
+  if (experiment != experiment_name || metric != metric_name) return false;
+  return train.empty() || std::find(train.begin(), train.end(), label) != train.end();
+}
+
+StackSpec parse_stack(JsonObject& o) {
+  StackSpec s;
+  s.name = o.string_or("name", "inline");
+  s.description = o.string_or("description", "");
+  if (auto memory = o.object_opt("memory")) {
+    s.memory.reserved_gib =
+        sourced_number(*memory, "reserved_gib", "memory/reserved_gib", 0, 1e5, s.sources);
+    s.memory.allocator_fragmentation = sourced_number(
+        *memory, "allocator_fragmentation", "memory/allocator_fragmentation", 0, 0.9, s.sources);
+    memory->finish();
+  } else if (!o.has("memory")) {
+    o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", \"allocator_fragmentation\"}, each "
+                      "{\"value\", \"source\"}): the device memory training cannot give to tensors");
+  }
+  if (const json* e = o.raw("efficiency")) {
+    if (e->is_object())
+      s.efficiency = *e;
+    else
+      o.error("efficiency", "expected an object of cost-model constants, got " + json_type_name(*e));
+  } else {
+    o.error("efficiency", "missing required key \"efficiency\" (the cost model's constants, each "
+                          "{\"value\", \"source\"}; docs/experiments.md lists them)");
+  }
+  if (o.has("fits")) {
+    const json& fits = o.array("fits");
+    for (size_t i = 0; i < fits.size(); ++i) {
+      JsonObject f(fits[i], json_pointer_append(o.pointer_of("fits"), i), o.diag());
+      s.fits.push_back(parse_fit(f, s.efficiency));
+    }
+  }
+  o.finish();
+  return s;
+}
+
+Expected<StackSpec> load_stack(const std::filesystem::path& file) {
+  auto j = load_json_file(file);
+  if (!j) return j.errors();
+  Diagnostics diag(file.string());
+  JsonObject o(*j, "", diag);
+  StackSpec s = parse_stack(o);
+  if (!diag.ok()) return diag.errors();
+  s.file = file.string();
+  return s;
+}
+
+void apply_stack(ClusterSpec& cluster, const StackSpec& stack) {
+  cluster.stack = stack.name;
+  cluster.stack_file = stack.file;
+  cluster.memory = stack.memory;
+  cluster.efficiency = stack.efficiency;
+  cluster.fits = stack.fits;
+  for (const auto& [field, source] : stack.sources) cluster.sources[field] = source;
+}
+
+std::filesystem::path stack_preset_path(const std::string& name_or_file,
+                                        const std::filesystem::path& hardware_file) {
+  const std::filesystem::path p(name_or_file);
+  const std::filesystem::path folder = hardware_file.parent_path();
+  if (p.extension() == ".json") return p.is_absolute() ? p : folder / p;
+  return folder / ".." / "stacks" / (name_or_file + ".json");
+}
+
+std::string stack_reference(const std::filesystem::path& stack_file,
+                            const std::filesystem::path& hardware_file) {
+  namespace fs = std::filesystem;
+  const std::string name = stack_file.stem().string();
+  std::error_code ec;
+  if (stack_file.extension() == ".json" &&
+      fs::weakly_canonical(stack_preset_path(name, hardware_file), ec) == fs::weakly_canonical(stack_file, ec))
+    return name;
+  fs::path rel = fs::proximate(fs::absolute(stack_file), fs::absolute(hardware_file).parent_path(), ec);
+  return (ec ? fs::absolute(stack_file) : rel).generic_string();
+}
 
 ClusterSpec parse_hardware(JsonObject& o) {
   ClusterSpec c;
@@ -75,20 +188,25 @@ ClusterSpec parse_hardware(JsonObject& o) {
   c.nics_per_node = sourced_integer(o, "nics_per_node", "nics_per_node", 1, 1024, c.sources);
   c.nic_bandwidth_Gbps =
       sourced_number(o, "nic_bandwidth_Gbps", "nic_bandwidth_Gbps", 1e-3, 1e6, c.sources);
-  if (auto memory = o.object_opt("memory")) {
-    c.memory.reserved_gib = sourced_number(*memory, "reserved_gib", "memory/reserved_gib", 0, 1e5, c.sources);
-    c.memory.allocator_fragmentation =
-        sourced_number(*memory, "allocator_fragmentation", "memory/allocator_fragmentation", 0, 0.9, c.sources);
-    memory->finish();
-  } else if (!o.has("memory")) {
-    o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", \"allocator_fragmentation\"}, each "
-                      "{\"value\", \"source\"}): the device memory training cannot give to tensors");
-  }
-  if (const json* e = o.raw("efficiency")) {
-    if (e->is_object())
-      c.efficiency = *e;
-    else
-      o.error("efficiency", "expected an object, got " + json_type_name(*e));
+  // Efficiencies are the software's, not the machine's: a hardware preset written before the
+  // split gets told where they moved.
+  for (const char* moved : {"memory", "efficiency"})
+    if (o.raw(moved))
+      o.error(moved, std::string("\"") + moved + "\" belongs to a software-stack preset "
+                     "(experiments/stacks/NAME.json, named here by \"default_stack\"), not to the hardware");
+  if (const json* d = o.raw("default_stack")) {
+    if (d->is_string() && !d->get<std::string>().empty()) {
+      c.default_stack = d->get<std::string>();
+    } else if (d->is_object()) {
+      JsonObject so(*d, o.pointer_of("default_stack"), o.diag());
+      apply_stack(c, parse_stack(so));
+    } else {
+      o.error("default_stack", "expected a stack preset name (experiments/stacks/NAME.json) or a stack object, got " +
+                                   json_type_name(*d));
+    }
+  } else {
+    o.error("default_stack", "missing required key \"default_stack\": the software-stack preset "
+                             "(experiments/stacks/NAME.json) this machine runs unless a spec chooses another");
   }
   o.finish();
 
@@ -98,13 +216,23 @@ ClusterSpec parse_hardware(JsonObject& o) {
   return c;
 }
 
-Expected<ClusterSpec> load_hardware(const std::filesystem::path& file) {
+Expected<ClusterSpec> load_hardware(const std::filesystem::path& file, const std::string& stack) {
   auto j = load_json_file(file);
   if (!j) return j.errors();
   Diagnostics diag(file.string());
   JsonObject o(*j, "", diag);
   ClusterSpec c = parse_hardware(o);
   if (!diag.ok()) return diag.errors();
+  const std::string name = stack.empty() ? c.default_stack : stack;
+  if (name.empty()) return c;  // the stack was written inline
+  const std::filesystem::path stack_file = stack_preset_path(name, file).lexically_normal();
+  if (!std::filesystem::is_regular_file(stack_file))
+    return Error{file.string(), stack.empty() ? "/default_stack" : "",
+                 "no stack preset \"" + name + "\" (expected the file " + stack_file.string() + ")"};
+  auto s = load_stack(stack_file);
+  if (!s) return s.errors();
+  s->file = stack_file.string();
+  apply_stack(c, *s);
   return c;
 }
 

@@ -1,7 +1,9 @@
 // hardware.h — a GPU and the cluster it sits in (node size, NVLink, PCIe, network), loaded from
-// experiments/hardware/*.json where every numeric constant carries its source.
-// Requires: core/common/json_reader.h. One preset is one calibrated description shared by every
-// experiment (DESIGN.md contract 1); an unsourced constant is a parse error.
+// experiments/hardware/*.json, merged with the software stack it runs (experiments/stacks/*.json:
+// memory overheads, the cost model's efficiency constants, and which published values fitted them).
+// Requires: core/common/json_reader.h. A hardware preset holds machine facts only, a stack preset
+// the efficiencies of one software era on it; every numeric constant carries its source and one
+// calibrated pair is shared by every experiment (DESIGN.md contract 1).
 // Note: bandwidths are ONE direction. Link rates in the JSON are in the unit their datasheet uses
 // (GB/s for NVLink/PCIe/HBM, Gb/s for NICs); accessors convert to bytes per second.
 #pragma once
@@ -11,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/common/expected.h"
 #include "core/common/json_reader.h"
@@ -38,9 +41,36 @@ struct MemoryOverheads {
   double allocator_fragmentation = 0;
 };
 
-struct ClusterSpec {
-  std::string name;  // the preset's name, e.g. "a100_80gb_dgx"
+// Which published values a stack's constants were fitted on (`cpbench calibrate --experiment`
+// writes one): a comparison of that experiment and metric is in-sample, not a prediction.
+struct FitRecord {
+  std::string experiment;              // registry name, "megatron_ptdp/table1"
+  std::string metric;                  // "tflops_per_gpu"
+  std::vector<std::string> constants;  // efficiency keys fitted, ["hbm_efficiency"]
+  std::vector<std::string> train;      // labels fitted on; empty = every published value of metric
+  bool covers(const std::string& experiment_name, const std::string& metric_name,
+              const std::string& label) const;
+};
+
+// A software stack: what one software era (kernels, NCCL, framework) reaches on a machine.
+struct StackSpec {
+  std::string name;  // the stack preset's name, e.g. "megatron_sc21_a100"; "inline" in a spec
   std::string description;
+  std::string file;  // where it was read from; "" when written inline
+  MemoryOverheads memory;
+  nlohmann::json efficiency = nlohmann::json::object();  // parsed by core/cost/efficiency.h
+  std::vector<FitRecord> fits;
+  std::map<std::string, std::string> sources;  // "memory/reserved_gib" -> its citation
+};
+
+// The one combined object the cost model reads: a hardware preset with a stack merged in.
+struct ClusterSpec {
+  std::string name;  // the hardware preset's name, e.g. "a100_80gb_dgx"
+  std::string description;
+  std::string default_stack;  // the stack the hardware preset names ("" when written inline)
+  std::string stack;          // the stack merged in (apply_stack); "" = none yet
+  std::string stack_file;     // its file; "" when inline or none
+  std::vector<FitRecord> fits;  // the stack's fit records
   GpuSpec gpu;
   int gpus_per_node = 0;
   int nics_per_node = 0;
@@ -48,10 +78,12 @@ struct ClusterSpec {
   // Network bandwidth available to one GPU, one direction: nics_per_node × nic_bandwidth_Gbps /
   // gpus_per_node (DGX A100: 8×200/8 = 200; AWS p4d: 4×100/8 = 50). Derived, never written.
   double nic_bandwidth_Gbps_per_gpu = 0;
-  MemoryOverheads memory;
-  // Efficiency-curve parameters of the cost model (core/cost reads them); an object, may be empty.
+  MemoryOverheads memory;  // from the stack
+  // Efficiency-curve parameters of the cost model (core/cost reads them), from the stack; an
+  // object, empty until a stack is merged.
   nlohmann::json efficiency = nlohmann::json::object();
-  // Field path ("gpu/peak_dense_tflops", "nic_bandwidth_Gbps", ...) -> its citation.
+  // Field path ("gpu/peak_dense_tflops", "nic_bandwidth_Gbps", "memory/reserved_gib", ...) -> its
+  // citation (the stack's memory sources included once merged).
   std::map<std::string, std::string> sources;
 
   double network_bandwidth_GBps_per_gpu() const { return nic_bandwidth_Gbps_per_gpu / 8; }
@@ -61,13 +93,35 @@ struct ClusterSpec {
   int nodes_for(int gpus) const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };
 
-// Reads a cluster object and calls o.finish(). Keys: "name", "description" (optional), "gpu"
+// Reads a hardware object and calls o.finish(). Keys: "name", "description" (optional), "gpu"
 // {"name", "peak_dense_tflops", "hbm_gib", "hbm_bandwidth_GBps", "sm_count",
 // "nvlink_bandwidth_GBps", "pcie_bandwidth_GBps"}, "gpus_per_node", "nics_per_node",
-// "nic_bandwidth_Gbps", "memory" {"reserved_gib", "allocator_fragmentation"}, "efficiency"
-// (optional object). Every number is written
-// {"value": x, "source": "non-empty citation"}.
+// "nic_bandwidth_Gbps", and "default_stack": a stack preset's name (or a .json path relative to
+// the hardware file), or a stack object written inline, which is merged at once. Every number is
+// written {"value": x, "source": "non-empty citation"}.
 ClusterSpec parse_hardware(JsonObject& o);
+
+// Reads a stack object and calls o.finish(). Keys: "name" (optional inline, then "inline"),
+// "description" (optional), "memory" {"reserved_gib", "allocator_fragmentation"}, "efficiency"
+// (an object of sourced constants; core/cost/efficiency.h checks its keys), "fits" (optional:
+// [{"experiment", "metric", "constants": [efficiency keys], "train": [labels], "values",
+// "rms_log_error"}]).
+StackSpec parse_stack(JsonObject& o);
+
+// Loads experiments/stacks/NAME.json (or any file of that form).
+Expected<StackSpec> load_stack(const std::filesystem::path& file);
+
+// The cluster with `stack`'s memory overheads, efficiency constants and fit records.
+void apply_stack(ClusterSpec& cluster, const StackSpec& stack);
+
+// Where a stack named by a hardware preset lives: a name is <hardware folder>/../stacks/NAME.json
+// (experiments/hardware/ beside experiments/stacks/); a "….json" path is relative to the
+// hardware file's folder.
+std::filesystem::path stack_preset_path(const std::string& name_or_file, const std::filesystem::path& hardware_file);
+
+// The stack as a hardware preset names it: its default stack's name, or the relative path from
+// the hardware file's folder when the stack does not sit in the stacks/ folder beside it.
+std::string stack_reference(const std::filesystem::path& stack_file, const std::filesystem::path& hardware_file);
 
 // Reads {"value": x, "source": "..."} at parent/key, bounds inclusive, and records the source
 // under `field`. Every sourced constant of a preset (the GPU's, the network's, the cost model's
@@ -75,7 +129,10 @@ ClusterSpec parse_hardware(JsonObject& o);
 double sourced_number(JsonObject& parent, const std::string& key, const std::string& field, double lo,
                       double hi, std::map<std::string, std::string>& sources);
 
-// Loads experiments/hardware/NAME.json (or any file of that form).
-Expected<ClusterSpec> load_hardware(const std::filesystem::path& file);
+// Loads experiments/hardware/NAME.json (or any file of that form) and merges a stack: `stack` (a
+// name or file, as stack_preset_path reads it), else the preset's default stack. A stack that
+// cannot be found is an error at the hardware file's /default_stack; one that does not parse names
+// its own file and pointer.
+Expected<ClusterSpec> load_hardware(const std::filesystem::path& file, const std::string& stack = "");
 
 }  // namespace cpbench

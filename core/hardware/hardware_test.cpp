@@ -1,5 +1,7 @@
-// hardware_test.cpp — every preset loads with datasheet figures (references/hardware.md), and a
-// constant without a source, an unknown key or a wrong type is an error naming file and pointer.
+// hardware_test.cpp — every hardware preset loads with datasheet figures (references/hardware.md)
+// and its default software stack merged; hardware holds machine facts only; a stack carries its
+// era's efficiencies and fit records; a constant without a source, an unknown key, a wrong type
+// or a missing stack is an error naming file and pointer.
 #include "core/hardware/hardware.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@ namespace {
 
 const std::filesystem::path kHardware =
     std::filesystem::path(CPBENCH_SOURCE_DIR) / "experiments/hardware";
+const std::filesystem::path kStacks = std::filesystem::path(CPBENCH_SOURCE_DIR) / "experiments/stacks";
 
 ClusterSpec preset(const std::string& name) {
   auto c = load_hardware(kHardware / (name + ".json"));
@@ -27,7 +30,15 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     auto c = load_hardware(entry.path());
     ASSERT_TRUE(c.ok()) << c.error_str();
     EXPECT_EQ(c->name, entry.path().stem().string());
-    EXPECT_TRUE(c->efficiency.is_object());
+    // The machine file names its stack, which is merged: 18 cost-model constants.
+    EXPECT_FALSE(c->default_stack.empty());
+    EXPECT_EQ(c->stack, c->default_stack);
+    EXPECT_EQ(std::filesystem::path(c->stack_file).filename(), c->stack + ".json");
+    EXPECT_EQ(c->efficiency.size(), 18u) << entry.path();
+    auto raw = load_json_file(entry.path());
+    ASSERT_TRUE(raw.ok());
+    EXPECT_FALSE(raw->contains("efficiency")) << entry.path();
+    EXPECT_FALSE(raw->contains("memory")) << entry.path();
     // 6 GPU constants, 3 cluster constants, 2 memory overheads, and the derived per-GPU network
     // bandwidth.
     EXPECT_EQ(c->sources.size(), 12u) << entry.path();
@@ -38,6 +49,57 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
   }
   for (const char* name : {"a100_80gb_dgx", "a100_40gb_p4d", "h800_kwai", "h100_dgx", "h200_sxm"})
     EXPECT_TRUE(found.count(name)) << name;
+}
+
+// Every stack loads on its own, is named after its file, says which era it is, and cites a
+// findable source for each constant: nothing "from memory".
+TEST(Stack, EveryStackLoadsAndCitesItsSources) {
+  size_t stacks = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kStacks)) {
+    if (entry.path().extension() != ".json") continue;
+    ++stacks;
+    auto s = load_stack(entry.path());
+    ASSERT_TRUE(s.ok()) << s.error_str();
+    EXPECT_EQ(s->name, entry.path().stem().string());
+    EXPECT_GT(s->description.size(), 40u) << s->name;
+    EXPECT_EQ(s->sources.size(), 2u);  // the memory overheads
+    for (const auto& [key, constant] : s->efficiency.items()) {
+      const std::string source = constant.at("source");
+      EXPECT_EQ(source.find("from memory"), std::string::npos) << s->name << " " << key << ": " << source;
+    }
+    for (const auto& [field, source] : s->sources)
+      EXPECT_EQ(source.find("from memory"), std::string::npos) << s->name << " " << field;
+  }
+  EXPECT_EQ(stacks, 6u);
+}
+
+// The era is the stack's, the machine the hardware's: the A100 stack is the SC'21 one, fitted on
+// SC'21 Table 1, the H100 one runs FlashAttention-3-class attention, the H200 one FlashAttention-2.
+TEST(Stack, PresetsNameTheirEra) {
+  const ClusterSpec dgx = preset("a100_80gb_dgx");
+  EXPECT_EQ(dgx.stack, "megatron_sc21_a100");
+  EXPECT_DOUBLE_EQ(dgx.efficiency["hbm_efficiency"]["value"].get<double>(), 0.597);
+  ASSERT_EQ(dgx.fits.size(), 1u);
+  EXPECT_EQ(dgx.fits[0].experiment, "megatron_ptdp/table1");
+  EXPECT_EQ(dgx.fits[0].metric, "tflops_per_gpu");
+  EXPECT_EQ(dgx.fits[0].constants, std::vector<std::string>{"hbm_efficiency"});
+  EXPECT_TRUE(dgx.fits[0].covers("megatron_ptdp/table1", "tflops_per_gpu", "any row"));
+  EXPECT_FALSE(dgx.fits[0].covers("megatron_ptdp/fig13", "tflops_per_gpu", "any row"));
+  EXPECT_EQ(preset("h100_dgx").efficiency["attention_exp_overlap"]["value"], 1);
+  EXPECT_EQ(preset("h200_sxm").efficiency["attention_exp_overlap"]["value"], 0);
+  for (const char* name : {"a100_40gb_p4d", "h100_dgx", "h200_sxm", "h800_kwai", "cpu_local"})
+    EXPECT_TRUE(preset(name).fits.empty()) << name;
+}
+
+TEST(Stack, AnotherStackReplacesTheDefault) {
+  auto c = load_hardware(kHardware / "h200_sxm.json", "mcore_te_fa3_h100");
+  ASSERT_TRUE(c.ok()) << c.error_str();
+  EXPECT_EQ(c->stack, "mcore_te_fa3_h100");
+  EXPECT_EQ(c->gpu.hbm_gib, 141);  // still the H200 machine
+  EXPECT_EQ(c->efficiency["attention_exp_overlap"]["value"], 1);
+  auto missing = load_hardware(kHardware / "h200_sxm.json", "no_such_stack");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error_str().find("no stack preset \"no_such_stack\""), std::string::npos) << missing.error_str();
 }
 
 // references/hardware.md: NVLink figures are both directions; the presets hold one direction.
@@ -93,6 +155,8 @@ class BadHardwareFile : public ::testing::Test {
     auto good = load_json_file(kHardware / "a100_80gb_dgx.json");
     EXPECT_TRUE(good.ok());
     json j = *good;
+    // Outside experiments/: the stack by its absolute path.
+    j["default_stack"] = (kStacks / "megatron_sc21_a100.json").string();
     edit(j);
     path_ = dir_ / "cluster.json";
     std::ofstream(path_) << j.dump(2);
@@ -115,7 +179,7 @@ TEST_F(BadHardwareFile, MissingSourceIsAnError) {
   Error e =
       only_error(load_edited([](json& j) { j["gpu"]["hbm_bandwidth_GBps"].erase("source"); }));
   EXPECT_EQ(e.pointer, "/gpu/hbm_bandwidth_GBps/source");
-  EXPECT_NE(e.message.find("every hardware constant cites"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("every preset constant cites"), std::string::npos) << e.message;
 }
 
 TEST_F(BadHardwareFile, EmptySourceIsAnError) {
@@ -124,11 +188,74 @@ TEST_F(BadHardwareFile, EmptySourceIsAnError) {
   EXPECT_NE(e.message.find("non-empty"), std::string::npos) << e.message;
 }
 
-TEST_F(BadHardwareFile, MemoryOverheadsAreRequiredAndBounded) {
-  Error e = only_error(load_edited([](json& j) { j.erase("memory"); }));
-  EXPECT_EQ(e.pointer, "/memory");
-  e = only_error(load_edited([](json& j) { j["memory"]["allocator_fragmentation"]["value"] = 1.0; }));
-  EXPECT_EQ(e.pointer, "/memory/allocator_fragmentation/value");
+TEST_F(BadHardwareFile, EfficienciesBelongToTheStack) {
+  Error e = only_error(load_edited([](json& j) { j["efficiency"] = json::object(); }));
+  EXPECT_EQ(e.pointer, "/efficiency");
+  EXPECT_NE(e.message.find("belongs to a software-stack preset"), std::string::npos) << e.message;
+  e = only_error(load_edited([](json& j) { j.erase("default_stack"); }));
+  EXPECT_EQ(e.pointer, "/default_stack");
+  EXPECT_NE(e.message.find("missing required key"), std::string::npos) << e.message;
+}
+
+TEST_F(BadHardwareFile, UnknownDefaultStackNamesTheHardwareFile) {
+  // Written outside experiments/, a stack name resolves to ../stacks/ beside the file: absent.
+  Error e = only_error(load_edited([](json& j) { j["default_stack"] = "megatron_sc21_a100"; }));
+  EXPECT_EQ(e.pointer, "/default_stack");
+  EXPECT_NE(e.message.find("no stack preset \"megatron_sc21_a100\""), std::string::npos) << e.message;
+  // A .json path relative to the hardware file's folder finds it.
+  const std::string relative =
+      std::filesystem::relative(kStacks / "megatron_sc21_a100.json", dir_).generic_string();
+  auto ok = load_edited([&](json& j) { j["default_stack"] = relative; });
+  ASSERT_TRUE(ok.ok()) << ok.error_str();
+  EXPECT_EQ(ok->stack, "megatron_sc21_a100");
+  // So does one written inline.
+  auto stack = load_json_file(kStacks / "megatron_sc21_a100.json");
+  auto inline_stack = load_edited([&](json& j) { j["default_stack"] = *stack; });
+  ASSERT_TRUE(inline_stack.ok()) << inline_stack.error_str();
+  EXPECT_EQ(inline_stack->stack_file, "");
+  EXPECT_EQ(inline_stack->efficiency, ok->efficiency);
+}
+
+// The stack's own errors name the stack file and the pointer inside it.
+TEST_F(BadHardwareFile, BadStackNamesTheStackFile) {
+  auto good = load_json_file(kStacks / "megatron_sc21_a100.json");
+  ASSERT_TRUE(good.ok());
+  const auto stack_file = dir_ / "stacks" / "broken.json";
+  std::filesystem::create_directories(stack_file.parent_path());
+  auto load_with = [&](const std::function<void(json&)>& edit) {
+    json s = *good;
+    edit(s);
+    std::ofstream(stack_file) << s.dump(2);
+    auto hw = load_json_file(kHardware / "a100_80gb_dgx.json");
+    json h = *hw;
+    h["default_stack"] = "broken";
+    std::filesystem::create_directories(dir_ / "hardware");
+    path_ = dir_ / "hardware" / "a100.json";
+    std::ofstream(path_) << h.dump(2);
+    return load_hardware(path_);
+  };
+  auto r = load_with([](json& s) { s["memory"]["allocator_fragmentation"]["value"] = 1.0; });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].file, stack_file.string());
+  EXPECT_EQ(r.errors().list[0].pointer, "/memory/allocator_fragmentation/value");
+  r = load_with([](json& s) { s.erase("memory"); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/memory");
+  r = load_with([](json& s) { s["fits"][0]["constants"] = {"hbm_speed"}; });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].file, stack_file.string());
+  EXPECT_EQ(r.errors().list[0].pointer, "/fits/0/constants/0");
+  EXPECT_NE(r.errors().list[0].message.find("not a constant of this stack"), std::string::npos);
+  r = load_with([](json& s) { s["fits"][0].erase("metric"); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/fits/0/metric");
+  r = load_with([](json& s) { s["efficiency"] = json::array(); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/efficiency");
+  r = load_with([](json&) {});
+  ASSERT_TRUE(r.ok()) << r.error_str();
+  EXPECT_EQ(r->stack, "megatron_sc21_a100");  // the name inside the file
+  EXPECT_EQ(std::filesystem::path(r->stack_file), stack_file.lexically_normal());
 }
 
 TEST_F(BadHardwareFile, BareNumberIsAnUnsourcedConstant) {
@@ -136,7 +263,7 @@ TEST_F(BadHardwareFile, BareNumberIsAnUnsourcedConstant) {
   EXPECT_EQ(e.pointer, "/gpu/peak_dense_tflops");
   EXPECT_EQ(e.message,
             "expected {\"value\": <number>, \"source\": \"<citation>\"}, got an integer: "
-            "every hardware constant cites its source");
+            "every preset constant cites its source");
 }
 
 TEST_F(BadHardwareFile, UnknownKeyIsNamed) {
@@ -160,11 +287,6 @@ TEST_F(BadHardwareFile, FractionalCountIsNamed) {
   Error e = only_error(load_edited([](json& j) { j["nics_per_node"]["value"] = 2.5; }));
   EXPECT_EQ(e.pointer, "/nics_per_node/value");
   EXPECT_EQ(e.message.rfind("expected an integer", 0), 0u) << e.message;
-}
-
-TEST_F(BadHardwareFile, EfficiencyMustBeAnObject) {
-  Error e = only_error(load_edited([](json& j) { j["efficiency"] = json::array(); }));
-  EXPECT_EQ(e.pointer, "/efficiency");
 }
 
 TEST_F(BadHardwareFile, InvalidJsonNamesTheLine) {
