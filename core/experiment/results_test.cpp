@@ -108,7 +108,7 @@ TEST_F(ResultsTest, FittedValuesAreMarkedAsCalibrationAndShownApart) {
       {"workload", {{"dataset", "fixed_2048"}, {"global_batch_sequences", 8}}},
       {"parallel", {{"num_gpus", 8}}},
       {"flops_definition", "sc21"},
-      {"strategies", {"analytical"}},
+      {"strategies", {"ptdp"}},
       // Case b runs on the shipped A100 stack, whose only fit is on megatron_ptdp/table1.
       {"cases", {{{"name", "a"}, {"published", {{"params_b", 1.7}}}},
                  {{"name", "b"}, {"stack", "megatron_sc21_a100"}, {"workload", {{"global_batch_sequences", 16}}},

@@ -129,9 +129,14 @@ struct Lowering {
         for (size_t r = 0; r < plan.stages[phases[i].stage].tiles.size(); ++r)
           for (const AttnTile& t : plan.stages[phases[i].stage].tiles[r]) tiles[r].push_back(&t);
       // "bwd in" / "bwd out": the exchanges before the first and after the last stage's tiles.
+      // (built by appends: GCC 12 warns falsely (-Wrestrict) on "s" + string)
       std::string label = "bwd ";
-      if (phases[i].stage >= 0) label += "s" + std::to_string(phases[i].stage);
-      else label += i == 0 ? "in" : "out";
+      if (phases[i].stage >= 0) {
+        label += 's';
+        label += std::to_string(phases[i].stage);
+      } else {
+        label += i == 0 ? "in" : "out";
+      }
       phase(phases[i].transfers, tiles, true, label);
     }
   }
