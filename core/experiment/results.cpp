@@ -271,7 +271,7 @@ Expected<PointResults> load_finished_points(const std::filesystem::path& results
     auto it = index.find(pj.value("id", ""));
     std::string status = pj.value("status", "");
     if (it == index.end() || (status != "ok" && status != "infeasible")) continue;  // errors re-run
-    PointResult r{it->first, status, pj.value("reason", ""), {}};
+    PointResult r{it->first, status, pj.value("reason", ""), {}, {}};
     const json metrics = pj.value("metrics", json::object());
     for (const auto& [k, v] : metrics.items())
       if (v.is_number()) r.metrics[k] = v.get<double>();

@@ -482,7 +482,7 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       std::string ptr = json_pointer_append(json_pointer_append(json_pointer_append("/cases", c.index), "published"), metric);
       if (!find_metric(metric)) diag.error(ptr, "unknown metric \"" + metric + "\"");
       else if (!v.is_number()) diag.error(ptr, "expected a number, got " + json_type_name(v));
-      else spec.published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false});
+      else spec.published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false, ""});
     }
   }
   std::map<std::string, PublishedValue> default_tolerance;

@@ -111,6 +111,27 @@ double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int6
   return 0;
 }
 
+double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivationOptions& o) {
+  const double s = static_cast<double>(o.seq_length), b = static_cast<double>(o.micro_batch);
+  const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
+  const double d = static_cast<double>(m.head_dim()), g = static_cast<double>(m.kv_heads);
+  const double H = static_cast<double>(m.ffn_hidden), t = static_cast<double>(o.tp);
+  const double sb = s * b;
+  const double outside_tp_share = o.sequence_parallel ? 1 / t : 1;  // SP shards the rest over t
+  if (o.recompute == Recompute::full) return 2 * sb * h * outside_tp_share;
+  // Outside the TP regions: norm inputs, QKV and MLP inputs, the two dropout masks.
+  const double outside = sb * h * (4 + 4 + (o.dropout ? 2 : 0));
+  // Inside attention: Q, K, V, the output O (the projection's input).
+  double attention = 2 * sb * (a * d + 2 * g * d + a * d);
+  if (o.flash) {
+    attention += 4 * sb * a;  // fp32 log-sum-exp per row and head
+  } else if (o.recompute == Recompute::none) {
+    attention += a * s * s * b * (o.dropout ? 5 : 2);  // softmax output (+ dropout mask, output)
+  }
+  const double mlp = 2 * sb * H * (!m.gated_mlp ? 2 : o.elementwise_fusion ? 3 : 4);
+  return outside * outside_tp_share + (attention + mlp) / t;
+}
+
 double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
                                        int tp, int cp, KwaiCheckpointing checkpointing) {
   const double s = static_cast<double>(seq_length), b = static_cast<double>(micro_batch);

@@ -96,6 +96,32 @@ double flops_per_token_kwai(const ModelShape& m, int64_t seq_length);
 double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
                                   int tp, bool sequence_parallel, Recompute recompute);
 
+// What a layer's saved activations depend on beyond the model's shape.
+struct LayerActivationOptions {
+  int64_t micro_batch = 1;  // b sequences of seq_length tokens each
+  int64_t seq_length = 0;
+  int tp = 1;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  bool flash = true;             // fused attention keeps no s×s scores, only an fp32 LSE per row
+  bool dropout = true;           // dropout after attention and MLP (and on the scores, unfused)
+  bool elementwise_fusion = true;  // gated MLP: the fused SwiGLU saves its input, not gate/up/act
+};
+
+// Activation bytes one layer keeps for the backward pass, from the tensors each op saves (16-bit
+// values, 1-byte dropout masks), for any decoder layer the ModelShape describes (MHA or GQA, GeLU
+// or gated MLP). It reduces to Korthikanti et al.'s Table 2 on a GPT layer (unfused attention,
+// dropout) and to Kwai's per-layer formula on a Llama layer (flash, no dropout, unfused SwiGLU)
+// plus the LSE. Saved, per layer (÷t inside the TP regions; the rest ÷t only with SP):
+//   outside TP: two norm inputs 4sbh, QKV and MLP inputs (norm outputs) 4sbh, dropout masks 2sbh
+//   attention:  Q 2sb·a·d, K and V 2sb·g·d each, output O (projection input) 2sb·a·d; unfused
+//               adds the softmax output 2as²b (+ its dropout mask as²b and output 2as²b), flash
+//               adds the LSE 4sb·a; selective recompute drops the s² terms
+//   MLP:        GeLU input and output 2·2sbH; gated 3·2sbH fused (FC1 out 2H, act out H) or
+//               4·2sbH unfused (gate, up, act(gate), product)
+//   full recompute: the layer input 2sbh only (÷t with SP).
+double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivationOptions& o);
+
 // Kwai's per-layer activation bytes (Yuan et al., ATC'24; references/kwai.md): bf16,
 // FlashAttention, no dropout, SP over t and CP over c:
 //   none:     (12 + 4g/a + 8H/h)·s·b·h/(t·c)

@@ -207,6 +207,51 @@ TEST(Memory, KwaiPerLayerByHand) {
             (12 + 1 + 28) * 16384.0 * 4096 / 4);
 }
 
+// The architecture-general count reduces to both published closed forms: Korthikanti's Table 2 on
+// a GPT layer (unfused attention, dropout, GeLU) for every row, and Kwai's formula on a Llama
+// layer (flash, no dropout, unfused SwiGLU, GQA, SP and CP) plus the fp32 LSE it leaves out.
+TEST(Memory, SavedActivationsReduceToKorthikantiAndKwai) {
+  const ModelShape gpt = preset("gpt3_175b");
+  for (int tp : {1, 2, 8})
+    for (bool sp : {false, true})
+      for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+        LayerActivationOptions o;
+        o.micro_batch = 2;
+        o.seq_length = 2048;
+        o.tp = tp;
+        o.sequence_parallel = sp;
+        o.recompute = r;
+        o.flash = false;
+        o.dropout = true;
+        EXPECT_DOUBLE_EQ(saved_activation_bytes_per_layer(gpt, o),
+                         activation_bytes_per_layer(gpt, 2, 2048, tp, sp, r))
+            << "tp " << tp << " sp " << sp << " recompute " << static_cast<int>(r);
+      }
+  for (const char* name : {"llama_65b_kwai", "llama3_8b_dcp"}) {
+    ModelShape llama = preset(name);
+    ASSERT_FALSE(llama.dropout) << name;
+    const int t = 2, c = 2;
+    const int64_t s = 8192;
+    LayerActivationOptions o;
+    o.seq_length = s / c;  // a CP rank holds 1/c of the sequence
+    o.tp = t;
+    o.sequence_parallel = true;
+    o.flash = true;
+    o.dropout = llama.dropout;
+    o.elementwise_fusion = false;
+    const double lse = 4.0 * (s / c) * llama.heads / t;
+    EXPECT_DOUBLE_EQ(saved_activation_bytes_per_layer(llama, o),
+                     activation_bytes_per_layer_kwai(llama, 1, s, t, c, KwaiCheckpointing::none) + lse)
+        << name;
+    // Megatron's fused SwiGLU saves its input (2H) and output (H) instead of four H tensors.
+    o.elementwise_fusion = true;
+    EXPECT_DOUBLE_EQ(activation_bytes_per_layer_kwai(llama, 1, s, t, c, KwaiCheckpointing::none) + lse -
+                         saved_activation_bytes_per_layer(llama, o),
+                     2.0 * (s / c) * llama.ffn_hidden / t)
+        << name;
+  }
+}
+
 TEST(Memory, WeightsAndOptimizer) {
   EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, false), 18e9);
   EXPECT_EQ(weight_and_optimizer_bytes(1e9, 64, false), 18e9);  // replicated: d does not matter

@@ -22,6 +22,7 @@ ModelShape parse_model(JsonObject& o) {
   m.position_embedding = o.choice("position_embedding", {"learned", "rope"});
   m.bias = o.boolean("bias");
   m.tied_embeddings = o.boolean("tied_embeddings");
+  m.dropout = o.boolean_or("dropout", true);
   m.source = o.string("source");
   if (o.has("source") && m.source.empty()) o.error("source", "expected a non-empty citation");
   o.finish();

@@ -1,7 +1,8 @@
 // model.h — the shape of a decoder-only transformer (GPT or Llama family) and its loading from
 // experiments/models/*.json.
 // Requires: core/common/json_reader.h. Shapes only: FLOPs, parameters, memory are in formulas.h.
-// Note: every key is required except "kv_heads" (defaults to "heads": multi-head attention).
+// Note: every key is required except "kv_heads" (defaults to "heads": multi-head attention) and
+// "dropout" (defaults to true).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,10 @@ struct ModelShape {
   // The output layer reuses the input embedding (SC'21 GPT, as Megatron's default) or has its
   // own V×h matrix (Llama, untie_embeddings_and_output_weights).
   bool tied_embeddings = false;
+  // Dropout after attention and MLP and on the attention scores, as GPT and Megatron's defaults
+  // train (hidden and attention dropout 0.1); Llama recipes train without (dropout 0): its masks
+  // are then not saved for the backward pass.
+  bool dropout = true;
   std::string source;  // where the shape comes from (paper, table, model card)
 
   int64_t head_dim() const { return hidden / heads; }

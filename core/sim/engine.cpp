@@ -229,6 +229,7 @@ Expected<SimResult> simulate_checked(const TaskGraph& g) {
     const TaskSpec& t = tasks[i];
     r.makespan_s = std::max(r.makespan_s, r.end_s[i]);
     if (t.kind == 'm') r.comm_busy_s[t.device] += t.duration_s;
+    if (t.blocking && t.stream != 0) r.exposed_comm_s[t.device] += t.duration_s;
     if (t.stream != 0) continue;
     if (t.kind == 'm') r.exposed_comm_s[t.device] += t.duration_s;
     else r.compute_busy_s[t.device] += t.duration_s;
@@ -236,7 +237,7 @@ Expected<SimResult> simulate_checked(const TaskGraph& g) {
     int comm = -1;
     double other_ready = prev_in_stream[i] >= 0 ? r.end_s[prev_in_stream[i]] : 0.0;
     for (int d : t.deps) {
-      if (tasks[d].kind != 'm') other_ready = std::max(other_ready, r.end_s[d]);
+      if (tasks[d].kind != 'm' || tasks[d].blocking) other_ready = std::max(other_ready, r.end_s[d]);
       else if (comm < 0 || r.end_s[d] > r.end_s[comm]) comm = d;
     }
     if (comm < 0) continue;

@@ -26,6 +26,9 @@ struct TaskSpec {
   int link = -1;             // a shared resource (a NIC): its tasks run one at a time
   std::string name;          // for the trace ("F3.1" = forward of micro-batch 3, chunk 1)
   char kind = 'c';           // 'c' compute, 'm' communication, 'o' other (optimizer...)
+  // A communication the device's compute stream waits for by construction (a blocking collective
+  // or send issued on a side stream): its whole duration is exposed on its device.
+  bool blocking = false;
 };
 
 class TaskGraph {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
 #include "core/sim/layer_cost.h"
@@ -12,12 +13,21 @@
 namespace cpbench {
 namespace {
 
+// Named streams of a simulated rank (the trace's tracks).
 constexpr int kComputeStream = 0;
-constexpr int kGradStream = 3;  // DP gradient reduction (streams 1 and 2 carry pipeline sends)
+constexpr int kPpFwdStream = 1;  // pipeline sends of activations (append_pipeline_tasks)
+constexpr int kPpBwdStream = 2;  // pipeline sends of gradients
+constexpr int kDpStream = 3;     // data-parallel gradient reduction and parameter all-gather
+constexpr int kTpStream = 4;     // tensor-parallel collectives
+constexpr int kCpStream = 5;     // context-parallel transfers the attention waits for
+const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp", "tp", "cp"};
 
-// Per micro-batch and model chunk: forward and backward seconds of one stage, and the TP share.
+// Per micro-batch and model chunk on one stage: compute seconds, blocking TP collectives and the
+// attention's wait on CP transfers, forward and backward.
 struct ChunkCost {
-  double fwd_s = 0, bwd_s = 0, tp_s = 0, cp_wait_s = 0;
+  double fwd_s = 0, bwd_s = 0, fwd_tp_s = 0, bwd_tp_s = 0, fwd_cp_s = 0, bwd_cp_s = 0;
+  double tp_s() const { return fwd_tp_s + bwd_tp_s; }
+  double cp_wait_s() const { return fwd_cp_s + bwd_cp_s; }
 };
 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
@@ -25,16 +35,17 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
   const double layers = static_cast<double>(model.layers) / (L.pp * L.vp);
   LayerCost layer = layer_cost(cost, model, L, mb, attention);
-  ChunkCost c{layers * layer.forward.total(), layers * layer.backward.total(),
-              layers * (layer.forward.tp_comm_s + layer.backward.tp_comm_s),
-              layers * (layer.forward.cp_wait_s + layer.backward.cp_wait_s)};
+  ChunkCost c{layers * layer.forward.compute_s,  layers * layer.backward.compute_s,
+              layers * layer.forward.tp_comm_s,  layers * layer.backward.tp_comm_s,
+              layers * layer.forward.cp_wait_s,  layers * layer.backward.cp_wait_s};
   if (!L.gradient_accumulation_fusion)
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
     c.bwd_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
   auto add = [&c](const LayerCost& extra) {
-    c.fwd_s += extra.forward.total();
-    c.bwd_s += extra.backward.total();
-    c.tp_s += extra.forward.tp_comm_s + extra.backward.tp_comm_s;
+    c.fwd_s += extra.forward.compute_s + extra.forward.cp_wait_s;
+    c.bwd_s += extra.backward.compute_s + extra.backward.cp_wait_s;
+    c.fwd_tp_s += extra.forward.tp_comm_s;
+    c.bwd_tp_s += extra.backward.tp_comm_s;
   };
   if (stage == 0 && chunk == 0) add(embedding_cost(cost, model, L, mb));
   if (stage == L.pp - 1 && chunk == L.vp - 1) add(output_layer_cost(cost, model, L, mb));
@@ -57,6 +68,36 @@ double boundary_s(const CostModel& cost, const ModelShape& model, const Parallel
            cost.collective_s(Collective::all_gather, bytes, placement(L.tp, 1, g));
   }
   return cost.p2p_s(bytes, link);
+}
+
+// The memory counter track of every simulated device: the stage's weights, gradients and
+// optimizer state plus the activations its ops hold, changing when a forward starts (it saves
+// its activations) and when a backward ends (it frees them) — the walk estimate_memory takes.
+std::vector<CounterSample> memory_counters(const ModelShape& model, const Plan& plan,
+                                           const std::vector<const std::vector<PlanMicroBatch>*>& replicas,
+                                           const PipelineSchedule& schedule, const std::vector<PipelineTasks>& pipelines,
+                                           const SimResult& sim) {
+  const ParallelConfig& L = plan.layout;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  int64_t longest = 0;
+  for (const auto* list : replicas)
+    for (const auto& mb : *list)
+      for (int64_t len : mb.lengths) longest = std::max(longest, len);
+  std::vector<CounterSample> out;
+  for (size_t r = 0; r < replicas.size(); ++r)
+    for (int s = 0; s < static_cast<int>(L.pp); ++s) {
+      const int device = static_cast<int>(r * L.pp) + s;
+      const double weights = weight_and_optimizer_bytes(params_per_gpu(model, L, longest, s),
+                                                        static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
+      const StageMemory sm = stage_activation_memory(model, L, *replicas[r], schedule, s);
+      out.push_back({device, 0.0, "memory GiB", weights / kGiB});
+      for (size_t i = 0; i < schedule[s].size(); ++i) {
+        const int task = schedule[s][i].forward ? pipelines[r].compute[s][i] : pipelines[r].done[s][i];
+        const double t = schedule[s][i].forward ? sim.start_s[task] : sim.end_s[task];
+        out.push_back({device, t, "memory GiB", (weights + sm.after_op[i]) / kGiB});
+      }
+    }
+  return out;
 }
 
 }  // namespace
@@ -105,7 +146,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   std::vector<PipelineTasks> pipelines;
   std::vector<std::string> names;
   int collective_id = 0;
-  std::vector<double> tp_s(replicas.size(), 0), cp_wait_s(replicas.size(), 0);  // summed over stages
+  std::vector<double> cp_wait_s(replicas.size(), 0);  // summed over stages
   for (size_t r = 0; r < replicas.size(); ++r) {
     const auto& mbs = *replicas[r];
     // Cost of each (micro-batch, chunk) on each stage, computed once (micro-batches repeat).
@@ -125,10 +166,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
                                        : chunk_cost(cost, model, L, mbs[k], priced ? &attn : nullptr, s, c);
     }
     for (const auto& stage_costs : costs)
-      for (const auto& c : stage_costs) {
-        tp_s[r] += c.tp_s;
-        cp_wait_s[r] += c.cp_wait_s;
-      }
+      for (const auto& c : stage_costs) cp_wait_s[r] += c.cp_wait_s();
     const int first_device = static_cast<int>(r) * p;
     // The transfer after an op, when there is a next virtual stage to send to.
     auto send_s = [&](int s, const PipeOp& op) {
@@ -137,15 +175,22 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
       const int to = op.forward ? (s + 1) % p : (s + p - 1) % p;
       return boundary_s(cost, model, L, mbs[op.micro_batch], s, to);
     };
+    // An op's blocking communication after its compute: the TP collectives, the attention's wait
+    // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
+    auto tail = [&](int s, const PipeOp& op) {
+      const ChunkCost& c = costs[s][op.micro_batch * v + op.chunk];
+      std::vector<OpSegment> segs = {{kTpStream, op.forward ? c.fwd_tp_s : c.bwd_tp_s, 'm', "tp", false},
+                                     {kCpStream, op.forward ? c.fwd_cp_s : c.bwd_cp_s, 'm', "cp wait", false}};
+      if (!L.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
+      return segs;
+    };
     auto tasks = append_pipeline_tasks(
         g, *schedule,
         [&](int s, const PipeOp& op) {
           const ChunkCost& c = costs[s][op.micro_batch * v + op.chunk];
-          // A blocking send keeps the sender's compute stream until the transfer is done.
-          return (op.forward ? c.fwd_s : c.bwd_s) + (L.overlap_p2p ? 0 : send_s(s, op));
+          return op.forward ? c.fwd_s : c.bwd_s;
         },
-        [&](int s, const PipeOp& op) { return L.overlap_p2p ? send_s(s, op) : 0.0; },
-        first_device);
+        [&](int s, const PipeOp& op) { return L.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
     for (int s = 0; s < p; ++s) {
       names.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
       // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
@@ -166,7 +211,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
         std::vector<int> early_deps = {last > 0 ? tasks.compute[s][last - 1] : last_task};
         for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
           if (dur <= 0) continue;
-          TaskSpec t{first_device + s, kGradStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
+          TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
           grad_tasks[s].push_back(g.add(t));
         }
       }
@@ -219,7 +264,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
     for (int s = 0; s < p; ++s) {
       ++collective_id;
       for (size_t r = 0; r < replicas.size(); ++r) {
-        TaskSpec t{static_cast<int>(r) * p + s, kGradStream, 0, {}, collective_id, -1, "dp barrier", 'm'};
+        TaskSpec t{static_cast<int>(r) * p + s, kDpStream, 0, {}, collective_id, -1, "dp barrier", 'm'};
         for (int id : grad_tasks[s]) if (g.task(id).device == t.device) t.deps.push_back(id);
         grad_tasks[s].push_back(g.add(t));
       }
@@ -241,7 +286,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
       for (int id : grad_tasks[s]) if (g.task(id).device == device) t.deps.push_back(id);
       int opt = g.add(t);
       if (L.distributed_optimizer && shards > 1) {
-        TaskSpec ag{device, kGradStream, cost.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model, L, 0, s),
+        TaskSpec ag{device, kDpStream, cost.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model, L, 0, s),
                                                             placement(shards, L.tp, cost.cluster().gpus_per_node)),
                     {opt}, -1, -1, "dp param all-gather", 'm'};
         g.add(ag);
@@ -256,18 +301,17 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   out.tasks = g.size();
   out.simulated_pipelines = replicas.size();
   // Means over the DP×CP ranks of a stage (a replica counts once per rank it stands for) and over
-  // stages. TP collectives and CP waits sit inside the compute tasks (blocking): they count as
-  // exposed communication, not compute.
+  // stages. TP collectives, CP waits and blocking sends are tasks of their own streams that hold
+  // the compute stream: the engine counts them as exposed communication, not compute.
   double busy_sum = 0, busy_max = 0, idle = 0, exposed = 0, devices = 0;
   for (size_t r = 0; r < replicas.size(); ++r) {
-    const double blocked = tp_s[r] + cp_wait_s[r];
     out.exposed_cp_comm_s += weight[r] * cp_wait_s[r] / p / ranks;
     for (int s = 0; s < p; ++s) {
       const size_t d = r * p + s;
-      const double compute = sim->compute_busy_s[d] - blocked / p;
+      const double compute = sim->compute_busy_s[d];
       busy_sum += weight[r] * compute;
       busy_max = std::max(busy_max, compute);
-      exposed += weight[r] * (sim->exposed_comm_s[d] + blocked / p);
+      exposed += weight[r] * sim->exposed_comm_s[d];
       idle += weight[r] * std::max(0.0, sim->makespan_s - sim->compute_busy_s[d] - sim->exposed_comm_s[d]);
       devices += weight[r];
     }
@@ -276,7 +320,8 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   out.bubble_fraction = sim->makespan_s > 0 ? idle / devices / sim->makespan_s : 0;
   out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
   if (!trace_path.empty()) {
-    if (auto st = write_chrome_trace(g, *sim, names, trace_path); !st) return st.errors();
+    const auto counters = memory_counters(model, plan, replicas, *schedule, pipelines, *sim);
+    if (auto st = write_chrome_trace(g, *sim, names, trace_path, kStreamNames, counters); !st) return st.errors();
   }
   return out;
 }

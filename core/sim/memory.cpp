@@ -3,15 +3,9 @@
 #include <algorithm>
 
 #include "core/model/formulas.h"
+#include "core/model/model_flops.h"
 
 namespace cpbench {
-namespace {
-
-Recompute recompute_of(const ParallelConfig& p) {
-  return p.recompute == "full" ? Recompute::full : p.recompute == "selective" ? Recompute::selective : Recompute::none;
-}
-
-}  // namespace
 
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage) {
   ParamCount pc = param_count(model, seq_length);
@@ -22,55 +16,84 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
   return p / layout.tp;
 }
 
+double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
+                               bool recompute_none) {
+  // Per-layer bytes are linear in the tokens of a sequence except the unfused s² scores, so a
+  // packed micro-batch costs the sum over its sequences (each attends only to itself). A CP group
+  // splits every sequence's tokens evenly: each rank keeps 1/cp of them.
+  LayerActivationOptions o;
+  o.tp = static_cast<int>(L.tp);
+  o.sequence_parallel = L.sequence_parallel;
+  o.recompute = recompute_none ? Recompute::none : parse_recompute(L.recompute);
+  o.flash = L.attention_kernel == "flash";
+  o.dropout = model.dropout;
+  o.elementwise_fusion = L.elementwise_fusion;
+  const int64_t cp = std::max<int64_t>(1, mb.cp);
+  double bytes = 0;
+  for (int64_t len : mb.padded_lengths()) {
+    o.seq_length = (len + cp - 1) / cp;
+    bytes += saved_activation_bytes_per_layer(model, o);
+  }
+  return bytes;
+}
+
+StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfig& L,
+                                    const std::vector<PlanMicroBatch>& micro_batches, const PipelineSchedule& schedule,
+                                    int stage) {
+  StageMemory out;
+  const double layers_per_chunk = static_cast<double>(model.layers) / (L.pp * L.vp);
+  const bool recompute = parse_recompute(L.recompute) != Recompute::none;
+  double held = 0;
+  for (const PipeOp& op : schedule[stage]) {
+    const PlanMicroBatch& mb = micro_batches[op.micro_batch];
+    if (op.forward) {
+      held += layers_per_chunk * micro_batch_layer_bytes(model, L, mb);
+      if (held > out.peak + out.peak_workspace) out.peak = held, out.peak_workspace = 0;
+    } else {
+      // Recomputing (or computing) one layer's backward needs its full activations at once.
+      const double workspace = recompute ? micro_batch_layer_bytes(model, L, mb, true) : 0;
+      if (held + workspace > out.peak + out.peak_workspace) out.peak = held, out.peak_workspace = workspace;
+      held -= layers_per_chunk * micro_batch_layer_bytes(model, L, mb);
+    }
+    out.after_op.push_back(held);
+  }
+  return out;
+}
+
 MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads) {
   const ParallelConfig& L = plan.layout;
-  MemoryEstimate e;
-  e.reserved_bytes = overheads.reserved_gib * 1024.0 * 1024.0 * 1024.0;
-  int64_t longest = 0, micro_batches = 0;
-  const PlanMicroBatch* largest = nullptr;  // the micro-batch with the most tokens
-  for (const auto& replica : plan.micro_batches) {
-    micro_batches = std::max<int64_t>(micro_batches, replica.size());
-    for (const auto& mb : replica) {
-      if (!largest || mb.padded_tokens() / mb.cp > largest->padded_tokens() / largest->cp) largest = &mb;
+  MemoryEstimate best;
+  if (plan.micro_batches.empty() || plan.micro_batches.front().empty()) return best;
+  const int p = static_cast<int>(L.pp), v = static_cast<int>(L.vp);
+  const int m = static_cast<int>(plan.micro_batches.front().size());
+  auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
+  if (!schedule) return best;  // the simulation reports why the schedule cannot take the plan
+  int64_t longest = 0;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
       for (int64_t len : mb.lengths) longest = std::max(longest, len);
+  const double f = overheads.allocator_fragmentation;
+  std::vector<const std::vector<PlanMicroBatch>*> seen;  // ranks with identical lists once
+  for (const auto& list : plan.micro_batches) {
+    if (std::any_of(seen.begin(), seen.end(), [&](auto* x) { return *x == list; })) continue;
+    seen.push_back(&list);
+    for (int s = 0; s < p; ++s) {
+      const StageMemory sm = stage_activation_memory(model, L, list, *schedule, s);
+      MemoryEstimate e;
+      e.stage = s;
+      e.reserved_bytes = overheads.reserved_gib * 1024.0 * 1024.0 * 1024.0;
+      // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
+      e.weights_optimizer_bytes = weight_and_optimizer_bytes(params_per_gpu(model, L, longest, s),
+                                                             static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
+      e.activation_bytes = sm.peak;
+      e.workspace_bytes = sm.peak_workspace;
+      // The activation pool is allocated and freed every micro-batch, interleaving long-lived
+      // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
+      e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
+      if (e.total() > best.total()) best = e;
     }
   }
-  if (!largest) return e;
-  e.weights_optimizer_bytes =
-      weight_and_optimizer_bytes(params_per_gpu(model, L, longest, 0), static_cast<int>(L.dp() * L.cp),
-                                 L.distributed_optimizer);  // sharded over DP with CP
-
-  // Korthikanti's per-layer bytes are linear in the micro-batch size b, so a packed micro-batch
-  // costs the sum over its sequences (each attends only to itself). Flash attention keeps no
-  // s×s scores: it stores what selective recompute stores, plus an fp32 LSE per row and head.
-  // A CP group splits every sequence's tokens evenly: each rank keeps 1/cp of them.
-  const Recompute rc = recompute_of(L);
-  const bool flash = L.attention_kernel == "flash";
-  auto layer_bytes = [&](Recompute mode) {
-    double bytes = 0;
-    for (int64_t len : largest->padded_lengths()) {
-      bool no_scores = flash && mode == Recompute::none;
-      bytes += activation_bytes_per_layer(model, 1, len, static_cast<int>(L.tp), L.sequence_parallel,
-                                          no_scores ? Recompute::selective : mode);
-      if (no_scores) bytes += 4.0 * len * model.heads / L.tp;
-    }
-    return bytes / static_cast<double>(std::max<int64_t>(1, largest->cp));
-  };
-  const double per_layer = layer_bytes(rc);
-  // 1F1B: the first stage keeps p micro-batches in flight (fewer when m < p); interleaving
-  // multiplies by (1 + (p−1)/(p·m)) (Korthikanti et al.).
-  const double layers_per_stage = static_cast<double>(model.layers) / L.pp;
-  const double in_flight = static_cast<double>(std::min<int64_t>(L.pp, micro_batches));
-  double interleave = L.vp > 1 ? 1 + static_cast<double>(L.pp - 1) / (L.pp * micro_batches) : 1;
-  e.activation_bytes = per_layer * layers_per_stage * in_flight * interleave;
-  // Recomputing (or computing) one layer needs its full activations at once.
-  if (rc != Recompute::none)
-    e.workspace_bytes = layer_bytes(Recompute::none);
-  // The activation pool is allocated and freed every micro-batch, interleaving long-lived saved
-  // tensors with short-lived ones: a share f of the memory it reserves is unusable (ZeRO §3.2).
-  const double f = overheads.allocator_fragmentation;
-  e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
-  return e;
+  return best;
 }
 
 }  // namespace cpbench

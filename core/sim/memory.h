@@ -1,25 +1,31 @@
-// memory.h — peak memory of one GPU under a PTD-P layout, from the model's formulas: weights,
-// gradients and optimizer state of the GPU's layers, plus the activations the pipeline schedule
-// keeps in flight (Korthikanti et al., references/ptdp.md).
-// Requires: the plan's layout and micro-batches, and the preset's memory overheads. Note: the first
-// pipeline stage is the worst under 1F1B (it holds p micro-batches in flight); that is the stage
-// reported. The estimate is what the GPU must have: allocated bytes plus what the process reserves
+// memory.h — device memory of one GPU along the iteration's schedule: weights, gradients and
+// optimizer state of its stage, plus the activations each forward saves and its backward frees,
+// walked in the pipeline schedule's order (the order the stage's compute stream runs them).
+// Requires: the plan's layout and micro-batches, the preset's memory overheads. Per-layer saved
+// bytes come from the model's architecture (formulas.h saved_activation_bytes_per_layer: KV heads,
+// gated MLP, dropout, flash or unfused attention, SP, CP). The peak is the worst stage and DP×CP
+// rank; interleaving's extra in-flight chunks (Megatron: 1 + (p−1)/(p·v)) follow from the order.
+// Note: the estimate is what the GPU must have: allocated bytes plus what the process reserves
 // beside them (context, communicator buffers) and what the caching allocator loses to
 // fragmentation in the activation pool.
 #pragma once
 
+#include <vector>
+
 #include "core/hardware/hardware.h"
 #include "core/model/model.h"
 #include "core/plan/plan.h"
+#include "core/sim/pipeline_schedule.h"
 
 namespace cpbench {
 
 struct MemoryEstimate {
   double weights_optimizer_bytes = 0;
-  double activation_bytes = 0;
-  double workspace_bytes = 0;  // the transient working set of the layer being computed
+  double activation_bytes = 0;     // saved activations in flight at the peak
+  double workspace_bytes = 0;      // the transient working set of the layer being (re)computed
   double fragmentation_bytes = 0;  // activation pool lost to the allocator's fragmentation
   double reserved_bytes = 0;       // context, communicator buffers, library workspaces
+  int stage = 0;                   // the pipeline stage where the peak is
   double allocated() const { return weights_optimizer_bytes + activation_bytes + workspace_bytes; }
   double total() const { return allocated() + fragmentation_bytes + reserved_bytes; }
 };
@@ -27,6 +33,22 @@ struct MemoryEstimate {
 // Parameters held by one GPU of pipeline stage `stage` (its layers, /tp; embedding on the
 // first stage, output layer on the last).
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage);
+
+// Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every
+// sequence), under the layout's TP, SP, recompute mode and attention kernel.
+double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb,
+                               bool recompute_none = false);
+
+// Activation bytes held by one stage after each op of its schedule (forward: + the chunk's saved
+// bytes; backward: − them), for one DP×CP rank's micro-batch list. peak_s: the largest value,
+// counting the backward's working set while it runs.
+struct StageMemory {
+  std::vector<double> after_op;
+  double peak = 0, peak_workspace = 0;  // activations and the workspace at the peak
+};
+StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfig& layout,
+                                    const std::vector<PlanMicroBatch>& micro_batches, const PipelineSchedule& schedule,
+                                    int stage);
 
 MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads);
 

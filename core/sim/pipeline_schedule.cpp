@@ -82,12 +82,10 @@ Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int
 PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedule,
                                     const std::function<double(int stage, const PipeOp&)>& compute_s,
                                     const std::function<double(int stage, const PipeOp&)>& p2p_s,
-                                    int first_device) {
+                                    int first_device, const OpTail& tail) {
   const int p = static_cast<int>(schedule.size());
   int m = 0, v = 0;
-  size_t n_ops = 0;
   for (const auto& ops : schedule) {
-    n_ops += ops.size();
     for (const PipeOp& op : ops) {
       m = std::max(m, op.micro_batch + 1);
       v = std::max(v, op.chunk + 1);
@@ -100,9 +98,11 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
   };
   std::vector<int> compute_id(2 * static_cast<size_t>(n_virtual) * m, -1);
   std::vector<int> send_id(compute_id.size(), -1);
+  std::vector<int> output_id(compute_id.size(), -1);  // a blocking segment that delivers the output
   PipelineTasks ids;
   ids.compute.resize(p);
   ids.send.resize(p);
+  ids.done.resize(p);
   // The op that consumes this op's output, as (stage, virtual stage); stage -1 when none.
   auto consumer = [&](int stage, const PipeOp& op) {
     const int j = op.chunk * p + stage;
@@ -111,12 +111,29 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
     return next % p;
   };
 
-  // Ids first (compute tasks, then transfers), so that edges can point forward.
+  // Ids first (compute tasks, then tail segments, then transfers), so that edges can point forward.
   int next_id = static_cast<int>(g.size());
   for (int s = 0; s < p; ++s)
     for (const PipeOp& op : schedule[s]) {
       ids.compute[s].push_back(next_id);
       compute_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id++;
+    }
+  std::vector<std::vector<std::vector<OpSegment>>> tails(p);
+  std::vector<std::vector<int>> first_tail(p);
+  for (int s = 0; s < p; ++s)
+    for (size_t k = 0; k < schedule[s].size(); ++k) {
+      const PipeOp& op = schedule[s][k];
+      std::vector<OpSegment> segs;
+      if (tail)
+        for (OpSegment& seg : tail(s, op))
+          if (seg.duration_s > 0) segs.push_back(std::move(seg));
+      first_tail[s].push_back(next_id);
+      for (const OpSegment& seg : segs) {
+        if (seg.carries_output) output_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id;
+        ++next_id;
+      }
+      ids.done[s].push_back(segs.empty() ? ids.compute[s][k] : next_id - 1);
+      tails[s].push_back(std::move(segs));
     }
   std::vector<std::vector<double>> send_s(p);
   for (int s = 0; s < p; ++s)
@@ -127,7 +144,7 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
       if (t > 0) send_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id;
       ids.send[s].push_back(t > 0 ? next_id++ : -1);
     }
-  g.reserve(g.size() + n_ops * 2);
+  g.reserve(static_cast<size_t>(next_id));
 
   // What the op (mb, virtual stage j) waits for: the producer's transfer if any, else the producer.
   auto input_of = [&](int s, const PipeOp& op) {
@@ -139,7 +156,8 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
     } else {
       producer = j == n_virtual - 1 ? slot(true, j, op.micro_batch) : slot(false, j + 1, op.micro_batch);
     }
-    return send_id[producer] >= 0 ? send_id[producer] : compute_id[producer];
+    if (send_id[producer] >= 0) return send_id[producer];
+    return output_id[producer] >= 0 ? output_id[producer] : compute_id[producer];
   };
   auto name = [](const PipeOp& op) {
     std::string s(1, op.forward ? 'F' : 'B');
@@ -149,7 +167,8 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
     return s;
   };
   for (int s = 0; s < p; ++s)
-    for (const PipeOp& op : schedule[s]) {
+    for (size_t k = 0; k < schedule[s].size(); ++k) {
+      const PipeOp& op = schedule[s][k];
       TaskSpec t;
       t.device = first_device + s;
       t.stream = 0;
@@ -157,7 +176,24 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
       t.name = name(op);
       t.kind = 'c';
       if (const int in = input_of(s, op); in >= 0) t.deps.push_back(in);
+      // The previous op's blocking tail holds the compute stream.
+      if (k > 0 && ids.done[s][k - 1] != ids.compute[s][k - 1]) t.deps.push_back(ids.done[s][k - 1]);
       g.add(std::move(t));
+    }
+  for (int s = 0; s < p; ++s)
+    for (size_t k = 0; k < schedule[s].size(); ++k) {
+      int prev = ids.compute[s][k];
+      for (const OpSegment& seg : tails[s][k]) {
+        TaskSpec t;
+        t.device = first_device + s;
+        t.stream = seg.stream;
+        t.duration_s = seg.duration_s;
+        t.name = name(schedule[s][k]) + " " + seg.label;
+        t.kind = seg.kind;
+        t.blocking = seg.kind == 'm';
+        t.deps.push_back(prev);
+        prev = g.add(std::move(t));
+      }
     }
   for (int s = 0; s < p; ++s)
     for (size_t k = 0; k < schedule[s].size(); ++k) {
@@ -170,7 +206,7 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
       t.name = "send ";
       t.name += name(op);
       t.kind = 'm';
-      t.deps.push_back(ids.compute[s][k]);
+      t.deps.push_back(ids.done[s][k]);
       g.add(std::move(t));
     }
   return ids;

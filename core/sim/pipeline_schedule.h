@@ -41,10 +41,22 @@ using PipelineSchedule = std::vector<std::vector<PipeOp>>;
 Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int m, int v);
 
 // Task ids of an appended pipeline, [stage][index of the op in the schedule]; send is -1 where
-// the op sends nothing (last virtual stage's forward, first one's backward, p = 1, zero time).
+// the op sends nothing (last virtual stage's forward, first one's backward, p = 1, zero time);
+// done is the op's last task (its compute, or the last of its tail segments).
 struct PipelineTasks {
-  std::vector<std::vector<int>> compute, send;
+  std::vector<std::vector<int>> compute, send, done;
 };
+
+// A blocking piece of an op that runs after its compute on another stream (a TP collective, a
+// wait on CP transfers, a blocking pipeline send): the stage's next op starts after it.
+struct OpSegment {
+  int stream = 0;
+  double duration_s = 0;
+  char kind = 'm';
+  std::string label;  // appended to the op's name: "F3.1 tp"
+  bool carries_output = false;  // the op's output reaches its consumer with this segment (a send)
+};
+using OpTail = std::function<std::vector<OpSegment>(int stage, const PipeOp&)>;
 
 // Appends the pipeline's tasks to g; stage s runs on device first_device + s.
 //  - every op is a kind-'c' task on stream 0, in schedule order, named "F3.1" / "B3.1"
@@ -58,10 +70,14 @@ struct PipelineTasks {
 //    stage) or stream 2 (gradients, to the previous stage) after the op, and the receiver
 //    waits for it; sends leave in the sender's compute order, so the FIFO streams never block
 //    a transfer behind one that is not ready.
+//  - tail(stage, op), when given, lists blocking segments after the op's compute, each a task
+//    on its stream after the previous one; the stage's next op waits for the last, and the
+//    consumer receives the output after the segment marked carries_output (else after the op's
+//    compute, or its non-blocking send).
 PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedule,
                                     const std::function<double(int stage, const PipeOp&)>& compute_s,
                                     const std::function<double(int stage, const PipeOp&)>& p2p_s,
-                                    int first_device = 0);
+                                    int first_device = 0, const OpTail& tail = {});
 
 // The same with uniform costs: fwd_s / bwd_s per op (one micro-batch through one chunk) and
 // p2p_s per transfer; devices 0..p−1.

@@ -43,7 +43,8 @@ const char* category(char kind) {
 
 }  // namespace
 
-std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std::vector<std::string>& device_names) {
+std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std::vector<std::string>& device_names,
+                              const std::vector<std::string>& stream_names, const std::vector<CounterSample>& counters) {
   std::string out;
   out.reserve(256 + g.size() * 110);
   out += "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
@@ -67,7 +68,8 @@ std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std:
       if (!used[d][s]) continue;
       begin_event();
       out += "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + pid + ", \"tid\": " + std::to_string(s) +
-             ", \"args\": {\"name\": " + quoted(stream_name(s)) + "}}";
+             ", \"args\": {\"name\": " +
+             quoted(s < static_cast<int>(stream_names.size()) ? stream_names[s] : stream_name(s)) + "}}";
     }
   }
   for (size_t i = 0; i < g.size(); ++i) {
@@ -85,17 +87,26 @@ std::string chrome_trace_json(const TaskGraph& g, const SimResult& r, const std:
     out += ", \"pid\": " + std::to_string(t.device) + ", \"tid\": " + std::to_string(t.stream) +
            ", \"args\": {\"task\": " + std::to_string(i) + "}}";
   }
+  for (const CounterSample& c : counters) {
+    begin_event();
+    out += "{\"name\": " + quoted(c.series) + ", \"ph\": \"C\", \"ts\": ";
+    append_us(out, to_ns(c.time_s));
+    char value[40];
+    std::snprintf(value, sizeof value, "%.6g", c.value);
+    out += ", \"pid\": " + std::to_string(c.device) + ", \"args\": {\"value\": " + value + "}}";
+  }
   out += "\n]}\n";
   return out;
 }
 
 Status write_chrome_trace(const TaskGraph& g, const SimResult& r, const std::vector<std::string>& device_names,
-                          const std::filesystem::path& path) {
+                          const std::filesystem::path& path, const std::vector<std::string>& stream_names,
+                          const std::vector<CounterSample>& counters) {
   if (r.start_s.size() != g.size() || r.end_s.size() != g.size())
     return Error{path.string(), "", "trace: the simulation result does not belong to this task graph (" +
                                         std::to_string(r.start_s.size()) + " timings for " +
                                         std::to_string(g.size()) + " tasks)"};
-  return write_file_atomic(path, chrome_trace_json(g, r, device_names));
+  return write_file_atomic(path, chrome_trace_json(g, r, device_names, stream_names, counters));
 }
 
 }  // namespace cpbench

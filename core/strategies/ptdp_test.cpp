@@ -111,9 +111,20 @@ TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;  // (ts, dur) per track
   std::set<std::pair<int, int>> named_threads;
   std::set<int> named_processes;
+  std::set<std::string> stream_names;
+  std::map<int, double> memory_max;  // device -> the largest sample of its memory counter
   for (const json& e : (*trace)["traceEvents"]) {
+    if (e["ph"] == "C") {
+      EXPECT_EQ(e["name"], "memory GiB");
+      const double v = e["args"]["value"].get<double>();
+      memory_max[e["pid"].get<int>()] = std::max(memory_max[e["pid"].get<int>()], v);
+      continue;
+    }
     const std::pair<int, int> track{e["pid"], e["tid"]};
-    if (e["ph"] == "M" && e["name"] == "thread_name") named_threads.insert(track);
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      named_threads.insert(track);
+      stream_names.insert(e["args"]["name"].get<std::string>());
+    }
     if (e["ph"] == "M" && e["name"] == "process_name") named_processes.insert(track.first);
     if (e["ph"] == "X") tracks[track].push_back({e["ts"].get<double>(), e["dur"].get<double>()});
   }
@@ -135,6 +146,19 @@ TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
     slices += xs.size();
   }
   EXPECT_GT(slices, 2u * 8 * 2 * 2);  // 2 stages × 8 micro-batches × 2 chunks × (fwd, bwd)
+  // Named streams: compute, the TP collectives (t = 8), pipeline sends and DP reduction.
+  for (const char* name : {"compute", "tp", "pp send fwd", "pp send bwd", "dp"})
+    EXPECT_TRUE(stream_names.count(name)) << name;
+  // Each stage's memory counter: its weights and optimizer state, plus the activations in flight,
+  // never above what the memory estimate allows (which adds the recompute workspace).
+  ASSERT_EQ(memory_max.size(), 2u);
+  double highest = 0;
+  for (const auto& [device, gib] : memory_max) {
+    EXPECT_GT(gib, 0) << device;
+    highest = std::max(highest, gib);
+  }
+  EXPECT_GE(highest, out.metrics.at("weights_optimizer_gib"));
+  EXPECT_LE(highest, out.metrics.at("weights_optimizer_gib") + out.metrics.at("activation_memory_gib") + 1e-6);
   std::filesystem::remove(path);
 }
 

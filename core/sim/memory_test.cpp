@@ -1,0 +1,89 @@
+// memory_test.cpp — memory along the schedule against the published oracles: Megatron's
+// theoretical activation memory (megatron/training/theoretical_memory_usage.py: per layer
+// 18·sbh + 4·sb·H with SP and selective recompute, L layers in flight on the first stage under
+// 1F1B, times min(1, m/p) when fewer micro-batches than stages, times 1 + (p−1)/(p·v) when
+// interleaved) on a GPT, and the architecture-general per-layer count on a Llama (GQA, SwiGLU,
+// no dropout, flash). Megatron's small embedding-input terms are not modelled.
+#include "core/sim/memory.h"
+
+#include <gtest/gtest.h>
+
+#include "core/experiment/registry.h"
+#include "core/model/formulas.h"
+
+namespace cpbench {
+namespace {
+
+ModelShape preset(const std::string& name) { return *load_model(default_experiments_dir() / "models" / (name + ".json")); }
+
+// A PTD-P plan: dp = 1, m micro-batches of one sequence of `length` tokens.
+Plan ptdp_plan(int64_t pp, int64_t vp, int64_t m, int64_t length, int64_t tp = 8) {
+  Plan plan;
+  plan.layout.num_gpus = tp * pp;
+  plan.layout.tp = tp;
+  plan.layout.pp = pp;
+  plan.layout.vp = vp;
+  plan.layout.sequence_parallel = true;
+  plan.layout.recompute = "selective";
+  plan.layout.attention_kernel = "unfused";
+  plan.pipeline_schedule = vp > 1 ? "interleaved" : "1f1b";
+  plan.micro_batches.assign(1, std::vector<PlanMicroBatch>(m, PlanMicroBatch{{length}, 1, -1, 1}));
+  return plan;
+}
+
+TEST(MemoryTimeline, GptMatchesMegatronTheoreticalActivationMemory) {
+  const ModelShape gpt = preset("gpt_39.1b");  // 48 layers, h 8192
+  const double s = 2048, h = static_cast<double>(gpt.hidden), H = static_cast<double>(gpt.ffn_hidden), t = 8;
+  const double per_layer = (18 * s * h + 4 * s * H) / t;  // Megatron, SP + selective recompute
+  const double L = static_cast<double>(gpt.layers);
+  auto activations = [&](int64_t pp, int64_t vp, int64_t m) {
+    return estimate_memory(gpt, ptdp_plan(pp, vp, m, 2048), {}).activation_bytes;
+  };
+  // 1F1B: the first stage holds p micro-batches of L/p layers; fewer when m < p.
+  EXPECT_DOUBLE_EQ(activations(4, 1, 16), L * per_layer);
+  EXPECT_DOUBLE_EQ(activations(4, 1, 2), L * per_layer * 2.0 / 4);
+  // Interleaved: 1 + (p−1)/(p·v), whatever the number of micro-batches (the batch size).
+  for (auto [p, v] : {std::pair<int64_t, int64_t>{4, 2}, {4, 3}, {2, 4}}) {
+    const double penalty = 1 + static_cast<double>(p - 1) / static_cast<double>(p * v);
+    for (int64_t m : {2 * p, 8 * p})
+      EXPECT_NEAR(activations(p, v, m), L * per_layer * penalty, 1e-9 * L * per_layer) << p << " " << v << " m " << m;
+  }
+  // The peak is on the first stage, which keeps the most in flight.
+  EXPECT_EQ(estimate_memory(gpt, ptdp_plan(4, 2, 16, 2048), {}).stage, 0);
+}
+
+TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
+  const ModelShape llama = preset("llama2_13b");  // 40 layers, SwiGLU, no dropout
+  Plan plan = ptdp_plan(4, 2, 16, 4096, 4);
+  plan.layout.attention_kernel = "flash";
+  plan.layout.recompute = "none";
+  LayerActivationOptions o;
+  o.seq_length = 4096;
+  o.tp = 4;
+  o.sequence_parallel = true;
+  o.flash = true;
+  o.dropout = false;
+  const double per_layer = saved_activation_bytes_per_layer(llama, o);
+  const MemoryEstimate e = estimate_memory(llama, plan, {});
+  EXPECT_NEAR(e.activation_bytes, 40 * per_layer * (1 + 3.0 / 8), 1e-9 * e.activation_bytes);
+  EXPECT_EQ(e.workspace_bytes, 0);  // nothing is recomputed
+  // A GPT-style count (MHA-sized K/V, a 2-matrix MLP, dropout masks) would be different.
+  LayerActivationOptions gpt_like = o;
+  gpt_like.dropout = true;
+  EXPECT_GT(saved_activation_bytes_per_layer(llama, gpt_like), per_layer);
+}
+
+TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
+  const ModelShape gpt = preset("gpt_39.1b");
+  Plan plan = ptdp_plan(4, 1, 16, 2048);
+  MemoryOverheads over{2.0, 0.25};
+  const MemoryEstimate e = estimate_memory(gpt, plan, over);
+  EXPECT_DOUBLE_EQ(e.reserved_bytes, 2.0 * 1024 * 1024 * 1024);
+  EXPECT_NEAR(e.fragmentation_bytes, (e.activation_bytes + e.workspace_bytes) / 3, 1e-6 * e.fragmentation_bytes);
+  EXPECT_GT(e.workspace_bytes, 0);  // selective recompute rebuilds one layer's scores
+  EXPECT_DOUBLE_EQ(e.total(), e.weights_optimizer_bytes + e.activation_bytes + e.workspace_bytes +
+                                  e.fragmentation_bytes + e.reserved_bytes);
+}
+
+}  // namespace
+}  // namespace cpbench
