@@ -206,9 +206,9 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
         int last = -1;
         for (int i = 0; i < static_cast<int>((*schedule)[s].size()); ++i)
           if (!(*schedule)[s][i].forward && (*schedule)[s][i].chunk == c) last = i;
-        const int last_task = tasks.compute[s][last];
+        const int last_task = tasks.done[s][last];
         const double early = L.overlap_grad_reduce ? total_s * (1 - 1 / layers_per_chunk) : 0;
-        std::vector<int> early_deps = {last > 0 ? tasks.compute[s][last - 1] : last_task};
+        std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
         for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
           if (dur <= 0) continue;
           TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
