@@ -23,8 +23,9 @@ namespace {
 
 constexpr int kTagResult = 900;
 
-// Stops every rank: an error on one rank must not leave the others waiting for it.
-[[noreturn]] void fail(const std::string& message) { MpiCommunicator::abort_job(message, 2); }
+// Stops every rank with exit code 1 (a failed run; 2 is only for bad input), naming this rank: an
+// error on one rank must not leave the others waiting for it.
+[[noreturn]] void fail(const std::string& message) { MpiCommunicator::abort_job(message, 1); }
 
 }  // namespace
 

@@ -11,6 +11,8 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.cp = o.integer_or("cp", 1, 1, 4096);
   p.vp = o.integer_or("vp", 1, 1, 1024);
   p.micro_batch_size = o.integer_or("micro_batch_size", 1, 1, 1 << 20);
+  p.first_stage_layers = o.integer_or("first_stage_layers", 0, 0, 1 << 20);
+  p.last_stage_layers = o.integer_or("last_stage_layers", 0, 0, 1 << 20);
   p.sequence_parallel = o.boolean_or("sequence_parallel", false);
   p.recompute = o.choice_or("recompute", "none", {"none", "selective", "full"});
   p.scatter_gather = o.boolean_or("scatter_gather", true);
@@ -26,6 +28,40 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.grad_reduce_in_fp32 = o.boolean_or("grad_reduce_in_fp32", p.dtype == "bf16");
   o.finish();
   return p;
+}
+
+int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage) {
+  if (p.pp == 1) return layers;
+  const bool first_set = p.first_stage_layers > 0, last_set = p.last_stage_layers > 0;
+  if (!first_set && !last_set) return layers / p.pp;
+  if (stage == 0 && first_set) return p.first_stage_layers;
+  if (stage == p.pp - 1 && last_set) return p.last_stage_layers;
+  const int64_t fixed = (first_set ? p.first_stage_layers : 0) + (last_set ? p.last_stage_layers : 0);
+  const int64_t even_stages = p.pp - (first_set ? 1 : 0) - (last_set ? 1 : 0);
+  return even_stages > 0 ? (layers - fixed) / even_stages : 0;
+}
+
+std::string check_stage_layers(const ParallelConfig& p, int64_t layers) {
+  const bool first_set = p.first_stage_layers > 0, last_set = p.last_stage_layers > 0;
+  auto n = [](int64_t x) { return std::to_string(x); };
+  if (!first_set && !last_set) {
+    if (layers % (p.pp * p.vp) != 0) return "layers " + n(layers) + " is not a multiple of pp·vp " + n(p.pp * p.vp);
+    return "";
+  }
+  if (p.pp == 1) return "first_stage_layers / last_stage_layers need pp > 1";
+  const int64_t fixed = (first_set ? p.first_stage_layers : 0) + (last_set ? p.last_stage_layers : 0);
+  const int64_t even_stages = p.pp - (first_set ? 1 : 0) - (last_set ? 1 : 0);
+  const std::string what = "layers " + n(layers) + " with first_stage_layers " + n(p.first_stage_layers) +
+                           " and last_stage_layers " + n(p.last_stage_layers) + " over pp " + n(p.pp);
+  if (fixed > layers || (even_stages == 0 && fixed != layers)) return what + ": the stage counts do not add up";
+  if (even_stages > 0 && (layers - fixed) % even_stages != 0)
+    return what + ": the other " + n(layers - fixed) + " layers do not split evenly over " + n(even_stages) + " stages";
+  for (int64_t s = 0; s < p.pp; ++s) {
+    const int64_t k = stage_layers(p, layers, s);
+    if (k < 1) return what + ": stage " + n(s) + " holds no layer";
+    if (k % p.vp != 0) return what + ": stage " + n(s) + "'s " + n(k) + " layers do not split into vp " + n(p.vp) + " chunks";
+  }
+  return "";
 }
 
 std::string check_parallel_config(const ParallelConfig& p) {

@@ -19,6 +19,12 @@ struct ParallelConfig {
   int64_t cp = 1;                    // context-parallel size
   int64_t vp = 1;                    // model chunks per pipeline rank (interleaved 1F1B when > 1)
   int64_t micro_batch_size = 1;      // sequences per micro-batch (b)
+  // Layers of the first and the last pipeline stage (Megatron's --decoder-first-pipeline-num-layers
+  // and --decoder-last-pipeline-num-layers); 0 = an even share. The other stages split the rest
+  // evenly. Megatron uses it to offset the embedding and output layer (SC'21's 126-layer GPT on 16
+  // stages would not divide otherwise).
+  int64_t first_stage_layers = 0;
+  int64_t last_stage_layers = 0;
   bool sequence_parallel = false;    // Megatron SP: norms/dropout split over the TP group
   std::string recompute = "none";    // "none" | "selective" | "full" (activation checkpointing)
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
@@ -52,6 +58,14 @@ struct ParallelConfig {
   // Data-parallel size; valid only when check_parallel_config() returned "".
   int64_t dp() const { return num_gpus / model_parallel_size(); }
 };
+
+// Transformer layers held by pipeline stage `stage` of a model with `layers` layers (each of its vp
+// chunks holds 1/vp of them); valid when check_stage_layers returned "".
+int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage);
+
+// "" when `layers` split over the stages as the layout says (first/last stage counts, the rest
+// evenly over the middle stages, every stage's layers a multiple of vp); otherwise why not.
+std::string check_stage_layers(const ParallelConfig& p, int64_t layers);
 
 // Reads the "parallel" object of a spec. Impossible values (tp = 0, an unknown recompute mode)
 // are errors in o.diag(); sizes that do not divide are left to check_parallel_config.

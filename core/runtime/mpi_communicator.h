@@ -33,7 +33,7 @@ class MpiCommunicator final : public Communicator {
 
   // Prints "cpbench: world rank R: <message>" on stderr and MPI_Abort()s every rank with
   // `exit_code` (2: the CLI's code for errors). The one way out after a timed-out collective.
-  [[noreturn]] static void abort_job(const std::string& message, int exit_code = 2);
+  [[noreturn]] static void abort_job(const std::string& message, int exit_code = 1);
 
   // Reserved for the timeout diagnosis; user tags must be below it. MPI guarantees MPI_TAG_UB is
   // at least 32767 (MPI 4.1, sec. 9.1.2).

@@ -33,7 +33,7 @@ struct ChunkCost {
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                      const PlanMicroBatch& mb, const AttentionCost* attention, int stage, int chunk) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
-  const double layers = static_cast<double>(model.layers) / (L.pp * L.vp);
+  const double layers = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
   LayerCost layer = layer_cost(cost, model, L, mb, attention);
   ChunkCost c{layers * layer.forward.compute_s,  layers * layer.backward.compute_s,
               layers * layer.forward.tp_comm_s,  layers * layer.backward.tp_comm_s,
@@ -201,7 +201,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
       const GroupPlacement dp = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
       const Collective kind = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
       const double total_s = cost.collective_s(kind, grad_bytes, dp);
-      const double layers_per_chunk = std::max(1.0, static_cast<double>(model.layers) / (p * v));
+      const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L, model.layers, s)) / v);
       for (int c = 0; c < v; ++c) {
         int last = -1;
         for (int i = 0; i < static_cast<int>((*schedule)[s].size()); ++i)

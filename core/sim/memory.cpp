@@ -9,7 +9,7 @@ namespace cpbench {
 
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage) {
   ParamCount pc = param_count(model, seq_length);
-  double layers = static_cast<double>(model.layers) / layout.pp;
+  double layers = static_cast<double>(stage_layers(layout, model.layers, stage));
   double p = pc.per_layer * layers;
   if (stage == 0) p += pc.embedding + pc.position;
   if (stage == layout.pp - 1) p += pc.final_norm + (pc.output_layer > 0 ? pc.output_layer : (layout.pp > 1 ? pc.embedding : 0));
@@ -41,7 +41,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
                                     const std::vector<PlanMicroBatch>& micro_batches, const PipelineSchedule& schedule,
                                     int stage) {
   StageMemory out;
-  const double layers_per_chunk = static_cast<double>(model.layers) / (L.pp * L.vp);
+  const double layers_per_chunk = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
   const bool recompute = parse_recompute(L.recompute) != Recompute::none;
   double held = 0;
   for (const PipeOp& op : schedule[stage]) {

@@ -1,5 +1,7 @@
 #include "core/strategies/ptdp.h"
 
+#include "baselines/cp_layouts.h"
+
 
 namespace cpbench {
 namespace {
@@ -13,8 +15,7 @@ std::string divides(const char* what, int64_t a, const char* by, int64_t b) {
 
 std::string check_model_split(const ModelShape& m, const ParallelConfig& L) {
   for (const std::string& why : {divides("heads", m.heads, "tp", L.tp), divides("kv_heads", m.kv_heads, "tp", L.tp),
-                                 divides("ffn_hidden", m.ffn_hidden, "tp", L.tp),
-                                 divides("layers", m.layers, "pp·vp", L.pp * L.vp)})
+                                 divides("ffn_hidden", m.ffn_hidden, "tp", L.tp), check_stage_layers(L, m.layers)})
     if (!why.empty()) return why;
   return "";
 }
@@ -23,7 +24,6 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   const ParallelConfig& L = in.parallel;
   auto no = [](std::string why) { return PlanOutcome::infeasible(std::move(why)); };
   const ModelShape& m = in.model;
-  if (L.cp > 1) return no("ptdp has no context parallelism (cp = " + std::to_string(L.cp) + "); use a CP strategy");
   if (auto why = check_model_split(m, L); !why.empty()) return no(why);
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
@@ -36,15 +36,24 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   if (L.vp > 1 && micro_batches % L.pp != 0)
     return no("interleaved 1F1B needs the micro-batch count " + std::to_string(micro_batches) +
               " to be a multiple of pp " + std::to_string(L.pp));
-  // Megatron's sampler hands each DP rank consecutive slices of the global batch.
-  plan.micro_batches.assign(L.dp(), {});
+  // Megatron's sampler hands each DP rank consecutive slices of the global batch; with CP every
+  // rank of the replica's CP group holds 1/cp of each sequence (the cp_comm_type's layout, padded
+  // to its chunk rule: 2·cp chunks for p2p and all_gather, cp for a2a; ×tp with SP).
+  const int64_t cp = L.cp;
+  const int64_t pad_base = L.cp_comm_type == "a2a" ? cp : 2 * cp;
+  const int64_t pad_to = (cp > 1 ? pad_base : 1) * (cp > 1 && L.sequence_parallel ? L.tp : 1);
+  plan.micro_batches.assign(L.dp() * cp, {});
   size_t next = 0;
   for (int64_t r = 0; r < L.dp(); ++r)
     for (int64_t k = 0; k < micro_batches; ++k) {
       PlanMicroBatch mb;
       for (int64_t i = 0; i < L.micro_batch_size; ++i) mb.lengths.push_back(in.batch.lengths[next++]);
-      plan.micro_batches[r].push_back(std::move(mb));
+      mb.cp = cp;
+      mb.first_rank = cp > 1 ? r * cp : -1;
+      mb.pad_to = pad_to;
+      for (int64_t c = 0; c < cp; ++c) plan.micro_batches[r * cp + c].push_back(mb);
     }
+  if (auto why = attach_attention_plans(&plan, m); !why.empty()) return no(why);
   return PlanOutcome::ok(std::move(plan));
 }
 

@@ -1,5 +1,6 @@
 // ptdp.h — Megatron's PTD-P (Narayanan et al., SC'21): tensor, pipeline (1F1B or interleaved
-// 1F1B) and data parallelism with recompute, scatter/gather and DP overlap switches.
+// 1F1B) and data parallelism with recompute, scatter/gather and DP overlap switches, and static
+// context parallelism (every cp_comm_type) on the fixed-length micro-batches.
 // Requires: a global batch of whole sequences divisible into dp × m micro-batches of
 // micro_batch_size sequences. Note: infeasible layouts (sizes that do not divide, too little
 // memory) are results with the reason; the plan is simulated with the hardware preset's model.
@@ -11,11 +12,12 @@
 namespace cpbench {
 
 // Why the model cannot be split by the layout's TP and PP×VP ("" when it can): heads, KV heads and
-// the FFN width over tp, layers over pp·vp.
+// the FFN width over tp, layers over the stages (even, or with first/last stage counts) and vp.
 std::string check_model_split(const ModelShape& model, const ParallelConfig& layout);
 
 // The plan of the layout: each DP rank takes consecutive micro_batch_size-sequence slices of the
-// global batch (Megatron's sampler), 1F1B or interleaved by vp.
+// global batch (Megatron's sampler), 1F1B or interleaved by vp; with cp > 1 each replica's CP
+// group holds every micro-batch, its attention the layout of cp_comm_type.
 PlanOutcome plan_ptdp(const StrategyInput& in);
 
 }  // namespace cpbench

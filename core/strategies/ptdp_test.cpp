@@ -207,5 +207,65 @@ TEST_F(PtdpTest, DifferentReplicasAreSimulatedEach) {
   EXPECT_GT(mixed.metrics.at("compute_imbalance"), 1.2);
 }
 
+// Megatron's --decoder-first/last-pipeline-num-layers: uneven stages run, the stage counts add
+// up to the model, and first = last = the even share is the even layout exactly.
+TEST_F(PtdpTest, UnevenFirstAndLastStagesRun) {
+  layout_.num_gpus = 8 * 5;
+  layout_.pp = 5;  // 48 layers do not split over 5 stages evenly
+  batch_.lengths.assign(64, 2048);
+  EXPECT_EQ(run(64).status, "infeasible");
+  layout_.first_stage_layers = 12;
+  layout_.last_stage_layers = 12;  // 24 more over the 3 middle stages: 8 each
+  ASSERT_EQ(check_model_split(model_, layout_), "");
+  int64_t total = 0;
+  for (int64_t s = 0; s < 5; ++s) total += stage_layers(layout_, model_.layers, s);
+  EXPECT_EQ(total, 48);
+  EXPECT_EQ(stage_layers(layout_, model_.layers, 2), 8);
+  auto uneven = run(64);
+  ASSERT_EQ(uneven.status, "ok") << uneven.reason;
+  layout_.last_stage_layers = 10;  // 26 over 3 stages: not even
+  EXPECT_NE(check_model_split(model_, layout_).find("do not split evenly over 3 stages"), std::string::npos)
+      << check_model_split(model_, layout_);
+  // Stating the even share explicitly changes nothing.
+  layout_.num_gpus = 8 * 4;
+  layout_.pp = 4;
+  layout_.first_stage_layers = layout_.last_stage_layers = 0;
+  auto even = run(64);
+  layout_.first_stage_layers = layout_.last_stage_layers = 12;
+  auto stated = run(64);
+  ASSERT_EQ(even.status, "ok");
+  ASSERT_EQ(stated.status, "ok");
+  EXPECT_EQ(even.metrics.at("step_time_s"), stated.metrics.at("step_time_s"));
+  EXPECT_EQ(even.metrics.at("peak_memory_gib"), stated.metrics.at("peak_memory_gib"));
+}
+
+// Static CP inside PTD-P: every replica's CP group holds each micro-batch and runs the layout of
+// cp_comm_type; splitting long sequences over two ranks cuts the step on twice the GPUs.
+TEST_F(PtdpTest, StaticCpRunsEveryCommType) {
+  layout_.num_gpus = 16;  // tp 8, pp 2, dp 1
+  layout_.micro_batch_size = 1;
+  layout_.attention_kernel = "flash";
+  layout_.sequence_parallel = true;
+  auto alone = run(8, 32768);
+  ASSERT_EQ(alone.status, "ok") << alone.reason;
+  layout_.num_gpus = 32;
+  layout_.cp = 2;
+  for (const char* type : {"p2p", "all_gather", "a2a", "a2a+p2p"}) {
+    layout_.cp_comm_type = type;
+    PlanOutcome planned = plan_ptdp(StrategyInput{cluster_, model_, layout_, batch_});
+    ASSERT_EQ(planned.status, "ok") << type << ": " << planned.reason;
+    ASSERT_EQ(planned.plan.micro_batches.size(), 2u);  // dp·cp
+    const PlanMicroBatch& a = planned.plan.micro_batches[0][0];
+    EXPECT_EQ(a.cp, 2);
+    ASSERT_TRUE(a.attention) << type;
+    EXPECT_EQ(a.attention, planned.plan.micro_batches[1][0].attention);  // one plan for the group
+    EXPECT_EQ(a.attention->value_bytes, 2);                              // bf16 on the wire
+    auto split = run(8, 32768);
+    ASSERT_EQ(split.status, "ok") << type << ": " << split.reason;
+    EXPECT_LT(split.metrics.at("step_time_s"), 0.75 * alone.metrics.at("step_time_s")) << type;
+    EXPECT_GT(split.metrics.at("cp_comm_bytes_nvlink") + split.metrics.at("cp_comm_bytes_network"), 0) << type;
+  }
+}
+
 }  // namespace
 }  // namespace cpbench
