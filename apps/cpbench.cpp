@@ -70,6 +70,7 @@ struct RunArgs {
   bool resume = false, trace = false, dry_run = false;
   std::string backend = "sim";
   size_t first = 0;  // run only the first N points (0 = all)
+  double cpu_budget_s = 60;
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
@@ -93,7 +94,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, a.resume, a.trace, a.backend};
+  RunOptions run{a.out, a.jobs, a.resume, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
   auto results = run_experiment(*spec, run);
   if (!results) {
     if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
@@ -296,8 +297,13 @@ int run_cli(int argc, char** argv) {
   run->add_option("--first", ra.first, "run only the first N points of the spec (a quick check)");
   run->add_flag("--dry-run", ra.dry_run,
                 "print each resolved point's plan and predicted step time; no results are written");
+  run->add_option("--cpu-budget", ra.cpu_budget_s,
+                  "cpu backend: seconds a plan may be predicted to take here before it is skipped")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   run->add_option("--backend", ra.backend,
-                  "where plans are evaluated: sim (the cluster model); plans run on MPI ranks with `cpbench exec`")
+                  "where plans are evaluated: sim (the cluster model) or cpu (the plans' CP attention executed on "
+                  "this job's MPI ranks, measured beside predicted)")
       ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
 

@@ -4,8 +4,16 @@
 #include <cstdio>
 #include <set>
 
+#include <chrono>
+#include <mpi.h>
+
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
+#include "core/runtime/attention_check.h"
+#include "core/runtime/executor.h"
+#include "core/runtime/mpi_communicator.h"
+#include "core/runtime/mpi_session.h"
+#include "core/sim/attention_sim.h"
 #include "core/sim/iteration.h"
 #include "core/sim/memory.h"
 
@@ -73,12 +81,12 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
                   "fragmentation %.1f, reserved %.1f), %.0f GiB on the GPU",
                   mem.total() / kGiB, mem.weights_optimizer_bytes / kGiB, (mem.activation_bytes + mem.workspace_bytes) / kGiB,
                   mem.fragmentation_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
-    return {"infeasible", why, {}};
+    return {"infeasible", why, {}, {}};
   }
   auto cost = CostModel::create(in.cluster);
-  if (!cost) return {"error", cost.error_str(), {}};
+  if (!cost) return {"error", cost.error_str(), {}, {}};
   auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path);
-  if (!sim) return {"error", sim.error_str(), {}};
+  if (!sim) return {"error", sim.error_str(), {}, {}};
 
   auto& mt = out.metrics;
   const double flops = mt["flops_per_iteration"];
@@ -108,16 +116,99 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   return out;
 }
 
+// The distinct AttentionPlans of a plan's CP micro-batches, in plan order (every rank of a job
+// derives the same list from the same plan).
+std::vector<const AttentionPlan*> distinct_attention_plans(const Plan& plan) {
+  std::vector<const AttentionPlan*> out;
+  std::set<const AttentionPlan*> seen;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      if (mb.attention && seen.insert(mb.attention.get()).second) out.push_back(mb.attention.get());
+  return out;
+}
+
+Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
+  Evaluation out;
+  workload_metrics(in, plan, out.metrics);
+  const std::vector<const AttentionPlan*> plans = distinct_attention_plans(plan);
+  if (plans.empty())
+    return {"infeasible",
+            "the cpu backend executes a plan's context-parallel attention, and this plan has none (cp = 1 everywhere)",
+            {}, {}};
+  auto cost = load_cost_model(in.cpu_preset);
+  if (!cost) return {"error", "cpu backend: " + cost.error_str(), {}, {}};
+  static MpiSession session;  // MPI stays up for the process (a later point may need it again)
+  if (!session.status()) return {"error", "cpu backend: " + session.status().error_str(), {}, {}};
+  auto world = MpiCommunicator::world();
+  if (!world) return {"error", "cpu backend: " + world.error_str(), {}, {}};
+  Communicator& comm = **world;
+  double executed = 0, skipped = 0, predicted_s = 0, measured_s = 0, bytes_match = 1;
+  std::string note;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const AttentionPlan& a = *plans[i];
+    const std::string which = "attention plan " + std::to_string(i) + " (" + a.layout + ", " +
+                              std::to_string(a.ranks) + " ranks)";
+    if (a.ranks > comm.size()) {
+      skipped += 1;
+      note += which + ": needs " + std::to_string(a.ranks) + " ranks, the job has " + std::to_string(comm.size()) + "; ";
+      continue;
+    }
+    auto sim = simulate_attention_plan(a, *cost, true, Link::nvlink);
+    if (!sim) return {"error", "cpu backend: " + which + ": " + sim.error_str(), {}, {}};
+    if (sim->step_time_s > in.cpu_budget_s) {
+      skipped += 1;
+      char why[160];
+      std::snprintf(why, sizeof why, ": predicted %.3g s here, above the %.3g s budget; ", sim->step_time_s,
+                    in.cpu_budget_s);
+      note += which + why;
+      continue;
+    }
+    // The first a.ranks ranks of the job run it; the others wait at the world's reduction.
+    const bool member = comm.rank() < a.ranks;
+    auto sub = comm.split(member ? 0 : 1, comm.rank());
+    if (!sub) return {"error", "cpu backend: " + sub.error_str(), {}, {}};
+    std::vector<double> result{0, 0};  // seconds (max over members), bytes mismatches
+    if (member) {
+      OwnedInputs inputs = make_attention_inputs(a, 1);
+      if (auto s = (*sub)->barrier(); !s) return {"error", "cpu backend: " + s.error_str(), {}, {}};
+      const auto t0 = std::chrono::steady_clock::now();
+      auto rep = execute_attention(a, **sub, inputs.view(), true);
+      if (!rep)
+        return {"error", "cpu backend: world rank " + std::to_string(comm.rank()) + ", " + which + ": " + rep.error_str(),
+                {}, {}};
+      result[0] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const RankBytes expected = plan_bytes(a, true);
+      result[1] = rep->bytes_sent == expected.sent[(*sub)->rank()] && rep->bytes_received == expected.received[(*sub)->rank()] ? 0 : 1;
+    }
+    std::vector<double> worst = result;
+    if (auto s = comm.all_reduce(std::span<double>(worst), ReduceOp::kMax); !s)
+      return {"error", "cpu backend: " + s.error_str(), {}, {}};
+    executed += 1;
+    predicted_s += sim->step_time_s;
+    measured_s += worst[0];
+    if (worst[1] > 0) bytes_match = 0;
+  }
+  out.metrics["cpu_attention_plans_executed"] = executed;
+  out.metrics["cpu_attention_plans_skipped"] = skipped;
+  out.metrics["cpu_attention_predicted_s"] = predicted_s;
+  out.metrics["cpu_bytes_match_plan"] = bytes_match;
+  out.timings["cpu_attention_measured_s"] = measured_s;
+  if (executed == 0) return {"infeasible", "cpu backend: nothing this job can execute: " + note, {}, {}};
+  if (!note.empty()) out.reason = "not executed: " + note.substr(0, note.size() - 2);
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& backend_names() {
-  static const std::vector<std::string> names = {"sim"};
+  static const std::vector<std::string> names = {"sim", "cpu"};
   return names;
 }
 
 Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend) {
   if (backend == "sim") return evaluate_sim(in, plan);
-  return {"error", "unknown backend '" + backend + "' (known: sim)", {}};
+  if (backend == "cpu") return evaluate_cpu(in, plan);
+  return {"error", "unknown backend '" + backend + "' (known: sim, cpu)", {}, {}};
 }
 
 std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {

@@ -2,9 +2,16 @@
 // (core/strategies/strategy.h), backends evaluate; a solver or search compares candidate plans
 // only through this interface.
 // Requires: a Plan from a strategy (check_parallel_config passed), the cluster, model and batch
-// it was made for. Backends: "sim" — the memory model and the discrete-event simulation of the
-// iteration on the cluster model (core/sim). Executing plans on MPI ranks is `cpbench exec` /
-// `cpbench validate` today (core/runtime); it is not yet a backend of `cpbench run`.
+// it was made for. Backends:
+//   "sim": the memory model and the discrete-event simulation of the iteration on the cluster
+//          model (core/sim);
+//   "cpu": executes the plan's context-parallel attention on this job's MPI ranks (core/runtime:
+//          CPU kernels + the MPI Communicator; every rank of the job calls evaluate together),
+//          one layer forward and backward per distinct AttentionPlan, and reports the measured
+//          time beside the same plans simulated on this machine's preset (cpu_preset) and the
+//          bytes moved against the plan's. Plans it cannot run here (more ranks than the job
+//          has, or predicted slower than cpu_budget_s) are counted and named, not run; a plan
+//          with no CP attention has nothing for it to execute (infeasible, says so).
 // Note: every backend reports the workload's own metrics (parameters, model FLOPs by the spec's
 // definition, tokens, long-token share) and the plan's padding beside its measured ones.
 #pragma once
@@ -29,12 +36,17 @@ struct EvalInput {
   const GlobalBatch& batch;
   std::string flops_definition;
   std::filesystem::path trace_path;  // where the sim backend writes a timeline; empty = none
+  // The cpu backend: the hardware preset of this machine (its default stack) that predicts the
+  // CPU execution, and the predicted seconds above which a plan is not executed.
+  std::filesystem::path cpu_preset;
+  double cpu_budget_s = 60;
 };
 
 struct Evaluation {
   std::string status = "ok";  // "ok" | "infeasible" (out of memory) | "error" (a backend failure)
-  std::string reason;
+  std::string reason;         // why not ok; for ok, a note (what a backend could not do)
   std::map<std::string, double> metrics;
+  std::map<std::string, double> timings;  // wall-clock measurements (never compared)
 };
 
 // The backends evaluate() knows, in a fixed order.

@@ -25,9 +25,14 @@ const std::vector<MetricInfo>& known_metrics() {
       {"cp_comm_bytes_network", "B", "context-parallel attention bytes one GPU sends per iteration across nodes"},
       {"compute_imbalance", "ratio", "max / mean compute time across ranks"},
       {"padding_fraction", "fraction", "padding tokens / real tokens"},
+      {"cpu_attention_plans_executed", "count", "cpu backend: distinct CP attention plans executed on MPI ranks"},
+      {"cpu_attention_plans_skipped", "count", "cpu backend: CP attention plans it could not run here (ranks, budget)"},
+      {"cpu_attention_predicted_s", "s", "cpu backend: the executed plans simulated on this machine's preset (one layer, fwd+bwd)"},
+      {"cpu_bytes_match_plan", "bool", "cpu backend: 1 when every rank moved exactly the bytes its plans say"},
       // Wall-clock measurements: kept in a point's "timings", never in "metrics", and read by no
       // comparison, so results.json stays deterministic (DESIGN.md contract 4).
       {"plan_time_ms", "ms", "wall time of the planner for one iteration (timings)", true},
+      {"cpu_attention_measured_s", "s", "cpu backend: the executed plans' wall time on MPI ranks (timings)", true},
   };
   return m;
 }

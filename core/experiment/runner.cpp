@@ -83,7 +83,8 @@ std::string describe_point(const PointConfig& point, const std::string& backend)
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
   if (planned.status != "ok") return "    " + planned.status + ": " + planned.reason + "\n";
   std::string out = plan_summary(planned.plan, point.cluster);
-  Evaluation e = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, {}}, planned.plan, backend);
+  Evaluation e = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, {}, {}, 0},
+                          planned.plan, backend == "cpu" ? "sim" : backend);
   char line[160];
   if (e.status == "ok")
     std::snprintf(line, sizeof line, "    predicted (%s): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
@@ -93,7 +94,8 @@ std::string describe_point(const PointConfig& point, const std::string& backend)
   return out + line + (e.status == "ok" ? "" : e.reason + "\n");
 }
 
-PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend) {
+PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
+                      const fs::path& experiments_dir, double cpu_budget_s) {
   PointResult r{point.id, "ok", "", {}, {}};
   if (auto why = check_parallel_config(point.parallel); !why.empty()) {
     r.status = "infeasible";
@@ -121,11 +123,13 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path, cons
       return r;
     }
     // ... and the backend prices what it decided.
-    Evaluation out = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, trace_path},
-                              planned.plan, backend);
+    EvalInput in{point.cluster, point.model, batch, point.flops_definition, trace_path,
+                 experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
+    Evaluation out = evaluate(in, planned.plan, backend);
     r.status = out.status;
     r.reason = out.reason;
     r.metrics = std::move(out.metrics);
+    r.timings.insert(out.timings.begin(), out.timings.end());
     for (const auto& [k, v] : r.metrics) {
       if (!find_metric(k)) {
         r.status = "error";
@@ -157,9 +161,12 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   std::vector<size_t> todo;
   for (size_t i = 0; i < results.size(); ++i)
     if (!results[i]) todo.push_back(i);
+  // The cpu backend runs every point on all ranks together (its plans execute across them), on
+  // the main thread (MPI is funneled); otherwise points are spread over ranks and threads.
+  const bool together = options.backend == "cpu";
   std::vector<size_t> mine;
   for (size_t k = 0; k < todo.size(); ++k)
-    if (static_cast<int>(k % size) == rank) mine.push_back(todo[k]);
+    if (together || static_cast<int>(k % size) == rank) mine.push_back(todo[k]);
 
   Provenance prov = current_provenance(spec.seed);
   std::optional<Progress> progress;
@@ -176,17 +183,11 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     for (size_t k; (k = next++) < mine.size();) {
       size_t i = mine[k];
       fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
-      PointResult r = run_point(spec.points[i], trace, options.backend);
+      PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
       std::lock_guard<std::mutex> lock(mu);
       finished.emplace_back(i, std::move(r));
     }
   };
-  int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
-
-  size_t local_left = mine.size();
-  size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
   Status io_status = ok_status();
   auto record = [&](size_t i, PointResult r) {
     std::string status = r.status;
@@ -194,6 +195,22 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (io_status) io_status = write_results(dir, spec, prov, results);
     progress->point_done(spec.points[i].id, status);
   };
+  if (together) {
+    for (size_t i : mine) {
+      fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
+      PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+      if (rank == 0) record(i, std::move(r));
+      else results[i] = std::move(r);
+    }
+    if (!io_status) return io_status.errors();
+    return results;
+  }
+  int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
+
+  size_t local_left = mine.size();
+  size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
   while (local_left > 0 || remote_left > 0) {
     bool idle = true;
     std::deque<std::pair<size_t, PointResult>> batch;

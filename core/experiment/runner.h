@@ -19,12 +19,15 @@ struct RunOptions {
   bool resume = false;            // skip points an earlier run of the same spec finished
   bool trace = false;             // write a timeline per point under out_dir/<name>/traces/
   std::string backend = "sim";    // where plans are evaluated (core/evaluate/evaluate.h)
+  std::filesystem::path experiments_dir;  // presets (the cpu backend's hardware/cpu_local.json)
+  double cpu_budget_s = 60;       // cpu backend: plans predicted slower than this are not run
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
 // (timing the planner into the result's timings) and evaluates the plan on `backend`.
 PointResult run_point(const PointConfig& point, const std::filesystem::path& trace_path,
-                      const std::string& backend = "sim");
+                      const std::string& backend = "sim", const std::filesystem::path& experiments_dir = {},
+                      double cpu_budget_s = 60);
 
 // `cpbench run --dry-run`: the point's plan summary and the backend's predicted step time, or why
 // it cannot run; nothing is written.

@@ -32,7 +32,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
 
   // Prints "cpbench: world rank R: <message>" on stderr and MPI_Abort()s every rank with
-  // `exit_code` (2: the CLI's code for errors). The one way out after a timed-out collective.
+  // `exit_code` (1: a failed run; 2 is the CLI's code for bad input only). The one way out after a
+  // timed-out collective.
   [[noreturn]] static void abort_job(const std::string& message, int exit_code = 1);
 
   // Reserved for the timeout diagnosis; user tags must be below it. MPI guarantees MPI_TAG_UB is
