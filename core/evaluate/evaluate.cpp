@@ -14,6 +14,7 @@
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
 #include "core/sim/attention_sim.h"
+#include "core/sim/cp_attention.h"
 #include "core/sim/iteration.h"
 #include "core/sim/memory.h"
 
@@ -51,7 +52,8 @@ double padding_fraction(const Plan& plan) {
 }
 
 // CP attention bytes one layer's forward and backward move per TP rank, summed over the plan's
-// micro-batches and ranks, split by whether the group's GPUs share a node.
+// micro-batches and ranks, each transfer classified by its endpoints' nodes (the layout's rank
+// order): NVLink inside a node, the network across.
 struct CpBytes {
   double nvlink = 0, network = 0;
 };
@@ -60,12 +62,16 @@ CpBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
   for (const auto& rank : plan.micro_batches)
     for (const auto& mb : rank) {
       if (!mb.attention) continue;
-      const RankBytes rb = plan_bytes(*mb.attention, true);
-      // Every member holds the micro-batch; count the group once, at the rank's share.
-      double sent = 0;
-      for (double x : rb.sent) sent += x;
-      sent /= static_cast<double>(mb.cp);
-      (mb.cp * plan.layout.tp <= cluster.gpus_per_node ? b.nvlink : b.network) += sent;
+      const AttentionPlan& a = *mb.attention;
+      const std::vector<int> nodes = cp_group_nodes(mb, plan.layout, cluster.gpus_per_node);
+      // Every member holds the micro-batch: count the group's transfers once, 1/cp at each member.
+      const double share = 1.0 / static_cast<double>(mb.cp);
+      auto add = [&](const AttnTransfer& t) {
+        (nodes[t.src] == nodes[t.dst] ? b.nvlink : b.network) += share * transfer_bytes(a, t);
+      };
+      for (const AttnTransfer& t : forward_transfers(a)) add(t);
+      for (const AttnBackwardPhase& ph : backward_phases(a))
+        for (const AttnTransfer& t : ph.transfers) add(t);
     }
   return b;
 }

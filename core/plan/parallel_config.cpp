@@ -30,6 +30,10 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   return p;
 }
 
+int64_t global_rank(const ParallelConfig& p, int64_t stage, int64_t dpcp, int64_t tp_rank) {
+  return (stage * p.dp() * p.cp + dpcp) * p.tp + tp_rank;
+}
+
 int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage) {
   if (p.pp == 1) return layers;
   const bool first_set = p.first_stage_layers > 0, last_set = p.last_stage_layers > 0;

@@ -59,6 +59,11 @@ struct ParallelConfig {
   int64_t dp() const { return num_gpus / model_parallel_size(); }
 };
 
+// The job's rank of pipeline stage `stage`, DP×CP rank `dpcp` (d·cp + c) and TP rank `tp_rank`, in
+// Megatron's default order (tp fastest, then cp, then dp, then pp): (stage·dp·cp + dpcp)·tp + t.
+// Its node is that rank / GPUs per node (ranks fill nodes in order, as mpirun and srun place them).
+int64_t global_rank(const ParallelConfig& p, int64_t stage, int64_t dpcp, int64_t tp_rank);
+
 // Transformer layers held by pipeline stage `stage` of a model with `layers` layers (each of its vp
 // chunks holds 1/vp of them); valid when check_stage_layers returned "".
 int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage);

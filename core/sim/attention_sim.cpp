@@ -26,7 +26,7 @@ struct WaitPoint {
 struct Lowering {
   const AttentionPlan& plan;
   const CostModel& cost;
-  Link link;
+  std::vector<int> node_of;  // [rank] its node: a transfer inside a node is NVLink, across the network
   TaskGraph graph;
   // [rank] tasks whose latest end is the rank's last wait point: the next phase's posts and
   // first tile depend on them. Empty before the first phase (everything is posted at t = 0).
@@ -34,8 +34,8 @@ struct Lowering {
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
 
-  Lowering(const AttentionPlan& p, const CostModel& c, Link l)
-      : plan(p), cost(c), link(l), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {}
+  Lowering(const AttentionPlan& p, const CostModel& c, std::vector<int> nodes)
+      : plan(p), cost(c), node_of(std::move(nodes)), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {}
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
   void phase(const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<const AttnTile*>>& tiles,
@@ -47,7 +47,7 @@ struct Lowering {
       task.stream = 1;
       task.link = t.src;
       task.kind = 'm';
-      task.duration_s = cost.p2p_s(transfer_bytes(plan, t), link);
+      task.duration_s = cost.p2p_s(transfer_bytes(plan, t), node_of[t.src] == node_of[t.dst] ? Link::nvlink : Link::network);
       // A rendezvous: both ends must have reached this phase's post point.
       task.deps = barrier[t.src];
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
@@ -182,9 +182,12 @@ Status check_ranges(const AttentionPlan& p) {
   return ok_status();
 }
 
-Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
+Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool backward, std::vector<int> node_of) {
   if (auto s = check_ranges(plan); !s) return s.errors();
-  Lowering low(plan, cost, link);
+  if (static_cast<int32_t>(node_of.size()) != plan.ranks)
+    return Error{"", "", "attention plan: a node map of " + std::to_string(node_of.size()) + " ranks for a plan of " +
+                             std::to_string(plan.ranks)};
+  Lowering low(plan, cost, std::move(node_of));
   low.lower(backward);
   return low;
 }
@@ -224,15 +227,28 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
                   : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
 }
 
+std::vector<int> uniform_nodes(int32_t ranks, Link link) {
+  std::vector<int> nodes(static_cast<size_t>(std::max(0, ranks)), 0);
+  if (link != Link::nvlink)
+    for (int32_t r = 0; r < ranks; ++r) nodes[r] = r;  // every rank on a node of its own
+  return nodes;
+}
+
 Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward, Link link) {
-  auto low = build(plan, cost, backward, link);
+  auto low = build(plan, cost, backward, uniform_nodes(plan.ranks, link));
   if (!low) return low.errors();
   return std::move(low->graph);
 }
 
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
                                                      Link link, const std::filesystem::path& trace) {
-  auto low = build(plan, cost, backward, link);
+  return simulate_attention_plan(plan, cost, backward, uniform_nodes(plan.ranks, link), trace);
+}
+
+Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
+                                                     const std::vector<int>& node_of,
+                                                     const std::filesystem::path& trace) {
+  auto low = build(plan, cost, backward, node_of);
   if (!low) return low.errors();
   auto sim = simulate_checked(low->graph);
   if (!sim) return sim.errors();

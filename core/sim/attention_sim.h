@@ -35,6 +35,9 @@ double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const C
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward);
 
+// Ranks on one node, or each on a node of its own: `link` nvlink or network for every transfer.
+std::vector<int> uniform_nodes(int32_t ranks, Link link);
+
 // The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'; one task per
 // stage and rank with plan.fused_stages), stream 1 the rank's sends (kind 'm',
 // cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's sends serialize, its
@@ -49,6 +52,13 @@ Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostMo
 // unwritable trace file.
 Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
                                                      Link link = Link::nvlink,
+                                                     const std::filesystem::path& trace = {});
+
+// The same with the ranks' nodes: each transfer is priced on NVLink when its two ranks share a
+// node (node_of[src] == node_of[dst]) and on the network otherwise. Error: node_of.size() is not
+// plan.ranks.
+Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,
+                                                     const std::vector<int>& node_of,
                                                      const std::filesystem::path& trace = {});
 
 }  // namespace cpbench

@@ -278,5 +278,25 @@ TEST(AttentionSim, MalformedPlansAreErrors) {
   EXPECT_NE(r.error_str().find("stage 0 tile q: slice seq3"), std::string::npos) << r.error_str();
 }
 
+// Topology: a transfer between two ranks of one node is priced on NVLink, across nodes on the
+// network; a group split over two nodes costs between all-NVLink and all-network.
+TEST(AttentionSim, EachTransferIsPricedByItsEndpointsNodes) {
+  const AttentionPlan plan = layout("all_gather", 4, {8192});
+  const CostModel cost = ideal_model(50);
+  auto one_node = simulate_attention_plan(plan, cost, true, std::vector<int>{0, 0, 0, 0});
+  auto two_nodes = simulate_attention_plan(plan, cost, true, std::vector<int>{0, 0, 1, 1});
+  auto apart = simulate_attention_plan(plan, cost, true, std::vector<int>{0, 1, 2, 3});
+  ASSERT_TRUE(one_node.ok() && two_nodes.ok() && apart.ok());
+  EXPECT_LT(one_node->step_time_s, two_nodes->step_time_s);
+  EXPECT_LE(two_nodes->step_time_s, apart->step_time_s);
+  // The Link overloads are the uniform maps.
+  auto nvlink = simulate_attention_plan(plan, cost, true, Link::nvlink);
+  auto network = simulate_attention_plan(plan, cost, true, Link::network);
+  EXPECT_EQ(nvlink->step_time_s, one_node->step_time_s);
+  EXPECT_EQ(network->step_time_s, apart->step_time_s);
+  // A node map of the wrong size is an error, not a guess.
+  EXPECT_FALSE(simulate_attention_plan(plan, cost, true, std::vector<int>{0, 0}).ok());
+}
+
 }  // namespace
 }  // namespace cpbench

@@ -6,11 +6,21 @@
 
 namespace cpbench {
 
-Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan, Link link) {
+std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node) {
+  std::vector<int> nodes;
+  const int64_t first = std::max<int64_t>(0, mb.first_rank);
+  const int64_t g = std::max(1, gpus_per_node);
+  const int64_t base = global_rank(layout, 0, first, 0) / g;
+  for (int64_t i = 0; i < mb.cp; ++i) nodes.push_back(static_cast<int>(global_rank(layout, 0, first + i, 0) / g - base));
+  return nodes;
+}
+
+Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan,
+                                          const std::vector<int>& node_of) {
   AttentionCost out;
-  auto fwd = simulate_attention_plan(plan, cost, false, link);
+  auto fwd = simulate_attention_plan(plan, cost, false, node_of);
   if (!fwd) return fwd.errors();
-  auto both = simulate_attention_plan(plan, cost, true, link);
+  auto both = simulate_attention_plan(plan, cost, true, node_of);
   if (!both) return both.errors();
   auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   const double fwd_compute = max_of(fwd->compute_s);
@@ -26,11 +36,11 @@ Expected<AttentionCost> CpAttentionCache::get(const PlanMicroBatch& mb) {
   if (mb.lengths.empty()) return AttentionCost{};
   if (!mb.attention)
     return Error{"", "", "a micro-batch with cp = " + std::to_string(mb.cp) + " carries no attention plan"};
-  if (auto it = memo_.find(mb.attention.get()); it != memo_.end()) return it->second;
-  const Link link = mb.cp * tp_ <= cost_.cluster().gpus_per_node ? Link::nvlink : Link::network;
-  auto c = cp_attention_cost(cost_, *mb.attention, link);
+  auto key = std::make_pair(mb.attention.get(), cp_group_nodes(mb, layout_, cost_.cluster().gpus_per_node));
+  if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+  auto c = cp_attention_cost(cost_, *mb.attention, key.second);
   if (!c) return c.errors();
-  memo_.emplace(mb.attention.get(), *c);
+  memo_.emplace(std::move(key), *c);
   return *c;
 }
 

@@ -56,8 +56,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
 double boundary_s(const CostModel& cost, const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
                   int from_stage, int to_stage) {
   const int64_t g = cost.cluster().gpus_per_node;
-  const int64_t stride = L.tp * L.cp * L.dp();  // ranks between consecutive stages (Megatron order)
-  const bool inter_node = (from_stage * stride) / g != (to_stage * stride) / g;
+  const bool inter_node = global_rank(L, from_stage, 0, 0) / g != global_rank(L, to_stage, 0, 0) / g;
   const Link link = inter_node ? Link::network : Link::nvlink;
   if (mb.lengths.empty()) return 0;
   const double bytes = 2.0 * static_cast<double>(mb.padded_tokens()) * model.hidden / std::max<int64_t>(1, mb.cp);
@@ -140,7 +139,7 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
   if (!schedule) return schedule.errors();
 
-  CpAttentionCache attention(cost, L.tp);
+  CpAttentionCache attention(cost, L);
   TaskGraph g;
   std::vector<std::vector<int>> grad_tasks(p);  // per stage: the DP reduction tasks of every replica
   std::vector<PipelineTasks> pipelines;

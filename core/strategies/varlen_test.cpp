@@ -117,7 +117,7 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
 TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
   auto cost = CostModel::create(cluster_);
   ASSERT_TRUE(cost.ok());
-  CpAttentionCache cache(*cost, layout_.tp);
+  CpAttentionCache cache(*cost, layout_);
   // The strategy attaches each CP micro-batch's AttentionPlan; the simulator prices that one.
   auto with_attention = [&](PlanMicroBatch mb) {
     auto a = plan_micro_batch_attention(mb, model_, layout_);
@@ -143,6 +143,22 @@ TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
   auto s2 = cache.get(short_two);
   ASSERT_TRUE(s2.ok());
   EXPECT_GT(s2->fwd_wait_s, 0);
+}
+
+// The rank order is Megatron's (tp fastest, then cp, then dp, then pp): a group's members' nodes
+// follow from its first rank, its size and tp.
+TEST_F(VarlenTest, CpGroupNodesFollowTheRankOrder) {
+  ParallelConfig L;
+  L.num_gpus = 64;
+  L.tp = 1;
+  L.cp = 16;  // dp 4
+  EXPECT_EQ(cp_group_nodes(PlanMicroBatch{{4096}, 16, 0, 32}, L, 8),
+            (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(cp_group_nodes(PlanMicroBatch{{4096}, 8, 8, 16}, L, 8), std::vector<int>(8, 0));  // one node
+  L.tp = 4;
+  L.cp = 4;  // dp 4: a CP rank every 4 GPUs, two per node
+  EXPECT_EQ(cp_group_nodes(PlanMicroBatch{{4096}, 4, 4, 8}, L, 8), (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(global_rank(L, 1, 0, 0), 64);  // stage 1 starts after dp·cp·tp = 64 ranks
 }
 
 TEST_F(VarlenTest, CpGroupMembersStartTheirSharedMicroBatchTogether) {
