@@ -67,6 +67,38 @@ TEST(AttentionPlan, TransferBytesFollowTheFp32Formulas) {
   EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::kv, {0, 0, 10, 4, 8}}), 2 * 10 * 1 * 16 * 4);
   EXPECT_STREQ(attn_tensor_name(AttnTensor::dkv), "dkv");
   EXPECT_STREQ(attn_tensor_name(AttnTensor::out), "out");
+  // 16-bit training: values at 2 bytes, the LSE stays fp32.
+  p.value_bytes = 2;
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::q, s}), 10 * 8 * 16 * 2);
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::dkv, s}), 2 * 10 * 2 * 16 * 2);
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::out, s}), 10 * 8 * (16 * 2 + 4));
+}
+
+// The backward phases carry exactly the derived backward transfers, either way they are
+// scheduled; pipelined, an input arrives no later than the phase before the first stage that reads
+// it and a return leaves no earlier than the phase after the last stage that writes it.
+TEST(AttentionPlan, BackwardPhasesCarryTheBackwardTransfers) {
+  AttentionPlan p = causal_ring();
+  const BackwardTransfers bt = backward_transfers(p);
+  ASSERT_FALSE(bt.inputs.empty());
+  ASSERT_FALSE(bt.returns.empty());
+  for (bool pipelined : {false, true}) {
+    p.pipelined_backward = pipelined;
+    const auto phases = backward_phases(p);
+    size_t count = 0;
+    for (const auto& ph : phases) count += ph.transfers.size();
+    EXPECT_EQ(count, bt.inputs.size() + bt.returns.size()) << pipelined;
+    std::vector<int32_t> stages;
+    for (const auto& ph : phases)
+      if (ph.stage >= 0) stages.push_back(ph.stage);
+    std::vector<int32_t> expected(p.stages.size());
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int32_t>(i);
+    EXPECT_EQ(stages, expected) << pipelined;  // every stage once, in order
+    if (!pipelined) {
+      EXPECT_EQ(phases.front().transfers, bt.inputs);
+      EXPECT_EQ(phases.back().transfers, bt.returns);
+    }
+  }
 }
 
 TEST(AttentionPlan, ContainsAndHomeOf) {

@@ -77,6 +77,7 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
   auto rep = execute_attention(*plan, comm, in.view(), true);
   ASSERT_TRUE(rep.ok()) << rep.error_str();
   ReferenceAttention ref = reference_attention(*plan, in, true);
+  ASSERT_EQ(rep->home.size(), plan->home[comm.rank()].size()) << layout << " " << m.name << " cp=" << cp;
   for (const auto& h : rep->home) {
     CheckResult c = check_home(*plan, h, ref, true);
     EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " cp=" << cp << " " << style.name() << " rank "

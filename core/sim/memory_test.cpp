@@ -57,20 +57,21 @@ TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
   Plan plan = ptdp_plan(4, 2, 16, 4096, 4);
   plan.layout.attention_kernel = "flash";
   plan.layout.recompute = "none";
-  LayerActivationOptions o;
-  o.seq_length = 4096;
-  o.tp = 4;
-  o.sequence_parallel = true;
-  o.flash = true;
-  o.dropout = false;
-  const double per_layer = saved_activation_bytes_per_layer(llama, o);
+  // By hand (SP: everything over t = 4; s = 4096, h = 5120, a = g = 40, H = 13824): norms and
+  // their outputs 8sbh, Q K V O 8sbh, fused SwiGLU's input and output 6·sbH, fp32 LSE 4·s·a.
+  const double s = 4096, h = 5120, H = 13824, a = 40, t = 4;
+  const double per_layer = (16 * s * h + 6 * s * H + 4 * s * a) / t;
   const MemoryEstimate e = estimate_memory(llama, plan, {});
   EXPECT_NEAR(e.activation_bytes, 40 * per_layer * (1 + 3.0 / 8), 1e-9 * e.activation_bytes);
   EXPECT_EQ(e.workspace_bytes, 0);  // nothing is recomputed
-  // A GPT-style count (MHA-sized K/V, a 2-matrix MLP, dropout masks) would be different.
-  LayerActivationOptions gpt_like = o;
-  gpt_like.dropout = true;
-  EXPECT_GT(saved_activation_bytes_per_layer(llama, gpt_like), per_layer);
+  // GQA shrinks K and V: Llama-3-8B (g/a = 1/4) keeps 2·2sbh·(1 − 1/4) less than an MHA twin.
+  ModelShape gqa = preset("llama3_8b"), mha = gqa;
+  mha.kv_heads = mha.heads;
+  Plan p8 = ptdp_plan(4, 1, 4, 4096, 4);
+  p8.layout.attention_kernel = "flash";
+  p8.layout.recompute = "none";
+  const double saved = estimate_memory(mha, p8, {}).activation_bytes - estimate_memory(gqa, p8, {}).activation_bytes;
+  EXPECT_NEAR(saved, gqa.layers * 4 * 4096.0 * gqa.hidden * 0.75 / 4, 1e-6 * saved);
 }
 
 TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
@@ -80,9 +81,16 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   const MemoryEstimate e = estimate_memory(gpt, plan, over);
   EXPECT_DOUBLE_EQ(e.reserved_bytes, 2.0 * 1024 * 1024 * 1024);
   EXPECT_NEAR(e.fragmentation_bytes, (e.activation_bytes + e.workspace_bytes) / 3, 1e-6 * e.fragmentation_bytes);
-  EXPECT_GT(e.workspace_bytes, 0);  // selective recompute rebuilds one layer's scores
-  EXPECT_DOUBLE_EQ(e.total(), e.weights_optimizer_bytes + e.activation_bytes + e.workspace_bytes +
-                                  e.fragmentation_bytes + e.reserved_bytes);
+  // Selective recompute rebuilds one layer's unfused scores: 5as²b/t beside its saved bytes.
+  EXPECT_NEAR(e.workspace_bytes - e.activation_bytes / gpt.layers, 5.0 * gpt.heads * 2048 * 2048 / 8,
+              1e-6 * e.workspace_bytes);
+  // Weights, gradients and Adam: 18 bytes per parameter of the stage, or 6 + 12/d sharded over d.
+  const double params = params_per_gpu(gpt, plan.layout, 2048, e.stage);
+  EXPECT_DOUBLE_EQ(e.weights_optimizer_bytes, 18 * params);
+  plan.layout.num_gpus *= 4;  // dp 4
+  plan.layout.distributed_optimizer = true;
+  plan.micro_batches.assign(4, plan.micro_batches.front());
+  EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (6 + 12.0 / 4) * params);
 }
 
 }  // namespace
