@@ -99,21 +99,24 @@ std::vector<CounterSample> memory_counters(const ModelShape& model, const Plan& 
   return out;
 }
 
-}  // namespace
+// The DP×CP ranks grouped by identical micro-batch lists (symmetry: one simulated pipeline, a
+// "replica", per distinct list), after checking that the lists fit the layout and every
+// micro-batch's CP group contains its rank.
+struct Replicas {
+  std::vector<const std::vector<PlanMicroBatch>*> lists;
+  std::vector<int> of_rank;    // [DP×CP rank] its replica
+  std::vector<double> weight;  // [replica] the ranks it stands for
+};
 
-Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path) {
+Expected<Replicas> group_replicas(const Plan& plan) {
   const ParallelConfig& L = plan.layout;
-  const int p = static_cast<int>(L.pp), v = static_cast<int>(L.vp);
   const int64_t ranks = static_cast<int64_t>(plan.micro_batches.size());  // DP×CP ranks of a stage
   if (ranks == 0) return Error{"", "", "the plan has no micro-batches"};
-  // Symmetry: ranks with identical micro-batch lists are one simulated pipeline ("replica").
-  std::vector<const std::vector<PlanMicroBatch>*> replicas;
-  std::vector<int> replica_of(ranks);
-  std::vector<double> weight;  // ranks each replica stands for
   if (ranks != L.dp() * L.cp)
     return Error{"", "", "the plan has " + std::to_string(ranks) + " micro-batch lists, the layout " +
                              std::to_string(L.dp() * L.cp) + " DP×CP ranks"};
+  Replicas out;
+  out.of_rank.resize(ranks);
   for (int64_t r = 0; r < ranks; ++r) {
     const auto& list = plan.micro_batches[r];
     for (size_t k = 0; k < list.size(); ++k) {
@@ -127,202 +130,282 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
     if (list.size() != plan.micro_batches[0].size())
       return Error{"", "", "DP×CP rank " + std::to_string(r) + " has " + std::to_string(list.size()) +
                                " micro-batches, rank 0 has " + std::to_string(plan.micro_batches[0].size())};
-    auto it = std::find_if(replicas.begin(), replicas.end(), [&](auto* x) { return *x == list; });
-    replica_of[r] = static_cast<int>(it - replicas.begin());
-    if (it == replicas.end()) {
-      replicas.push_back(&list);
-      weight.push_back(0);
+    auto it = std::find_if(out.lists.begin(), out.lists.end(), [&](auto* x) { return *x == list; });
+    out.of_rank[r] = static_cast<int>(it - out.lists.begin());
+    if (it == out.lists.end()) {
+      out.lists.push_back(&list);
+      out.weight.push_back(0);
     }
-    weight[replica_of[r]] += 1;
+    out.weight[out.of_rank[r]] += 1;
   }
-  const int m = static_cast<int>(plan.micro_batches[0].size());
-  auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
-  if (!schedule) return schedule.errors();
+  return out;
+}
 
-  CpAttentionCache attention(cost, L);
-  TaskGraph g;
-  std::vector<std::vector<int>> grad_tasks(p);  // per stage: the DP reduction tasks of every replica
-  std::vector<PipelineTasks> pipelines;
-  std::vector<std::string> names;
-  int collective_id = 0;
-  std::vector<double> cp_wait_s(replicas.size(), 0);  // summed over stages
-  for (size_t r = 0; r < replicas.size(); ++r) {
-    const auto& mbs = *replicas[r];
-    // Cost of each (micro-batch, chunk) on each stage, computed once (micro-batches repeat).
-    std::vector<std::vector<ChunkCost>> costs(p, std::vector<ChunkCost>(static_cast<size_t>(m) * v));
-    for (int k = 0; k < m; ++k) {
-      const bool repeat = k > 0 && mbs[k] == mbs[k - 1];
-      AttentionCost attn;
-      const bool priced = !repeat && mbs[k].cp > 1;
-      if (priced) {
-        auto a = attention.get(mbs[k]);
-        if (!a) return a.errors();
-        attn = *a;
-      }
-      for (int s = 0; s < p; ++s)
-        for (int c = 0; c < v; ++c)
-          costs[s][k * v + c] = repeat ? costs[s][(k - 1) * v + c]
-                                       : chunk_cost(cost, model, L, mbs[k], priced ? &attn : nullptr, s, c);
-    }
-    for (const auto& stage_costs : costs)
-      for (const auto& c : stage_costs) cp_wait_s[r] += c.cp_wait_s();
-    const int first_device = static_cast<int>(r) * p;
-    // The transfer after an op, when there is a next virtual stage to send to.
-    auto send_s = [&](int s, const PipeOp& op) {
-      const int j = op.chunk * p + s;  // virtual stage
-      if (p == 1 || (op.forward && j == p * v - 1) || (!op.forward && j == 0)) return 0.0;
-      const int to = op.forward ? (s + 1) % p : (s + p - 1) % p;
-      return boundary_s(cost, model, L, mbs[op.micro_batch], s, to);
-    };
-    // An op's blocking communication after its compute: the TP collectives, the attention's wait
-    // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
-    auto tail = [&](int s, const PipeOp& op) {
-      const ChunkCost& c = costs[s][op.micro_batch * v + op.chunk];
-      std::vector<OpSegment> segs = {{kTpStream, op.forward ? c.fwd_tp_s : c.bwd_tp_s, 'm', "tp", false},
-                                     {kCpStream, op.forward ? c.fwd_cp_s : c.bwd_cp_s, 'm', "cp wait", false}};
-      if (!L.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
-      return segs;
-    };
-    auto tasks = append_pipeline_tasks(
-        g, *schedule,
-        [&](int s, const PipeOp& op) {
-          const ChunkCost& c = costs[s][op.micro_batch * v + op.chunk];
-          return op.forward ? c.fwd_s : c.bwd_s;
-        },
-        [&](int s, const PipeOp& op) { return L.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
-    for (int s = 0; s < p; ++s) {
-      names.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
-      // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
-      // (Megatron reduces over the data-parallel group with CP). With overlap the buckets of all
-      // but the chunk's last layer go out while that backward runs (Megatron's bucketed
-      // overlap); the last bucket after it.
-      const double grad_bytes = L.grad_bytes() * params_per_gpu(model, L, 0, s) / v;
-      const GroupPlacement dp = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
-      const Collective kind = L.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
-      const double total_s = cost.collective_s(kind, grad_bytes, dp);
-      const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L, model.layers, s)) / v);
-      for (int c = 0; c < v; ++c) {
-        int last = -1;
-        for (int i = 0; i < static_cast<int>((*schedule)[s].size()); ++i)
-          if (!(*schedule)[s][i].forward && (*schedule)[s][i].chunk == c) last = i;
-        const int last_task = tasks.done[s][last];
-        const double early = L.overlap_grad_reduce ? total_s * (1 - 1 / layers_per_chunk) : 0;
-        std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
-        for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
-          if (dur <= 0) continue;
-          TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
-          grad_tasks[s].push_back(g.add(t));
-        }
+// The task graph of one iteration, built step by step (simulate_iteration calls them in order).
+class IterationGraph {
+ public:
+  IterationGraph(const Plan& plan, const ModelShape& model, const CostModel& cost, const Replicas& replicas,
+                 const PipelineSchedule& schedule)
+      : plan_(plan), L_(plan.layout), model_(model), cost_(cost), replicas_(replicas), schedule_(schedule),
+        p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
+        attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0) {}
+
+  // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
+  // collectives, CP waits, blocking sends) on their streams, then the DP gradient reduction.
+  Status add_pipelines() {
+    for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+      auto costs = chunk_costs(*replicas_.lists[r]);
+      if (!costs) return costs.errors();
+      for (const auto& stage_costs : *costs)
+        for (const auto& c : stage_costs) cp_wait_s_[r] += c.cp_wait_s();
+      const int first_device = static_cast<int>(r) * p_;
+      pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
+      for (int s = 0; s < p_; ++s) {
+        names_.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
+        add_gradient_reduction(pipelines_.back(), first_device, s);
       }
     }
-    pipelines.push_back(std::move(tasks));
+    return ok_status();
   }
+
   // Ranks of one CP group run its micro-batch together: when they are simulated apart (their
   // other micro-batches differ), each op of that micro-batch starts at once on all of them.
   // Megatron main's round barrier makes every forward of micro-batch k a start over all ranks.
-  // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.
-  auto join = [&](const std::vector<int>& members, int k, char which) {
-    for (int s = 0; s < p; ++s)
-      for (size_t i = 0; i < (*schedule)[s].size(); ++i) {
-        const PipeOp& op = (*schedule)[s][i];
-        if (op.micro_batch != k || (which == 'f' && !op.forward) || (which == 'b' && op.forward)) continue;
-        ++collective_id;
-        for (int r : members) g.set_collective(pipelines[r].compute[s][i], collective_id);
+  Status join_groups() {
+    const int64_t ranks = static_cast<int64_t>(plan_.micro_batches.size());
+    for (int k = 0; k < m_; ++k) {
+      if (plan_.round_barrier && replicas_.lists.size() > 1) {
+        std::vector<int> all(replicas_.lists.size());
+        for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
+        join(all, k, 'f');
       }
-  };
-  for (int k = 0; k < m; ++k) {
-    if (plan.round_barrier && replicas.size() > 1) {
-      std::vector<int> all(replicas.size());
-      for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
-      join(all, k, 'f');
-    }
-    std::vector<int64_t> seen;  // first ranks of the groups already joined
-    for (int64_t r = 0; r < ranks; ++r) {
-      const PlanMicroBatch& mb = plan.micro_batches[r][k];
-      if (mb.cp <= 1 || mb.first_rank < 0 || std::find(seen.begin(), seen.end(), mb.first_rank) != seen.end()) continue;
-      seen.push_back(mb.first_rank);
-      if (mb.first_rank + mb.cp > ranks)
-        return Error{"", "", "micro-batch " + std::to_string(k) + ": CP group [" + std::to_string(mb.first_rank) + ", " +
-                                 std::to_string(mb.first_rank + mb.cp) + ") exceeds the " + std::to_string(ranks) +
-                                 " DP×CP ranks"};
-      std::vector<int> members;
-      for (int64_t q = mb.first_rank; q < mb.first_rank + mb.cp; ++q) {
-        if (!(plan.micro_batches[q][k] == mb))
-          return Error{"", "", "micro-batch " + std::to_string(k) + ": rank " + std::to_string(q) +
-                                   " does not hold the micro-batch of its CP group at rank " + std::to_string(mb.first_rank)};
-        if (std::find(members.begin(), members.end(), replica_of[q]) == members.end()) members.push_back(replica_of[q]);
+      std::vector<int64_t> seen;  // first ranks of the groups already joined
+      for (int64_t r = 0; r < ranks; ++r) {
+        const PlanMicroBatch& mb = plan_.micro_batches[r][k];
+        if (mb.cp <= 1 || mb.first_rank < 0 || std::find(seen.begin(), seen.end(), mb.first_rank) != seen.end()) continue;
+        seen.push_back(mb.first_rank);
+        if (mb.first_rank + mb.cp > ranks)
+          return Error{"", "", "micro-batch " + std::to_string(k) + ": CP group [" + std::to_string(mb.first_rank) + ", " +
+                                   std::to_string(mb.first_rank + mb.cp) + ") exceeds the " + std::to_string(ranks) +
+                                   " DP×CP ranks"};
+        std::vector<int> members;
+        for (int64_t q = mb.first_rank; q < mb.first_rank + mb.cp; ++q) {
+          if (!(plan_.micro_batches[q][k] == mb))
+            return Error{"", "", "micro-batch " + std::to_string(k) + ": rank " + std::to_string(q) +
+                                     " does not hold the micro-batch of its CP group at rank " +
+                                     std::to_string(mb.first_rank)};
+          const int replica = replicas_.of_rank[q];
+          if (std::find(members.begin(), members.end(), replica) == members.end()) members.push_back(replica);
+        }
+        // Under a round barrier the forwards are already joined over all ranks (a task belongs to
+        // one collective; the barrier's contains the group's).
+        if (members.size() > 1) join(members, k, plan_.round_barrier ? 'b' : 'a');
       }
-      // Under a round barrier the forwards are already joined over all ranks (a task belongs to
-      // one collective; the barrier's contains the group's).
-      if (members.size() > 1) join(members, k, plan.round_barrier ? 'b' : 'a');
     }
+    return ok_status();
   }
+
   // Replicas that differ reduce gradients together: the last DP task of each stage is a
   // collective across the simulated replicas.
-  if (replicas.size() > 1) {
-    for (int s = 0; s < p; ++s) {
-      ++collective_id;
-      for (size_t r = 0; r < replicas.size(); ++r) {
-        TaskSpec t{static_cast<int>(r) * p + s, kDpStream, 0, {}, collective_id, -1, "dp barrier", 'm'};
-        for (int id : grad_tasks[s]) if (g.task(id).device == t.device) t.deps.push_back(id);
-        grad_tasks[s].push_back(g.add(t));
+  void join_gradient_reductions() {
+    if (replicas_.lists.size() <= 1) return;
+    for (int s = 0; s < p_; ++s) {
+      ++collective_id_;
+      for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+        TaskSpec t{static_cast<int>(r) * p_ + s, kDpStream, 0, {}, collective_id_, -1, "dp barrier", 'm'};
+        for (int id : grad_tasks_[s])
+          if (graph_.task(id).device == t.device) t.deps.push_back(id);
+        grad_tasks_[s].push_back(graph_.add(t));
       }
     }
   }
+
   // Optimizer step after every gradient of the stage is reduced, as Megatron's mixed-precision
   // optimizer does it, in bytes per parameter: gradients to fp32 (read g, write 4), unscale and
   // inf check (read 4, write 4), the clipping norm (read 4), fused Adam (read gradient, master
   // weight, momentum, variance; write the last three: 28), master weights back to the 16-bit
-  // model (read 4, write 2).
-  for (size_t r = 0; r < replicas.size(); ++r) {
-    for (int s = 0; s < p; ++s) {
-      const int device = static_cast<int>(r) * p + s;
-      // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
-      // group the gradients are reduce-scattered over.
-      const int64_t shards = L.dp() * L.cp;
-      double params = params_per_gpu(model, L, 0, s) / (L.distributed_optimizer ? shards : 1);
-      TaskSpec t{device, kComputeStream, cost.memory_bound_s((L.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
-      for (int id : grad_tasks[s]) if (g.task(id).device == device) t.deps.push_back(id);
-      int opt = g.add(t);
-      if (L.distributed_optimizer && shards > 1) {
-        TaskSpec ag{device, kDpStream, cost.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model, L, 0, s),
-                                                            placement(shards, L.tp, cost.cluster().gpus_per_node)),
-                    {opt}, -1, -1, "dp param all-gather", 'm'};
-        g.add(ag);
+  // model (read 4, write 2). The distributed optimizer then all-gathers the updated parameters.
+  void add_optimizer() {
+    for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+      for (int s = 0; s < p_; ++s) {
+        const int device = static_cast<int>(r) * p_ + s;
+        // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
+        // group the gradients are reduce-scattered over.
+        const int64_t shards = L_.dp() * L_.cp;
+        double params = params_per_gpu(model_, L_, 0, s) / (L_.distributed_optimizer ? shards : 1);
+        TaskSpec t{device, kComputeStream, cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
+        for (int id : grad_tasks_[s])
+          if (graph_.task(id).device == device) t.deps.push_back(id);
+        int opt = graph_.add(t);
+        if (L_.distributed_optimizer && shards > 1) {
+          TaskSpec ag{device, kDpStream,
+                      cost_.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model_, L_, 0, s),
+                                         placement(shards, L_.tp, cost_.cluster().gpus_per_node)),
+                      {opt}, -1, -1, "dp param all-gather", 'm'};
+          graph_.add(ag);
+        }
       }
     }
   }
 
-  auto sim = simulate_checked(g);
-  if (!sim) return sim.errors();
-  IterationResult out;
-  out.step_time_s = sim->makespan_s;
-  out.tasks = g.size();
-  out.simulated_pipelines = replicas.size();
-  // Means over the DP×CP ranks of a stage (a replica counts once per rank it stands for) and over
-  // stages. TP collectives, CP waits and blocking sends are tasks of their own streams that hold
-  // the compute stream: the engine counts them as exposed communication, not compute.
-  double busy_sum = 0, busy_max = 0, idle = 0, exposed = 0, devices = 0;
-  for (size_t r = 0; r < replicas.size(); ++r) {
-    out.exposed_cp_comm_s += weight[r] * cp_wait_s[r] / p / ranks;
-    for (int s = 0; s < p; ++s) {
-      const size_t d = r * p + s;
-      const double compute = sim->compute_busy_s[d];
-      busy_sum += weight[r] * compute;
-      busy_max = std::max(busy_max, compute);
-      exposed += weight[r] * sim->exposed_comm_s[d];
-      idle += weight[r] * std::max(0.0, sim->makespan_s - sim->compute_busy_s[d] - sim->exposed_comm_s[d]);
-      devices += weight[r];
+  // Step time and the per-device breakdown: means over the DP×CP ranks of a stage (a replica
+  // counts once per rank it stands for) and over stages. TP collectives, CP waits and blocking
+  // sends are tasks of their own streams that hold the compute stream: the engine counts them as
+  // exposed communication, not compute.
+  IterationResult result(const SimResult& sim) const {
+    IterationResult out;
+    out.step_time_s = sim.makespan_s;
+    out.tasks = graph_.size();
+    out.simulated_pipelines = replicas_.lists.size();
+    const double ranks = static_cast<double>(plan_.micro_batches.size());
+    double busy_sum = 0, busy_max = 0, idle = 0, exposed = 0, devices = 0;
+    for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+      const double w = replicas_.weight[r];
+      out.exposed_cp_comm_s += w * cp_wait_s_[r] / p_ / ranks;
+      for (int s = 0; s < p_; ++s) {
+        const size_t d = r * p_ + s;
+        const double compute = sim.compute_busy_s[d];
+        busy_sum += w * compute;
+        busy_max = std::max(busy_max, compute);
+        exposed += w * sim.exposed_comm_s[d];
+        idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d]);
+        devices += w;
+      }
+    }
+    out.exposed_comm_s = exposed / devices;
+    out.bubble_fraction = sim.makespan_s > 0 ? idle / devices / sim.makespan_s : 0;
+    out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
+    return out;
+  }
+
+  Status write_trace(const SimResult& sim, const std::filesystem::path& path) const {
+    const auto counters = memory_counters(model_, plan_, replicas_.lists, schedule_, pipelines_, sim);
+    return write_chrome_trace(graph_, sim, names_, path, kStreamNames, counters);
+  }
+
+  const TaskGraph& graph() const { return graph_; }
+
+ private:
+  // Cost of each (micro-batch, chunk) on each stage, [stage][micro-batch · v + chunk], computed
+  // once per distinct micro-batch (they repeat).
+  Expected<std::vector<std::vector<ChunkCost>>> chunk_costs(const std::vector<PlanMicroBatch>& mbs) {
+    std::vector<std::vector<ChunkCost>> costs(p_, std::vector<ChunkCost>(static_cast<size_t>(m_) * v_));
+    for (int k = 0; k < m_; ++k) {
+      const bool repeat = k > 0 && mbs[k] == mbs[k - 1];
+      AttentionCost attn;
+      const bool priced = !repeat && mbs[k].cp > 1;
+      if (priced) {
+        auto a = attention_.get(mbs[k]);
+        if (!a) return a.errors();
+        attn = *a;
+      }
+      for (int s = 0; s < p_; ++s)
+        for (int c = 0; c < v_; ++c)
+          costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c]
+                                        : chunk_cost(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, s, c);
+    }
+    return costs;
+  }
+
+  PipelineTasks add_pipeline(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,
+                             int first_device) {
+    // The transfer after an op, when there is a next virtual stage to send to.
+    auto send_s = [&](int s, const PipeOp& op) {
+      const int j = op.chunk * p_ + s;  // virtual stage
+      if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) return 0.0;
+      const int to = op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
+      return boundary_s(cost_, model_, L_, mbs[op.micro_batch], s, to);
+    };
+    // An op's blocking communication after its compute: the TP collectives, the attention's wait
+    // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
+    auto tail = [&](int s, const PipeOp& op) {
+      const ChunkCost& c = costs[s][op.micro_batch * v_ + op.chunk];
+      std::vector<OpSegment> segs = {{kTpStream, op.forward ? c.fwd_tp_s : c.bwd_tp_s, 'm', "tp", false},
+                                     {kCpStream, op.forward ? c.fwd_cp_s : c.bwd_cp_s, 'm', "cp wait", false}};
+      if (!L_.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
+      return segs;
+    };
+    return append_pipeline_tasks(
+        graph_, schedule_,
+        [&](int s, const PipeOp& op) {
+          const ChunkCost& c = costs[s][op.micro_batch * v_ + op.chunk];
+          return op.forward ? c.fwd_s : c.bwd_s;
+        },
+        [&](int s, const PipeOp& op) { return L_.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
+  }
+
+  // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
+  // (Megatron reduces over the data-parallel group with CP). With overlap the buckets of all but
+  // the chunk's last layer go out while that backward runs (Megatron's bucketed overlap); the last
+  // bucket after it.
+  void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
+    const double grad_bytes = L_.grad_bytes() * params_per_gpu(model_, L_, 0, s) / v_;
+    const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
+    const Collective kind = L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
+    const double total_s = cost_.collective_s(kind, grad_bytes, dp);
+    const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L_, model_.layers, s)) / v_);
+    for (int c = 0; c < v_; ++c) {
+      int last = -1;
+      for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
+        if (!schedule_[s][i].forward && schedule_[s][i].chunk == c) last = i;
+      const int last_task = tasks.done[s][last];
+      const double early = L_.overlap_grad_reduce ? total_s * (1 - 1 / layers_per_chunk) : 0;
+      std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
+      for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
+        if (dur <= 0) continue;
+        TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
+        grad_tasks_[s].push_back(graph_.add(t));
+      }
     }
   }
-  out.exposed_comm_s = exposed / devices;
-  out.bubble_fraction = sim->makespan_s > 0 ? idle / devices / sim->makespan_s : 0;
-  out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
-  if (!trace_path.empty()) {
-    const auto counters = memory_counters(model, plan, replicas, *schedule, pipelines, *sim);
-    if (auto st = write_chrome_trace(g, *sim, names, trace_path, kStreamNames, counters); !st) return st.errors();
+
+  // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.
+  void join(const std::vector<int>& members, int k, char which) {
+    for (int s = 0; s < p_; ++s)
+      for (size_t i = 0; i < schedule_[s].size(); ++i) {
+        const PipeOp& op = schedule_[s][i];
+        if (op.micro_batch != k || (which == 'f' && !op.forward) || (which == 'b' && op.forward)) continue;
+        ++collective_id_;
+        for (int r : members) graph_.set_collective(pipelines_[r].compute[s][i], collective_id_);
+      }
   }
-  return out;
+
+  const Plan& plan_;
+  const ParallelConfig& L_;
+  const ModelShape& model_;
+  const CostModel& cost_;
+  const Replicas& replicas_;
+  const PipelineSchedule& schedule_;
+  const int p_, v_, m_;
+  CpAttentionCache attention_;
+  TaskGraph graph_;
+  std::vector<PipelineTasks> pipelines_;
+  std::vector<std::string> names_;
+  std::vector<std::vector<int>> grad_tasks_;  // [stage] the DP reduction tasks of every replica
+  std::vector<double> cp_wait_s_;             // [replica] CP waits summed over stages
+  int collective_id_ = 0;
+};
+
+}  // namespace
+
+Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
+                                             const std::filesystem::path& trace_path) {
+  auto replicas = group_replicas(plan);
+  if (!replicas) return replicas.errors();
+  const ParallelConfig& L = plan.layout;
+  auto schedule = pipeline_schedule(plan.pipeline_schedule, static_cast<int>(L.pp),
+                                    static_cast<int>(plan.micro_batches[0].size()), static_cast<int>(L.vp));
+  if (!schedule) return schedule.errors();
+  IterationGraph g(plan, model, cost, *replicas, *schedule);
+  if (auto s = g.add_pipelines(); !s) return s.errors();
+  if (auto s = g.join_groups(); !s) return s.errors();
+  g.join_gradient_reductions();
+  g.add_optimizer();
+  auto sim = simulate_checked(g.graph());
+  if (!sim) return sim.errors();
+  if (!trace_path.empty())
+    if (auto s = g.write_trace(*sim, trace_path); !s) return s.errors();
+  return g.result(*sim);
 }
 
 }  // namespace cpbench
