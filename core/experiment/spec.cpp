@@ -258,59 +258,69 @@ void check_metric(JsonObject& o, const std::string& key, const std::string& metr
   if (!metric.empty() && !find_metric(metric)) o.error(key, "unknown metric \"" + metric + "\" (see docs/experiments.md)");
 }
 
-}  // namespace
 
-bool Selector::matches(const PointConfig& p) const {
-  if (!case_name.empty() && case_name != p.case_name) return false;
-  if (!strategy.empty() && strategy != p.label) return false;
-  for (const auto& [k, v] : params.items())
-    if (!p.params.contains(k) || p.params[k] != v) return false;
-  return true;
+// One entry of "strategies": a registered strategy, the label results show it under, and the
+// dotted paths it sets on every point it runs.
+struct StrategyEntry {
+  std::string name, label;
+  json set;
+  size_t index;  // position in "strategies", for the pointers of errors in its "set"
+};
+
+// One entry of "cases": a named override of the base point, and the values published for it.
+struct CaseEntry {
+  std::string name;
+  json patch;
+  json published;
+  size_t index;  // position in "cases", for the pointers of errors in its values
+};
+
+// Grid axes in key order: dotted path -> its non-empty array of values.
+using GridAxes = std::vector<std::pair<std::string, json>>;
+
+// Reads the spec's "plot" section; returns its "speedup_over" label ("" when none), which can be
+// checked only once the strategy labels are known.
+std::string parse_plot(JsonObject& root) {
+  auto plot = root.object_opt("plot");
+  if (!plot) return "";
+  plot->string_or("x", "");
+  if (const json* y = plot->raw("y"); y && !y->is_array()) plot->error("y", "expected an array of metric names");
+  plot->choice_or("kind", "line", {"line", "bar"});
+  plot->boolean_or("logx", false);
+  plot->boolean_or("logy", false);
+  plot->string_or("series", "");
+  plot->string_or("x_label", "");
+  const std::string speedup_over = plot->string_or("speedup_over", "");
+  plot->finish();
+  return speedup_over;
 }
 
-Expected<Spec> load_spec(const fs::path& file, const std::string& name, const SpecOptions& options) {
-  auto raw = load_json_file(file);
-  if (!raw) return raw.errors();
-  const std::string fname = file.string();
-  Diagnostics diag(fname);
-  JsonObject root(*raw, "", diag);
-  Spec spec;
-  spec.name = name;
-  spec.file = file;
-
-  root.string("description");
-  root.string_or("source", "");
-  std::string speedup_over;  // checked against the strategy labels below
-  if (auto plot = root.object_opt("plot")) {
-    plot->string_or("x", "");
-    if (const json* y = plot->raw("y"); y && !y->is_array()) plot->error("y", "expected an array of metric names");
-    plot->choice_or("kind", "line", {"line", "bar"});
-    plot->boolean_or("logx", false);
-    plot->boolean_or("logy", false);
-    plot->string_or("series", "");
-    plot->string_or("x_label", "");
-    speedup_over = plot->string_or("speedup_over", "");
-    plot->finish();
-  }
-
-  // The base point: the per-point keys of the spec itself.
+// Reads the spec's own per-point keys; returns the base point that cases, grid axes, strategy
+// entries and --set override.
+json parse_base_point(JsonObject& root) {
   json base = json::object();
-  Origins base_origins;
   for (const auto& k : kPointKeys)
     if (const json* v = root.raw(k)) base[k] = *v;
+  return base;
+}
 
-  // --set key=value: applied to every point after cases, grid and strategy overrides.
+// Reads --set key=value pairs; returns them as dotted path -> JSON value, applied to every point
+// after cases, grid and strategy overrides.
+json parse_overrides(const std::vector<std::pair<std::string, std::string>>& sets) {
   json overrides = json::object();
-  for (const auto& [key, text] : options.sets) {
+  for (const auto& [key, text] : sets) {
     json v = json::parse(text, nullptr, false);
     if (v.is_discarded()) v = text;  // a bare word is a string
     overrides[key] = v;
   }
+  return overrides;
+}
 
-  // Strategies.
-  struct StrategyEntry { std::string name, label; json set; size_t index; };
+// Reads "strategies"; returns its entries in order and adds their labels to `labels`, which
+// published values select by.
+std::vector<StrategyEntry> parse_strategies(JsonObject& root, std::set<std::string>& labels) {
+  Diagnostics& diag = root.diag();
   std::vector<StrategyEntry> entries;
-  std::set<std::string> labels;
   const json& strategies_json = root.array("strategies");
   if (root.has("strategies") && strategies_json.empty()) root.error("strategies", "expected at least one strategy");
   for (size_t i = 0; i < strategies_json.size(); ++i) {
@@ -339,13 +349,15 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       diag.error(ptr, "two strategy entries are labelled \"" + e.label + "\"; give each a distinct \"label\"");
     entries.push_back(std::move(e));
   }
-  if (!speedup_over.empty() && !labels.count(speedup_over))
-    diag.error("/plot/speedup_over", "no strategy entry is labelled \"" + speedup_over + "\"");
+  return entries;
+}
 
-  // Cases: overrides of the base point, each named; a case may carry published values.
-  struct CaseEntry { std::string name; json patch; json published; size_t index; };
+// Reads "cases": overrides of the base point, each named; a case may carry published values.
+// Returns them in order (one nameless case when the spec has none) and adds their names to
+// `case_names`, which published values select by.
+std::vector<CaseEntry> parse_cases(JsonObject& root, std::set<std::string>& case_names) {
+  Diagnostics& diag = root.diag();
   std::vector<CaseEntry> cases;
-  std::set<std::string> case_names;
   if (const json* cj = root.raw("cases")) {
     if (!cj->is_array() || cj->empty()) {
       root.error("cases", "expected a non-empty array of objects");
@@ -380,37 +392,98 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
     }
   }
   if (cases.empty()) cases.push_back({"", json::object(), json::object(), 0});
+  return cases;
+}
 
-  // Grid: cartesian product of axes (dotted paths), expanded row-major in key order.
-  std::vector<std::pair<std::string, json>> axes;
-  if (auto grid = root.object_opt("grid")) {
-    for (const auto& [axis, values] : raw->at("grid").items()) {
-      grid->raw(axis);
-      if (!values.is_array() || values.empty()) grid->error(axis, "expected a non-empty array of values");
-      else axes.emplace_back(axis, values);
-    }
-    grid->finish();
+// Reads "grid": axes (dotted paths) whose cartesian product the points span, expanded row-major
+// in key order. Returns the axes with a non-empty array of values.
+GridAxes parse_grid(JsonObject& root) {
+  GridAxes axes;
+  // As object_opt("grid"), keeping the value itself to walk its axes in order.
+  const json* grid_json = root.raw("grid");
+  if (!grid_json) return axes;
+  JsonObject grid(*grid_json, root.pointer_of("grid"), root.diag());
+  for (const auto& [axis, values] : grid_json->items()) {
+    grid.raw(axis);
+    if (!values.is_array() || values.empty()) grid.error(axis, "expected a non-empty array of values");
+    else axes.emplace_back(axis, values);
   }
+  grid.finish();
+  return axes;
+}
 
-  // Metrics to report.
+// Reads "metrics"; returns the known metric names to report, in order.
+std::vector<std::string> parse_metrics(JsonObject& root) {
+  std::vector<std::string> metrics;
   for (const auto& m : root.array("metrics")) {
     if (!m.is_string() || !find_metric(m.get<std::string>())) {
-      diag.error("/metrics", "unknown metric " + m.dump() + " (see docs/experiments.md for the list)");
+      root.diag().error("/metrics", "unknown metric " + m.dump() + " (see docs/experiments.md for the list)");
       continue;
     }
-    spec.metrics.push_back(m.get<std::string>());
+    metrics.push_back(m.get<std::string>());
   }
-  const json* published_json = root.raw("published");
-  root.finish();
-  if (!diag.ok()) return diag.errors();
+  return metrics;
+}
 
-  // Expand and resolve every point.
-  Presets presets(options.experiments_dir);
+// Reads a grid combination's number (0 up to the product of the axis sizes); returns the index
+// into each axis's values, row-major (the last axis varies fastest).
+std::vector<size_t> grid_indices(const GridAxes& axes, size_t combination) {
+  std::vector<size_t> idx(axes.size());
+  size_t rest = combination;
+  for (size_t a = axes.size(); a-- > 0;) {
+    idx[a] = rest % axes[a].second.size();
+    rest /= axes[a].second.size();
+  }
+  return idx;
+}
+
+// Reads one point's merged document; resolves the presets it names and parses it into `pc`'s
+// cluster, model, workload, parallel config and FLOPs definition. Returns the errors, each named
+// where `origins` says its value was written.
+Status resolve_point(const json& point, const Origins& origins, const fs::path& file, Presets& presets,
+                     PointConfig& pc) {
   const fs::path spec_dir = file.parent_path();
+  Diagnostics pd(file.string());
+  pd.set_origins(&origins);
+  JsonObject po(point, "", pd);
+  pc.cluster = presets.resolve<ClusterSpec>(
+      po, "hardware", "hardware", presets.hardware, [](const fs::path& f) { return load_hardware(f); },
+      [](JsonObject& o, const fs::path&) { return parse_hardware(o); }, spec_dir, nullptr);
+  presets.resolve_stack(po, pc.cluster, spec_dir);
+  pc.model = presets.resolve<ModelShape>(
+      po, "model", "model", presets.models, [](const fs::path& f) { return load_model(f); },
+      [](JsonObject& o, const fs::path&) { return parse_model(o); }, spec_dir, nullptr);
+  JsonObject wo = po.object("workload");
+  pc.workload = parse_workload(wo, presets, spec_dir);
+  JsonObject pa = po.object("parallel");
+  pc.parallel = parse_parallel_config(pa);
+  pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
+  po.finish();
+  if (pd.ok()) return ok_status();
+  // The same mistake shows in every point; report it once.
+  Errors unique;
+  std::set<std::string> seen;
+  for (const auto& e : pd.errors().list)
+    if (seen.insert(e.str()).second) unique.list.push_back(e);
+  return unique;
+}
+
+// Expands cases × grid × strategies, in that nesting order, into resolved points. A point is the
+// base point with its case, then its grid values, then its strategy's "set", then --set applied;
+// each applied value is traced back to where it was written. Returns the points, or the errors
+// of the first point that has any (the points after it would repeat them).
+Expected<std::vector<PointConfig>> expand_points(const fs::path& file, const json& base,
+                                                 const std::vector<CaseEntry>& cases, const GridAxes& axes,
+                                                 const std::vector<StrategyEntry>& entries, const json& overrides,
+                                                 Presets& presets) {
+  const std::string fname = file.string();
+  Diagnostics diag(fname);
+  std::vector<PointConfig> points;
   size_t combos = 1;
   for (const auto& a : axes) combos *= a.second.size();
   for (const auto& c : cases) {
     for (size_t g = 0; g < combos; ++g) {
+      const std::vector<size_t> idx = grid_indices(axes, g);
       for (const auto& st : entries) {
         json point = base;
         Origins origins;
@@ -419,12 +492,6 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
         pc.case_name = c.name;
         pc.params = json::object();
         std::string id = c.name.empty() ? "" : "case=" + c.name;
-        size_t rest = g;
-        std::vector<size_t> idx(axes.size());
-        for (size_t a = axes.size(); a-- > 0;) {
-          idx[a] = rest % axes[a].second.size();
-          rest /= axes[a].second.size();
-        }
         for (size_t a = 0; a < axes.size(); ++a) {
           const auto& [axis, values] = axes[a];
           const json& v = values[idx[a]];
@@ -445,44 +512,67 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
         pc.label = st.label;
         pc.id = id + (id.empty() ? "" : "/") + "strategy=" + st.label;
         if (!diag.ok()) return diag.errors();
-
-        Diagnostics pd(fname);
-        pd.set_origins(&origins);
-        JsonObject po(point, "", pd);
-        pc.cluster = presets.resolve<ClusterSpec>(
-            po, "hardware", "hardware", presets.hardware, [](const fs::path& f) { return load_hardware(f); },
-            [](JsonObject& o, const fs::path&) { return parse_hardware(o); }, spec_dir, nullptr);
-        presets.resolve_stack(po, pc.cluster, spec_dir);
-        pc.model = presets.resolve<ModelShape>(
-            po, "model", "model", presets.models, [](const fs::path& f) { return load_model(f); },
-            [](JsonObject& o, const fs::path&) { return parse_model(o); }, spec_dir, nullptr);
-        JsonObject wo = po.object("workload");
-        pc.workload = parse_workload(wo, presets, spec_dir);
-        JsonObject pa = po.object("parallel");
-        pc.parallel = parse_parallel_config(pa);
-        pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
-        po.finish();
-        if (!pd.ok()) {
-          // The same mistake shows in every point; report it once.
-          Errors unique;
-          std::set<std::string> seen;
-          for (const auto& e : pd.errors().list)
-            if (seen.insert(e.str()).second) unique.list.push_back(e);
-          return unique;
-        }
-        if (pc.workload.seed != 0 && spec.points.empty()) spec.seed = pc.workload.seed;
-        spec.points.push_back(std::move(pc));
+        if (auto resolved = resolve_point(point, origins, file, presets, pc); !resolved) return resolved.errors();
+        points.push_back(std::move(pc));
       }
     }
   }
+  return points;
+}
 
-  // Published values: per case, and in the spec's "published" section.
+// Reads one entry of "published"/"values"; returns a metric of the point(s) it selects.
+PublishedValue parse_published_value(JsonObject& vo, const std::set<std::string>& case_names,
+                                     const std::set<std::string>& labels) {
+  PublishedValue pv;
+  pv.kind = "value";
+  pv.metric = vo.string("metric");
+  check_metric(vo, "metric", pv.metric);
+  pv.published = vo.number("value", -1e300, 1e300);
+  pv.label = vo.string_or("label", pv.metric);
+  pv.select = parse_selector(vo, case_names, labels);
+  if (pv.select.best)  // a value compares every point it selects; "best" picks one side of a ratio
+    vo.error("best", "only a ratio's numerator or denominator may take the best point");
+  if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
+  vo.finish();
+  return pv;
+}
+
+// Reads one entry of "published"/"ratios"; returns a metric of the numerator's point over the
+// denominator's.
+PublishedValue parse_published_ratio(JsonObject& ro, const std::set<std::string>& case_names,
+                                     const std::set<std::string>& labels) {
+  PublishedValue pv;
+  pv.kind = "ratio";
+  pv.metric = ro.string("metric");
+  check_metric(ro, "metric", pv.metric);
+  pv.expect = ro.choice_or("expect", "", {"above_one", "below_one"});
+  if (pv.expect.empty() || ro.has("value")) pv.published = ro.number("value", 0, 1e300);
+  pv.label = ro.string("label");
+  JsonObject num = ro.object("numerator");
+  pv.select = parse_selector(num, case_names, labels);
+  num.finish();
+  JsonObject den = ro.object("denominator");
+  pv.denominator = parse_selector(den, case_names, labels);
+  den.finish();
+  if (auto t = ro.object_opt("tolerance")) parse_tolerance(*t, pv);
+  pv.judge_direction = ro.choice_or("judge", "tolerance", {"tolerance", "direction"}) == "direction";
+  ro.finish();
+  return pv;
+}
+
+// Reads the published values: each case's "published", then the spec's "published" section
+// (`published_json`, nullptr when absent). Returns them in that order, a value without its own
+// tolerance taking the section's default tolerance for its metric.
+std::vector<PublishedValue> parse_published(const json* published_json, const std::vector<CaseEntry>& cases,
+                                            const std::set<std::string>& case_names,
+                                            const std::set<std::string>& labels, Diagnostics& diag) {
+  std::vector<PublishedValue> published;
   for (const auto& c : cases) {
     for (const auto& [metric, v] : c.published.items()) {
       std::string ptr = json_pointer_append(json_pointer_append(json_pointer_append("/cases", c.index), "published"), metric);
       if (!find_metric(metric)) diag.error(ptr, "unknown metric \"" + metric + "\"");
       else if (!v.is_number()) diag.error(ptr, "expected a number, got " + json_type_name(v));
-      else spec.published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false, ""});
+      else published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false, ""});
     }
   }
   std::map<std::string, PublishedValue> default_tolerance;
@@ -502,67 +592,97 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       const json& values = pub.array("values");
       for (size_t i = 0; i < values.size(); ++i) {
         JsonObject vo(values[i], json_pointer_append("/published/values", i), diag);
-        PublishedValue pv;
-        pv.kind = "value";
-        pv.metric = vo.string("metric");
-        check_metric(vo, "metric", pv.metric);
-        pv.published = vo.number("value", -1e300, 1e300);
-        pv.label = vo.string_or("label", pv.metric);
-        pv.select = parse_selector(vo, case_names, labels);
-        if (pv.select.best)  // a value compares every point it selects; "best" picks one side of a ratio
-          vo.error("best", "only a ratio's numerator or denominator may take the best point");
-        if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
-        vo.finish();
-        spec.published.push_back(pv);
+        published.push_back(parse_published_value(vo, case_names, labels));
       }
     }
     if (pub.has("ratios")) {
       const json& ratios = pub.array("ratios");
       for (size_t i = 0; i < ratios.size(); ++i) {
         JsonObject ro(ratios[i], json_pointer_append("/published/ratios", i), diag);
-        PublishedValue pv;
-        pv.kind = "ratio";
-        pv.metric = ro.string("metric");
-        check_metric(ro, "metric", pv.metric);
-        pv.expect = ro.choice_or("expect", "", {"above_one", "below_one"});
-        if (pv.expect.empty() || ro.has("value")) pv.published = ro.number("value", 0, 1e300);
-        pv.label = ro.string("label");
-        JsonObject num = ro.object("numerator");
-        pv.select = parse_selector(num, case_names, labels);
-        num.finish();
-        JsonObject den = ro.object("denominator");
-        pv.denominator = parse_selector(den, case_names, labels);
-        den.finish();
-        if (auto t = ro.object_opt("tolerance")) parse_tolerance(*t, pv);
-        pv.judge_direction = ro.choice_or("judge", "tolerance", {"tolerance", "direction"}) == "direction";
-        ro.finish();
-        spec.published.push_back(pv);
+        published.push_back(parse_published_ratio(ro, case_names, labels));
       }
     }
     pub.finish();
   }
-  // Every published value must select points that exist; a ratio needs exactly one of each.
-  for (size_t i = 0; i < spec.published.size(); ++i) {
-    auto& pv = spec.published[i];
+  for (auto& pv : published) {
     if (pv.tolerance_rel < 0 && pv.tolerance_abs < 0 && default_tolerance.count(pv.metric)) {
       pv.tolerance_rel = default_tolerance[pv.metric].tolerance_rel;
       pv.tolerance_abs = default_tolerance[pv.metric].tolerance_abs;
     }
-    auto count = [&](const Selector& s) {
-      size_t n = 0;
-      for (const auto& p : spec.points) n += s.matches(p);
-      return n;
-    };
-    auto one_side = [&](const Selector& s) {
-      const size_t n = count(s);
-      return s.best ? n >= 1 : n == 1;
-    };
+  }
+  return published;
+}
+
+// Reads the published values and the expanded points; records an error for each value that
+// selects no point, and each ratio whose numerator or denominator does not select exactly one
+// (or, with "best", at least one).
+void check_published_selections(const std::vector<PublishedValue>& published,
+                                const std::vector<PointConfig>& points, Diagnostics& diag) {
+  auto count = [&](const Selector& s) {
+    size_t n = 0;
+    for (const auto& p : points) n += s.matches(p);
+    return n;
+  };
+  auto one_side = [&](const Selector& s) {
+    const size_t n = count(s);
+    return s.best ? n >= 1 : n == 1;
+  };
+  for (const auto& pv : published) {
     if (count(pv.select) == 0 || (pv.kind == "ratio" && (!one_side(pv.select) || !one_side(pv.denominator))))
       diag.error("/published", "\"" + pv.label + "\": " +
                  (pv.kind == "ratio" ? "numerator and denominator must each select exactly one point (or, with "
                                        "\"best\": true, at least one)"
                                      : "selects no point"));
   }
+}
+
+}  // namespace
+
+bool Selector::matches(const PointConfig& p) const {
+  if (!case_name.empty() && case_name != p.case_name) return false;
+  if (!strategy.empty() && strategy != p.label) return false;
+  for (const auto& [k, v] : params.items())
+    if (!p.params.contains(k) || p.params[k] != v) return false;
+  return true;
+}
+
+Expected<Spec> load_spec(const fs::path& file, const std::string& name, const SpecOptions& options) {
+  auto raw = load_json_file(file);
+  if (!raw) return raw.errors();
+  Diagnostics diag(file.string());
+  JsonObject root(*raw, "", diag);
+  Spec spec;
+  spec.name = name;
+  spec.file = file;
+
+  // The spec as written is checked whole before any point is built, so one run reports every
+  // mistake in it.
+  root.string("description");
+  root.string_or("source", "");
+  const std::string speedup_over = parse_plot(root);
+  const json base = parse_base_point(root);
+  const json overrides = parse_overrides(options.sets);
+  std::set<std::string> labels;
+  const std::vector<StrategyEntry> entries = parse_strategies(root, labels);
+  if (!speedup_over.empty() && !labels.count(speedup_over))
+    diag.error("/plot/speedup_over", "no strategy entry is labelled \"" + speedup_over + "\"");
+  std::set<std::string> case_names;
+  const std::vector<CaseEntry> cases = parse_cases(root, case_names);
+  const GridAxes axes = parse_grid(root);
+  spec.metrics = parse_metrics(root);
+  const json* published_json = root.raw("published");  // parsed once the points exist
+  root.finish();
+  if (!diag.ok()) return diag.errors();
+
+  Presets presets(options.experiments_dir);
+  auto points = expand_points(file, base, cases, axes, entries, overrides, presets);
+  if (!points) return points.errors();
+  spec.points = std::move(*points);
+  // The base workload seed is the first point's (unless it is 0).
+  if (!spec.points.empty() && spec.points.front().workload.seed != 0) spec.seed = spec.points.front().workload.seed;
+
+  spec.published = parse_published(published_json, cases, case_names, labels, diag);
+  check_published_selections(spec.published, spec.points, diag);
   if (!diag.ok()) return diag.errors();
 
   spec.resolved = *raw;
