@@ -89,7 +89,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
         std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", "
                   << p.workload.dataset_name << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp"
                   << p.parallel.cp << " gpus " << p.parallel.num_gpus << "]\n"
-                  << describe_point(p, a.backend);
+                  << describe_point(p);
       }
     }
     return kExitOk;

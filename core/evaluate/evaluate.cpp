@@ -136,6 +136,7 @@ std::vector<const AttentionPlan*> distinct_attention_plans(const Plan& plan) {
 Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
+  out.metrics["padding_fraction"] = padding_fraction(plan);
   const std::vector<const AttentionPlan*> plans = distinct_attention_plans(plan);
   if (plans.empty())
     return {"infeasible",

@@ -73,7 +73,7 @@ class Progress {
 
 }  // namespace
 
-std::string describe_point(const PointConfig& point, const std::string& backend) {
+std::string describe_point(const PointConfig& point) {
   if (auto why = check_parallel_config(point.parallel); !why.empty()) return "    infeasible: " + why + "\n";
   const StrategyInfo* strategy = find_strategy(point.strategy);
   if (!strategy) return "    error: unknown strategy " + point.strategy + "\n";
@@ -83,12 +83,13 @@ std::string describe_point(const PointConfig& point, const std::string& backend)
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
   if (planned.status != "ok") return "    " + planned.status + ": " + planned.reason + "\n";
   std::string out = plan_summary(planned.plan, point.cluster);
+  // The prediction is the sim backend's (a dry run executes nothing, whatever the backend).
   Evaluation e = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, {}, {}, 0},
-                          planned.plan, backend == "cpu" ? "sim" : backend);
+                          planned.plan, "sim");
   char line[160];
   if (e.status == "ok")
-    std::snprintf(line, sizeof line, "    predicted (%s): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
-                  backend.c_str(), e.metrics["step_time_s"], e.metrics["tflops_per_gpu"], e.metrics["peak_memory_gib"]);
+    std::snprintf(line, sizeof line, "    predicted (sim): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
+                  e.metrics["step_time_s"], e.metrics["tflops_per_gpu"], e.metrics["peak_memory_gib"]);
   else
     std::snprintf(line, sizeof line, "    %s: ", e.status.c_str());
   return out + line + (e.status == "ok" ? "" : e.reason + "\n");

@@ -29,9 +29,9 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
                       const std::string& backend = "sim", const std::filesystem::path& experiments_dir = {},
                       double cpu_budget_s = 60);
 
-// `cpbench run --dry-run`: the point's plan summary and the backend's predicted step time, or why
-// it cannot run; nothing is written.
-std::string describe_point(const PointConfig& point, const std::string& backend = "sim");
+// `cpbench run --dry-run`: the point's plan summary and the sim backend's predicted step time, or
+// why it cannot run; nothing is executed or written.
+std::string describe_point(const PointConfig& point);
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
 // ranks return their own share. Errors are I/O or --resume mismatches, never a failing point.
