@@ -59,19 +59,29 @@ struct CpBytes {
 };
 CpBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
   CpBytes b;
+  // One group's bytes by link class, computed once per (attention plan, node map): plans repeat.
+  std::map<std::pair<const AttentionPlan*, std::vector<int>>, CpBytes> memo;
   for (const auto& rank : plan.micro_batches)
     for (const auto& mb : rank) {
       if (!mb.attention) continue;
       const AttentionPlan& a = *mb.attention;
-      const std::vector<int> nodes = cp_group_nodes(mb, plan.layout, cluster.gpus_per_node);
+      auto key = std::make_pair(&a, cp_group_nodes(mb, plan.layout, cluster.gpus_per_node));
+      auto it = memo.find(key);
+      if (it == memo.end()) {
+        CpBytes group;
+        const std::vector<int>& nodes = key.second;
+        auto add = [&](const AttnTransfer& t) {
+          (nodes[t.src] == nodes[t.dst] ? group.nvlink : group.network) += transfer_bytes(a, t);
+        };
+        for (const AttnTransfer& t : forward_transfers(a)) add(t);
+        for (const AttnBackwardPhase& ph : backward_phases(a))
+          for (const AttnTransfer& t : ph.transfers) add(t);
+        it = memo.emplace(std::move(key), group).first;
+      }
       // Every member holds the micro-batch: count the group's transfers once, 1/cp at each member.
       const double share = 1.0 / static_cast<double>(mb.cp);
-      auto add = [&](const AttnTransfer& t) {
-        (nodes[t.src] == nodes[t.dst] ? b.nvlink : b.network) += share * transfer_bytes(a, t);
-      };
-      for (const AttnTransfer& t : forward_transfers(a)) add(t);
-      for (const AttnBackwardPhase& ph : backward_phases(a))
-        for (const AttnTransfer& t : ph.transfers) add(t);
+      b.nvlink += share * it->second.nvlink;
+      b.network += share * it->second.network;
     }
   return b;
 }

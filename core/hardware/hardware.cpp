@@ -98,10 +98,31 @@ FitRecord parse_fit(JsonObject& f, const json& efficiency) {
 
 }  // namespace
 
+namespace {
+
+// Metrics that are one measurement — the step time — in other units: a value fitted through one
+// of them is fitted through all of them (MFU and aggregate PFLOP/s of a row whose TFLOP/s was
+// fitted are in sample too).
+bool same_measurement(const std::string& a, const std::string& b) {
+  static const std::vector<std::string> step_time = {"step_time_s", "tflops_per_gpu", "aggregate_pflops", "mfu",
+                                                     "tokens_per_s_per_gpu"};
+  auto in = [](const std::string& m) { return std::find(step_time.begin(), step_time.end(), m) != step_time.end(); };
+  return a == b || (in(a) && in(b));
+}
+
+}  // namespace
+
 bool FitRecord::covers(const std::string& experiment_name, const std::string& metric_name,
                        const std::string& label) const {
-  if (experiment != experiment_name || metric != metric_name) return false;
-  return train.empty() || std::find(train.begin(), train.end(), label) != train.end();
+  if (experiment != experiment_name || !same_measurement(metric, metric_name)) return false;
+  if (train.empty()) return true;
+  // A case's value is labelled "<case> <metric>": the same case's fitted label names the fit's metric.
+  std::string as_fitted = label;
+  const std::string suffix = " " + metric_name;
+  if (metric_name != metric && label.size() > suffix.size() &&
+      label.compare(label.size() - suffix.size(), suffix.size(), suffix) == 0)
+    as_fitted = label.substr(0, label.size() - suffix.size()) + " " + metric;
+  return std::find(train.begin(), train.end(), as_fitted) != train.end();
 }
 
 StackSpec parse_stack(JsonObject& o) {

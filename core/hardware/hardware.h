@@ -48,6 +48,9 @@ struct FitRecord {
   std::string metric;                  // "tflops_per_gpu"
   std::vector<std::string> constants;  // efficiency keys fitted, ["hbm_efficiency"]
   std::vector<std::string> train;      // labels fitted on; empty = every published value of metric
+  // Whether a published value of `experiment_name` was used by this fit: its metric is the fit's
+  // or another unit of the same measurement (step time, TFLOP/s, aggregate PFLOP/s, MFU, tokens/s),
+  // and, with a train list, its label (or its case's label for the fit's metric) is listed.
   bool covers(const std::string& experiment_name, const std::string& metric_name,
               const std::string& label) const;
 };

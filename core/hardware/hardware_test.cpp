@@ -85,6 +85,14 @@ TEST(Stack, PresetsNameTheirEra) {
   EXPECT_EQ(dgx.fits[0].constants, std::vector<std::string>{"hbm_efficiency"});
   EXPECT_TRUE(dgx.fits[0].covers("megatron_ptdp/table1", "tflops_per_gpu", "any row"));
   EXPECT_FALSE(dgx.fits[0].covers("megatron_ptdp/fig13", "tflops_per_gpu", "any row"));
+  // MFU and aggregate PFLOP/s are the fitted step time in other units: in sample too; params not.
+  EXPECT_TRUE(dgx.fits[0].covers("megatron_ptdp/table1", "mfu", "1T mfu"));
+  EXPECT_TRUE(dgx.fits[0].covers("megatron_ptdp/table1", "aggregate_pflops", "1T aggregate_pflops"));
+  EXPECT_FALSE(dgx.fits[0].covers("megatron_ptdp/table1", "params_b", "1T params_b"));
+  // With a train list (a hold-out fit), a case's MFU follows its TFLOP/s label.
+  FitRecord held{"t/x", "tflops_per_gpu", {"hbm_efficiency"}, {"a tflops_per_gpu"}};
+  EXPECT_TRUE(held.covers("t/x", "mfu", "a mfu"));
+  EXPECT_FALSE(held.covers("t/x", "mfu", "b mfu"));
   EXPECT_EQ(preset("h100_dgx").efficiency["attention_exp_overlap"]["value"], 1);
   EXPECT_EQ(preset("h200_sxm").efficiency["attention_exp_overlap"]["value"], 0);
   for (const char* name : {"a100_40gb_p4d", "h100_dgx", "h200_sxm", "h800_kwai", "cpu_local"})
