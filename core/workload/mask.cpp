@@ -80,6 +80,20 @@ int64_t mask_pairs(const MaskSpec& m, int64_t L) {
 
 int64_t mask_pairs_in_tile(const MaskSpec& m, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin,
                            int64_t k_end) {
+  // Closed forms for the two masks every layout prices most (the simulator counts the pairs of
+  // every tile of every plan): a row of full sees [0, L), a causal row q sees [0, q + 1).
+  const int64_t a = std::max<int64_t>(0, q_begin), b = std::min(q_end, L);
+  const int64_t kb = std::max<int64_t>(0, k_begin), ke = std::min(k_end, L);
+  if (m.kind == MaskKind::full) return a < b && kb < ke ? (b - a) * (ke - kb) : 0;
+  if (m.kind == MaskKind::causal) {
+    if (a >= b || kb >= ke) return 0;
+    // Rows q in [kb, ke − 1) see q + 1 − kb keys of the tile; rows from ke − 1 on see all ke − kb.
+    const int64_t lo = std::max(a, kb), hi = std::min(b, ke - 1);
+    const int64_t n = std::max<int64_t>(0, hi - lo);
+    const int64_t ramp = n * (lo + 1 - kb) + n * (n - 1) / 2;
+    const int64_t full_rows = std::max<int64_t>(0, b - std::max(a, ke - 1));
+    return ramp + full_rows * (ke - kb);
+  }
   int64_t pairs = 0;
   for (int64_t q = std::max<int64_t>(0, q_begin); q < std::min(q_end, L); ++q) {
     KeyRanges r = mask_row(m, L, q);

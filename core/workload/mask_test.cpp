@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 namespace cpbench {
 namespace {
 
@@ -131,6 +133,26 @@ TEST(Mask, TilePairsSumToTheWholeAndMatchBruteForce) {
           sum += got;
         }
       EXPECT_EQ(sum, mask_pairs(m, L));
+    }
+  }
+}
+
+// Tiles of any shape — unaligned, empty, reaching past the sequence — against brute force (the
+// full and causal closed forms most of all).
+TEST(Mask, IrregularTilePairsMatchBruteForce) {
+  std::mt19937_64 rng(7);
+  for (const auto& m : masks_under_test()) {
+    const int64_t L = 301;
+    for (int i = 0; i < 400; ++i) {
+      std::uniform_int_distribution<int64_t> pos(-20, L + 20);
+      int64_t qb = pos(rng), qe = pos(rng), kb = pos(rng), ke = pos(rng);
+      if (qb > qe) std::swap(qb, qe);
+      if (kb > ke) std::swap(kb, ke);
+      int64_t brute = 0;
+      for (int64_t q = std::max<int64_t>(0, qb); q < std::min(qe, L); ++q)
+        for (int64_t k = std::max<int64_t>(0, kb); k < std::min(ke, L); ++k) brute += allowed(m, L, q, k);
+      ASSERT_EQ(mask_pairs_in_tile(m, L, qb, qe, kb, ke), brute)
+          << mask_kind_name(m.kind) << " q [" << qb << ", " << qe << ") k [" << kb << ", " << ke << ")";
     }
   }
 }
