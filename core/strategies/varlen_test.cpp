@@ -147,6 +147,35 @@ TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
 
 // The rank order is Megatron's (tp fastest, then cp, then dp, then pp): a group's members' nodes
 // follow from its first rank, its size and tp.
+// What a strategy hands a backend is well formed: every CP micro-batch carries an AttentionPlan
+// that passes check_attention_plan, covers the micro-batch's padded sequences on its group, and
+// moves 16-bit values (the layout is bf16). Release builds skip this check in the simulator (it
+// costs more than the simulation), so the strategies are held to it here.
+TEST_F(VarlenTest, EveryAttachedAttentionPlanIsWellFormed) {
+  for (StrategyFn strategy : {plan_packing, plan_packing_ffd, plan_packing_flops, plan_dynamic_cp, plan_dynamic_cp_dev,
+                              plan_dynamic_cp_solver}) {
+    PlanOutcome planned = strategy(input());
+    ASSERT_EQ(planned.status, "ok") << planned.reason;
+    size_t checked = 0;
+    for (const auto& rank : planned.plan.micro_batches)
+      for (const auto& mb : rank) {
+        if (mb.cp <= 1 || mb.lengths.empty()) {  // local attention, or an idle slot
+          EXPECT_FALSE(mb.attention);
+          continue;
+        }
+        ASSERT_TRUE(mb.attention);
+        EXPECT_EQ(check_attention_plan(*mb.attention), "");
+        EXPECT_EQ(mb.attention->ranks, mb.cp);
+        EXPECT_EQ(mb.attention->value_bytes, 2);
+        int64_t tokens = 0;
+        for (int64_t len : mb.attention->seq_lengths) tokens += len;
+        EXPECT_GE(tokens, mb.padded_tokens());
+        ++checked;
+      }
+    EXPECT_GT(checked, 0u);
+  }
+}
+
 TEST_F(VarlenTest, CpGroupNodesFollowTheRankOrder) {
   ParallelConfig L;
   L.num_gpus = 64;
