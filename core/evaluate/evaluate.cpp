@@ -273,7 +273,7 @@ std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   s += line;
   const CpBytes cp = cp_bytes_per_layer(plan, cluster);
   if (cp.nvlink + cp.network > 0) {
-    std::snprintf(line, sizeof line, "    CP attention bytes per layer (fwd+bwd, all ranks): NVLink %.3g, network %.3g\n",
+    std::snprintf(line, sizeof line, "    CP attention bytes of one layer (fwd+bwd, all micro-batches and DP×CP ranks of a stage): NVLink %.3g, network %.3g\n",
                   cp.nvlink, cp.network);
     s += line;
   }
