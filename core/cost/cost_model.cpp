@@ -141,4 +141,14 @@ Expected<CostModel> load_cost_model(const std::filesystem::path& preset_file) {
   return CostModel::create(*cluster, cluster->stack_file.empty() ? preset_file.string() : cluster->stack_file);
 }
 
+LinkBytes collective_sent_bytes(Collective kind, double bytes, const GroupPlacement& group) {
+  const double n = static_cast<double>(group.size);
+  if (group.size <= 1 || bytes <= 0) return {};
+  const double volume = (kind == Collective::all_reduce ? 2.0 : 1.0) * (n - 1) / n * bytes;
+  const int64_t per_node = std::max<int64_t>(1, group.ranks_per_node);
+  const double nodes = static_cast<double>((group.size + per_node - 1) / per_node);
+  const double network_share = nodes > 1 ? nodes / n : 0;
+  return {volume * (1 - network_share), volume * network_share};
+}
+
 }  // namespace cpbench

@@ -29,6 +29,23 @@ struct GroupPlacement {
   int64_t ranks_per_node = 1;
 };
 
+// Bytes one GPU sends, by the link they cross.
+struct LinkBytes {
+  double nvlink = 0, network = 0;
+  LinkBytes& operator+=(const LinkBytes& o) {
+    nvlink += o.nvlink;
+    network += o.network;
+    return *this;
+  }
+  LinkBytes operator*(double k) const { return {nvlink * k, network * k}; }
+};
+
+// What one rank sends in a collective of `bytes` (collective_s's convention), as a ring moves it:
+// 2(n−1)/n of the buffer for all-reduce, (n−1)/n for all-gather, reduce-scatter, all-to-all and
+// broadcast; of a ring over N nodes, N of its n links cross nodes, so N/n of the volume is counted
+// on the network. NCCL's tree and hierarchical algorithms move the same volume split differently.
+LinkBytes collective_sent_bytes(Collective kind, double bytes, const GroupPlacement& group);
+
 // FlashAttention-2 backward does 5 matmuls per tile (recompute S = QKᵀ, dV, dP, dQ, dK) against
 // the forward's 2: 2.5× the forward matmul FLOPs (Dao 2023, FlashAttention-2, §3.1.2).
 inline constexpr double kAttentionBwdFlopsPerFwd = 2.5;

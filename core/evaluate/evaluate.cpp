@@ -145,6 +145,8 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   const double ranks = static_cast<double>(plan.micro_batches.size());
   mt["cp_comm_bytes_nvlink"] = cp.nvlink * layers_per_gpu / ranks;
   mt["cp_comm_bytes_network"] = cp.network * layers_per_gpu / ranks;
+  mt["comm_bytes_nvlink"] = sim->comm_bytes.nvlink + mt["cp_comm_bytes_nvlink"];
+  mt["comm_bytes_network"] = sim->comm_bytes.network + mt["cp_comm_bytes_network"];
   return out;
 }
 

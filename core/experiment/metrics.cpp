@@ -21,6 +21,8 @@ const std::vector<MetricInfo>& known_metrics() {
       {"exposed_comm_s", "s", "communication time not hidden under compute"},
       {"exposed_cp_comm_s", "s", "of which: attention waiting on context-parallel transfers, mean per rank"},
       {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},
+      {"comm_bytes_nvlink", "B", "bytes one GPU sends per iteration inside its node: TP, PP, DP and CP, ring volumes"},
+      {"comm_bytes_network", "B", "bytes one GPU sends per iteration across nodes: TP, PP, DP and CP, ring volumes"},
       {"cp_comm_bytes_nvlink", "B", "context-parallel attention bytes one GPU sends per iteration inside a node"},
       {"cp_comm_bytes_network", "B", "context-parallel attention bytes one GPU sends per iteration across nodes"},
       {"compute_imbalance", "ratio", "max / mean compute time across ranks"},

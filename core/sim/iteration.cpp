@@ -26,6 +26,7 @@ const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp sen
 // attention's wait on CP transfers, forward and backward.
 struct ChunkCost {
   double fwd_s = 0, bwd_s = 0, fwd_tp_s = 0, bwd_tp_s = 0, fwd_cp_s = 0, bwd_cp_s = 0;
+  LinkBytes tp_bytes;  // sent by the op pair's TP collectives (forward and backward)
   double tp_s() const { return fwd_tp_s + bwd_tp_s; }
   double cp_wait_s() const { return fwd_cp_s + bwd_cp_s; }
 };
@@ -37,7 +38,8 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   LayerCost layer = layer_cost(cost, model, L, mb, attention);
   ChunkCost c{layers * layer.forward.compute_s,  layers * layer.backward.compute_s,
               layers * layer.forward.tp_comm_s,  layers * layer.backward.tp_comm_s,
-              layers * layer.forward.cp_wait_s,  layers * layer.backward.cp_wait_s};
+              layers * layer.forward.cp_wait_s,  layers * layer.backward.cp_wait_s,
+              (LinkBytes(layer.forward.tp_bytes) += layer.backward.tp_bytes) * layers};
   if (!L.gradient_accumulation_fusion)
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
     c.bwd_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
@@ -46,27 +48,36 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
     c.bwd_s += extra.backward.compute_s + extra.backward.cp_wait_s;
     c.fwd_tp_s += extra.forward.tp_comm_s;
     c.bwd_tp_s += extra.backward.tp_comm_s;
+    c.tp_bytes += extra.forward.tp_bytes;
+    c.tp_bytes += extra.backward.tp_bytes;
   };
   if (stage == 0 && chunk == 0) add(embedding_cost(cost, model, L, mb));
   if (stage == L.pp - 1 && chunk == L.vp - 1) add(output_layer_cost(cost, model, L, mb));
   return c;
 }
 
-// Seconds to move one micro-batch's activations (or their gradients) across a stage boundary.
-double boundary_s(const CostModel& cost, const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
+// Moving one micro-batch's activations (or their gradients) across a stage boundary: seconds,
+// and the bytes the sending GPU puts on each link.
+struct Boundary {
+  double s = 0;
+  LinkBytes bytes;
+};
+Boundary boundary(const CostModel& cost, const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
                   int from_stage, int to_stage) {
   const int64_t g = cost.cluster().gpus_per_node;
   const bool inter_node = global_rank(L, from_stage, 0, 0) / g != global_rank(L, to_stage, 0, 0) / g;
   const Link link = inter_node ? Link::network : Link::nvlink;
-  if (mb.lengths.empty()) return 0;
+  if (mb.lengths.empty()) return {};
   const double bytes = 2.0 * static_cast<double>(mb.padded_tokens()) * model.hidden / std::max<int64_t>(1, mb.cp);
-  if (L.sequence_parallel) return cost.p2p_s(bytes / L.tp, link);  // already sharded over TP
+  auto on_link = [&](double b) { return inter_node ? LinkBytes{0, b} : LinkBytes{b, 0}; };
+  if (L.sequence_parallel) return {cost.p2p_s(bytes / L.tp, link), on_link(bytes / L.tp)};  // sharded over TP
   if (L.scatter_gather && L.tp > 1 && inter_node) {
     // SC'21 §4.1: each TP rank sends 1/t over its own NIC; the receivers all-gather on NVLink.
-    return cost.p2p_s(bytes / L.tp, link) +
-           cost.collective_s(Collective::all_gather, bytes, placement(L.tp, 1, g));
+    const GroupPlacement tp = placement(L.tp, 1, g);
+    return {cost.p2p_s(bytes / L.tp, link) + cost.collective_s(Collective::all_gather, bytes, tp),
+            on_link(bytes / L.tp) += collective_sent_bytes(Collective::all_gather, bytes, tp)};
   }
-  return cost.p2p_s(bytes, link);
+  return {cost.p2p_s(bytes, link), on_link(bytes)};
 }
 
 // The memory counter track of every simulated device: the stage's weights, gradients and
@@ -148,7 +159,8 @@ class IterationGraph {
                  const PipelineSchedule& schedule)
       : plan_(plan), L_(plan.layout), model_(model), cost_(cost), replicas_(replicas), schedule_(schedule),
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
-        attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0) {}
+        attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
+        sent_(replicas.lists.size() * p_) {}
 
   // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
   // collectives, CP waits, blocking sends) on their streams, then the DP gradient reduction.
@@ -156,9 +168,13 @@ class IterationGraph {
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
       auto costs = chunk_costs(*replicas_.lists[r]);
       if (!costs) return costs.errors();
-      for (const auto& stage_costs : *costs)
-        for (const auto& c : stage_costs) cp_wait_s_[r] += c.cp_wait_s();
       const int first_device = static_cast<int>(r) * p_;
+      for (int s = 0; s < p_; ++s)
+        for (const auto& c : (*costs)[s]) {
+          cp_wait_s_[r] += c.cp_wait_s();
+          sent_[first_device + s] += c.tp_bytes;
+        }
+      count_pipeline_sends(*replicas_.lists[r], first_device);
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
       for (int s = 0; s < p_; ++s) {
         names_.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
@@ -238,11 +254,12 @@ class IterationGraph {
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
         if (L_.distributed_optimizer && shards > 1) {
-          TaskSpec ag{device, kDpStream,
-                      cost_.collective_s(Collective::all_gather, 2.0 * params_per_gpu(model_, L_, 0, s),
-                                         placement(shards, L_.tp, cost_.cluster().gpus_per_node)),
-                      {opt}, -1, -1, "dp param all-gather", 'm'};
+          const double bytes = 2.0 * params_per_gpu(model_, L_, 0, s);
+          const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
+          TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
+                      "dp param all-gather", 'm'};
           graph_.add(ag);
+          sent_[device] += collective_sent_bytes(Collective::all_gather, bytes, group);
         }
       }
     }
@@ -269,9 +286,11 @@ class IterationGraph {
         busy_max = std::max(busy_max, compute);
         exposed += w * sim.exposed_comm_s[d];
         idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d]);
+        out.comm_bytes += sent_[d] * w;
         devices += w;
       }
     }
+    out.comm_bytes = out.comm_bytes * (1 / devices);
     out.exposed_comm_s = exposed / devices;
     out.bubble_fraction = sim.makespan_s > 0 ? idle / devices / sim.makespan_s : 0;
     out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
@@ -314,7 +333,7 @@ class IterationGraph {
       const int j = op.chunk * p_ + s;  // virtual stage
       if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) return 0.0;
       const int to = op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
-      return boundary_s(cost_, model_, L_, mbs[op.micro_batch], s, to);
+      return boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).s;
     };
     // An op's blocking communication after its compute: the TP collectives, the attention's wait
     // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
@@ -334,6 +353,17 @@ class IterationGraph {
         [&](int s, const PipeOp& op) { return L_.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
   }
 
+  // The bytes each stage's pipeline sends put on their links, over the schedule.
+  void count_pipeline_sends(const std::vector<PlanMicroBatch>& mbs, int first_device) {
+    for (int s = 0; s < p_; ++s)
+      for (const PipeOp& op : schedule_[s]) {
+        const int j = op.chunk * p_ + s;  // virtual stage
+        if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) continue;
+        const int to = op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
+        sent_[first_device + s] += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
+      }
+  }
+
   // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
   // (Megatron reduces over the data-parallel group with CP). With overlap the buckets of all but
   // the chunk's last layer go out while that backward runs (Megatron's bucketed overlap); the last
@@ -343,6 +373,7 @@ class IterationGraph {
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
     const double total_s = cost_.collective_s(kind, grad_bytes, dp);
+    sent_[first_device + s] += collective_sent_bytes(kind, grad_bytes, dp) * v_;
     const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L_, model_.layers, s)) / v_);
     for (int c = 0; c < v_; ++c) {
       int last = -1;
@@ -383,6 +414,7 @@ class IterationGraph {
   std::vector<std::string> names_;
   std::vector<std::vector<int>> grad_tasks_;  // [stage] the DP reduction tasks of every replica
   std::vector<double> cp_wait_s_;             // [replica] CP waits summed over stages
+  std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
   int collective_id_ = 0;
 };
 

@@ -27,6 +27,10 @@ struct IterationResult {
   double exposed_comm_s = 0;   // mean over devices: blocking TP collectives + waits on transfers
   double exposed_cp_comm_s = 0;  // of which: attention waiting on CP transfers (mean over ranks)
   double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages
+  // Bytes one GPU sends per iteration in TP collectives, pipeline sends and the DP gradient
+  // reduction (and parameter all-gather), by link, mean over GPUs (collective_sent_bytes: ring
+  // volumes). CP attention transfers are not included (the evaluation adds them from the plan).
+  LinkBytes comm_bytes;
   size_t tasks = 0;
   size_t simulated_pipelines = 0;  // distinct DP×CP rank lists simulated (symmetry)
 };

@@ -119,6 +119,11 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
                              ? 2 * (cost.collective_s(Collective::all_gather, act_bytes, tp) +
                                     cost.collective_s(Collective::reduce_scatter, act_bytes, tp))
                              : 2 * cost.collective_s(Collective::all_reduce, act_bytes, tp);
+  const LinkBytes tp_pass_bytes =
+      layout.sequence_parallel
+          ? (collective_sent_bytes(Collective::all_gather, act_bytes, tp) +=
+             collective_sent_bytes(Collective::reduce_scatter, act_bytes, tp)) * 2
+          : collective_sent_bytes(Collective::all_reduce, act_bytes, tp) * 2;
 
   PassCost attn_f, attn_b;
   if (attention) {
@@ -133,15 +138,18 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
   c.forward.compute_s = fwd(cost, qkv) + fwd(cost, proj) + fwd(cost, fc1) + fwd(cost, fc2) + attn_f.compute_s +
                         cost.memory_bound_s(ew_fwd) + extra_launches_s;
   c.forward.tp_comm_s = tp_pass;
+  c.forward.tp_bytes = tp_pass_bytes;
   c.forward.cp_wait_s = attn_f.cp_wait_s;
   c.backward.cp_wait_s = attn_b.cp_wait_s;
   c.backward.compute_s = bwd(cost, qkv) + bwd(cost, proj) + bwd(cost, fc1) + bwd(cost, fc2) + attn_b.compute_s +
                          cost.memory_bound_s(ew_bwd) + extra_launches_s;
   c.backward.tp_comm_s = tp_pass;
+  c.backward.tp_bytes = tp_pass_bytes;
   if (layout.recompute == "full") {
     // The whole layer's forward runs again, TP collectives included, before its backward.
     c.backward.compute_s += c.forward.compute_s;
     c.backward.tp_comm_s += c.forward.tp_comm_s;
+    c.backward.tp_bytes += c.forward.tp_bytes;
     c.backward.cp_wait_s += c.forward.cp_wait_s;
   } else if (layout.recompute == "selective") {
     c.backward.compute_s += attn_f.compute_s;  // Korthikanti et al.: only the attention core
@@ -158,6 +166,7 @@ LayerCost embedding_cost(const CostModel& cost, const ModelShape& m, const Paral
   if (bytes <= 0) return c;
   c.forward.compute_s = cost.memory_bound_s(3 * bytes);
   c.forward.tp_comm_s = cost.collective_s(Collective::all_reduce, bytes, tp_group(cost, layout));
+  c.forward.tp_bytes = collective_sent_bytes(Collective::all_reduce, bytes, tp_group(cost, layout));
   c.backward.compute_s = cost.memory_bound_s(3 * bytes);  // scatter-add of the gradient rows
   return c;
 }
@@ -174,8 +183,10 @@ LayerCost output_layer_cost(const CostModel& cost, const ModelShape& m, const Pa
   LayerCost c;
   c.forward.compute_s = fwd(cost, logits) + cost.memory_bound_s(3 * logit_bytes);
   c.forward.tp_comm_s = 3 * cost.collective_s(Collective::all_reduce, 4.0 * T, tp);
+  c.forward.tp_bytes = collective_sent_bytes(Collective::all_reduce, 4.0 * T, tp) * 3;
   c.backward.compute_s = bwd(cost, logits) + cost.memory_bound_s(2 * logit_bytes);
   c.backward.tp_comm_s = cost.collective_s(Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp);
+  c.backward.tp_bytes = collective_sent_bytes(Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp);
   return c;
 }
 

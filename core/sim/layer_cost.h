@@ -17,6 +17,7 @@ struct PassCost {
   double compute_s = 0;  // GEMMs, attention, element-wise kernels
   double tp_comm_s = 0;  // blocking TP collectives
   double cp_wait_s = 0;  // attention waiting on CP transfers it could not hide
+  LinkBytes tp_bytes;    // what the TP collectives send from this GPU
   double total() const { return compute_s + tp_comm_s + cp_wait_s; }
 };
 

@@ -267,5 +267,37 @@ TEST_F(PtdpTest, StaticCpRunsEveryCommType) {
   }
 }
 
+// Bytes by link: with tp = pp = 1 the only traffic is the DP gradient all-reduce, a ring moving
+// 2(n−1)/n of the gradients per GPU; inside one node all of it is NVLink, over two nodes 2/n of
+// the ring's links (and so of its volume) cross the network.
+TEST_F(PtdpTest, CommBytesByLinkAreTheGradientRing) {
+  const ModelShape small = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  ParallelConfig L;
+  L.num_gpus = 2;
+  L.recompute = "full";
+  GlobalBatch batch;
+  batch.lengths.assign(8, 2048);
+  const double grads = L.grad_bytes() * params_per_gpu(small, L, 0, 0);
+  auto two = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, small, L, batch}, "sc21");
+  ASSERT_EQ(two.status, "ok") << two.reason;
+  EXPECT_NEAR(two.metrics.at("comm_bytes_nvlink"), grads, 1e-9 * grads);  // 2·(2−1)/2
+  EXPECT_EQ(two.metrics.at("comm_bytes_network"), 0);
+  L.num_gpus = 16;  // two DGX nodes
+  batch.lengths.assign(16, 2048);
+  auto sixteen = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, small, L, batch}, "sc21");
+  ASSERT_EQ(sixteen.status, "ok") << sixteen.reason;
+  const double volume = 2.0 * 15 / 16 * grads;
+  EXPECT_NEAR(sixteen.metrics.at("comm_bytes_network"), volume * 2 / 16, 1e-9 * volume);
+  EXPECT_NEAR(sixteen.metrics.at("comm_bytes_nvlink"), volume * 14 / 16, 1e-9 * volume);
+  // TP adds its collectives: at t = 8 inside a node, NVLink only, and more bytes than DP alone.
+  L.num_gpus = 8;
+  L.tp = 8;
+  batch.lengths.assign(4, 2048);
+  auto tp = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, small, L, batch}, "sc21");
+  ASSERT_EQ(tp.status, "ok") << tp.reason;
+  EXPECT_EQ(tp.metrics.at("comm_bytes_network"), 0);
+  EXPECT_GT(tp.metrics.at("comm_bytes_nvlink"), 0);
+}
+
 }  // namespace
 }  // namespace cpbench
