@@ -307,6 +307,12 @@ std::string attach_attention_plans(Plan* plan, const ModelShape& model) {
   return "";
 }
 
+int64_t static_cp_pad_multiple(const ParallelConfig& layout) {
+  const int64_t cp = layout.cp;
+  const int64_t chunks = cp <= 1 ? 1 : layout.cp_comm_type == "a2a" ? cp : 2 * cp;
+  return chunks * (layout.sequence_parallel ? layout.tp : 1);
+}
+
 std::string cp_layout_for_comm_type(const std::string& t) {
   if (t == "p2p") return "zigzag";
   if (t == "all_gather" || t == "a2a" || t == "a2a+p2p") return t;

@@ -57,6 +57,11 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
 // the ring with causal load balancing (zigzag), the others by name. Unknown: an empty string.
 std::string cp_layout_for_comm_type(const std::string& cp_comm_type);
 
+// The multiple every sequence of a static-CP micro-batch is padded to under `layout`: the chunk
+// rule of its cp_comm_type's layout (2·cp chunks for p2p, all_gather and a2a+p2p, cp for a2a; 1
+// without CP), times tp with sequence parallelism (the sequence is split over the TP ranks too).
+int64_t static_cp_pad_multiple(const ParallelConfig& layout);
+
 // The plan of every group of a Dynamic-CP round (index-aligned with round.groups): the group's
 // sequences, in the group's order, each padded to a multiple of `pad_to` (dyncp_pad_multiple of the
 // pool, as the simulator's plan pads them), as one `layout` of group.size ranks (plan_cp_layout

@@ -1,11 +1,9 @@
 #include "core/evaluate/evaluate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <set>
-
-#include <chrono>
-#include <mpi.h>
 
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
@@ -23,7 +21,20 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-// What the workload itself is, whatever runs it: parameters, model FLOPs, tokens, tail share.
+// Kernel tokens over real tokens, minus one, counting each CP group once.
+double padding_fraction(const Plan& plan) {
+  double real = 0, padded = 0;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank) {
+      const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, mb.cp));
+      real += share * static_cast<double>(mb.tokens());
+      padded += share * static_cast<double>(mb.padded_tokens());
+    }
+  return real > 0 ? padded / real - 1 : 0;
+}
+
+// What the workload and the plan are, whatever runs them: parameters, model FLOPs, tokens, tail
+// share, padding.
 void workload_metrics(const EvalInput& in, const Plan& plan, std::map<std::string, double>& mt) {
   // Learned position tables are sized by the longest sequence the model is trained on.
   mt["params_b"] = params_exact(in.model, in.batch.max_length()) / 1e9;
@@ -37,30 +48,16 @@ void workload_metrics(const EvalInput& in, const Plan& plan, std::map<std::strin
   for (int64_t L : in.batch.lengths)
     if (L > 32768) long_tokens += static_cast<double>(L);
   mt["long_token_share"] = total > 0 ? long_tokens / total : 0;
-}
-
-// Kernel tokens over real tokens, minus one, counting each CP group once.
-double padding_fraction(const Plan& plan) {
-  double real = 0, padded = 0;
-  for (const auto& rank : plan.micro_batches)
-    for (const auto& mb : rank) {
-      const double share = 1.0 / static_cast<double>(std::max<int64_t>(1, mb.cp));
-      real += share * static_cast<double>(mb.tokens());
-      padded += share * static_cast<double>(mb.padded_tokens());
-    }
-  return real > 0 ? padded / real - 1 : 0;
+  mt["padding_fraction"] = padding_fraction(plan);
 }
 
 // CP attention bytes one layer's forward and backward move per TP rank, summed over the plan's
 // micro-batches and ranks, each transfer classified by its endpoints' nodes (the layout's rank
 // order): NVLink inside a node, the network across.
-struct CpBytes {
-  double nvlink = 0, network = 0;
-};
-CpBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
-  CpBytes b;
+LinkBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
+  LinkBytes b;
   // One group's bytes by link class, computed once per (attention plan, node map): plans repeat.
-  std::map<std::pair<const AttentionPlan*, std::vector<int>>, CpBytes> memo;
+  std::map<std::pair<const AttentionPlan*, std::vector<int>>, LinkBytes> memo;
   for (const auto& rank : plan.micro_batches)
     for (const auto& mb : rank) {
       if (!mb.attention) continue;
@@ -68,7 +65,7 @@ CpBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
       auto key = std::make_pair(&a, cp_group_nodes(mb, plan.layout, cluster.gpus_per_node));
       auto it = memo.find(key);
       if (it == memo.end()) {
-        CpBytes group;
+        LinkBytes group;
         const std::vector<int>& nodes = key.second;
         auto add = [&](const AttnTransfer& t) {
           (nodes[t.src] == nodes[t.dst] ? group.nvlink : group.network) += transfer_bytes(a, t);
@@ -79,11 +76,20 @@ CpBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
         it = memo.emplace(std::move(key), group).first;
       }
       // Every member holds the micro-batch: count the group's transfers once, 1/cp at each member.
-      const double share = 1.0 / static_cast<double>(mb.cp);
-      b.nvlink += share * it->second.nvlink;
-      b.network += share * it->second.network;
+      b += it->second * (1.0 / static_cast<double>(mb.cp));
     }
   return b;
+}
+
+// The distinct AttentionPlans of a plan's CP micro-batches, in plan order (every rank of a job
+// derives the same list from the same plan).
+std::vector<const AttentionPlan*> distinct_attention_plans(const Plan& plan) {
+  std::vector<const AttentionPlan*> out;
+  std::set<const AttentionPlan*> seen;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      if (mb.attention && seen.insert(mb.attention.get()).second) out.push_back(mb.attention.get());
+  return out;
 }
 
 // check_attention_plan on every distinct AttentionPlan a backend receives. It costs more than the
@@ -96,8 +102,6 @@ std::string check_attention_plans(const std::vector<const AttentionPlan*>& plans
       return "attention plan " + std::to_string(i) + " (" + plans[i]->layout + ") is malformed: " + why;
   return "";
 }
-
-std::vector<const AttentionPlan*> distinct_attention_plans(const Plan& plan);
 
 Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   Evaluation out;
@@ -138,9 +142,8 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
   mt["fragmentation_memory_gib"] = mem.fragmentation_bytes / kGiB;
-  mt["padding_fraction"] = padding_fraction(plan);
   // CP bytes per GPU over the iteration: per layer and TP rank, times the layers a GPU holds.
-  const CpBytes cp = cp_bytes_per_layer(plan, in.cluster);
+  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
   const double layers_per_gpu = static_cast<double>(in.model.layers) / plan.layout.pp;
   const double ranks = static_cast<double>(plan.micro_batches.size());
   mt["cp_comm_bytes_nvlink"] = cp.nvlink * layers_per_gpu / ranks;
@@ -150,21 +153,9 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   return out;
 }
 
-// The distinct AttentionPlans of a plan's CP micro-batches, in plan order (every rank of a job
-// derives the same list from the same plan).
-std::vector<const AttentionPlan*> distinct_attention_plans(const Plan& plan) {
-  std::vector<const AttentionPlan*> out;
-  std::set<const AttentionPlan*> seen;
-  for (const auto& rank : plan.micro_batches)
-    for (const auto& mb : rank)
-      if (mb.attention && seen.insert(mb.attention.get()).second) out.push_back(mb.attention.get());
-  return out;
-}
-
 Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
-  out.metrics["padding_fraction"] = padding_fraction(plan);
   const std::vector<const AttentionPlan*> plans = distinct_attention_plans(plan);
   if (plans.empty())
     return {"infeasible",
@@ -273,7 +264,7 @@ std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   std::snprintf(line, sizeof line, "    CP group sizes {%s}; tokens per rank and micro-batch %lld..%lld\n", groups.c_str(),
                 static_cast<long long>(std::max<int64_t>(0, tokens_min)), static_cast<long long>(tokens_max));
   s += line;
-  const CpBytes cp = cp_bytes_per_layer(plan, cluster);
+  const LinkBytes cp = cp_bytes_per_layer(plan, cluster);
   if (cp.nvlink + cp.network > 0) {
     std::snprintf(line, sizeof line, "    CP attention bytes of one layer (fwd+bwd, all micro-batches and DP×CP ranks of a stage): NVLink %.3g, network %.3g\n",
                   cp.nvlink, cp.network);

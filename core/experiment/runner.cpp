@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <mpi.h>
@@ -73,19 +74,44 @@ class Progress {
 
 }  // namespace
 
-std::string describe_point(const PointConfig& point) {
-  if (auto why = check_parallel_config(point.parallel); !why.empty()) return "    infeasible: " + why + "\n";
+namespace {
+
+// A point up to its plan: its batch and the strategy's outcome, or why it got no further (a
+// layout that cannot run is infeasible, an unknown strategy an error). The planner is timed: its
+// latency is a wall-clock timing, not a metric. May throw (the caller decides what that means).
+struct PlannedPoint {
+  std::string status = "ok", reason;
+  GlobalBatch batch;
+  Plan plan;
+  std::optional<double> plan_ms;  // set when the strategy ran
+};
+
+PlannedPoint plan_point(const PointConfig& point) {
+  PlannedPoint out;
+  if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}};
   const StrategyInfo* strategy = find_strategy(point.strategy);
-  if (!strategy) return "    error: unknown strategy " + point.strategy + "\n";
+  if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}};
   const auto& w = point.workload;
-  GlobalBatch batch = make_global_batch(
+  out.batch = make_global_batch(
       w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
-  PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
-  if (planned.status != "ok") return "    " + planned.status + ": " + planned.reason + "\n";
-  std::string out = plan_summary(planned.plan, point.cluster);
+  const auto start = std::chrono::steady_clock::now();
+  PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch});
+  out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.status = planned.status;
+  out.reason = planned.reason;
+  out.plan = std::move(planned.plan);
+  return out;
+}
+
+}  // namespace
+
+std::string describe_point(const PointConfig& point) {
+  PlannedPoint pp = plan_point(point);
+  if (pp.status != "ok") return "    " + pp.status + ": " + pp.reason + "\n";
+  std::string out = plan_summary(pp.plan, point.cluster);
   // The prediction is the sim backend's (a dry run executes nothing, whatever the backend).
-  Evaluation e = evaluate(EvalInput{point.cluster, point.model, batch, point.flops_definition, {}, {}, 0},
-                          planned.plan, "sim");
+  Evaluation e = evaluate(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan,
+                          "sim");
   char line[160];
   if (e.status == "ok")
     std::snprintf(line, sizeof line, "    predicted (sim): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
@@ -98,35 +124,21 @@ std::string describe_point(const PointConfig& point) {
 PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
                       const fs::path& experiments_dir, double cpu_budget_s) {
   PointResult r{point.id, "ok", "", {}, {}};
-  if (auto why = check_parallel_config(point.parallel); !why.empty()) {
-    r.status = "infeasible";
-    r.reason = why;
-    return r;
-  }
-  const StrategyInfo* strategy = find_strategy(point.strategy);
-  if (!strategy) {
-    r.status = "error";
-    r.reason = "unknown strategy " + point.strategy;
-    return r;
-  }
   try {
-    const auto& w = point.workload;
-    GlobalBatch batch = make_global_batch(
-        w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
-    // The strategy decides (timed: the planner's latency is a wall-clock timing, not a metric) ...
-    const auto start = std::chrono::steady_clock::now();
-    PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, batch});
-    r.timings["plan_time_ms"] =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (planned.status != "ok") {
-      r.status = planned.status;
-      r.reason = planned.reason;
+    // The strategy decides ...
+    PlannedPoint pp = plan_point(point);
+    if (pp.plan_ms) r.timings["plan_time_ms"] = *pp.plan_ms;
+    if (pp.status != "ok") {
+      r.status = pp.status;
+      r.reason = pp.reason;
       return r;
     }
+    const Plan& plan = pp.plan;
+    const GlobalBatch& batch = pp.batch;
     // ... and the backend prices what it decided.
     EvalInput in{point.cluster, point.model, batch, point.flops_definition, trace_path,
                  experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
-    Evaluation out = evaluate(in, planned.plan, backend);
+    Evaluation out = evaluate(in, plan, backend);
     r.status = out.status;
     r.reason = out.reason;
     r.metrics = std::move(out.metrics);
@@ -180,11 +192,14 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   std::mutex mu;
   std::deque<std::pair<size_t, PointResult>> finished;
   std::atomic<size_t> next{0};
+  auto run_index = [&](size_t i) {
+    fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
+    return run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+  };
   auto worker = [&] {
     for (size_t k; (k = next++) < mine.size();) {
       size_t i = mine[k];
-      fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
-      PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+      PointResult r = run_index(i);
       std::lock_guard<std::mutex> lock(mu);
       finished.emplace_back(i, std::move(r));
     }
@@ -198,8 +213,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   };
   if (together) {
     for (size_t i : mine) {
-      fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
-      PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+      PointResult r = run_index(i);
       if (rank == 0) record(i, std::move(r));
       else results[i] = std::move(r);
     }

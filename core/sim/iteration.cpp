@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
 #include "core/sim/layer_cost.h"
@@ -89,16 +88,11 @@ std::vector<CounterSample> memory_counters(const ModelShape& model, const Plan& 
                                            const SimResult& sim) {
   const ParallelConfig& L = plan.layout;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  int64_t longest = 0;
-  for (const auto* list : replicas)
-    for (const auto& mb : *list)
-      for (int64_t len : mb.lengths) longest = std::max(longest, len);
   std::vector<CounterSample> out;
   for (size_t r = 0; r < replicas.size(); ++r)
     for (int s = 0; s < static_cast<int>(L.pp); ++s) {
       const int device = static_cast<int>(r * L.pp) + s;
-      const double weights = weight_and_optimizer_bytes(params_per_gpu(model, L, longest, s),
-                                                        static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
+      const double weights = stage_weight_bytes(model, plan, s);
       const StageMemory sm = stage_activation_memory(model, L, *replicas[r], schedule, s);
       out.push_back({device, 0.0, "memory GiB", weights / kGiB});
       for (size_t i = 0; i < schedule[s].size(); ++i) {
@@ -330,10 +324,8 @@ class IterationGraph {
                              int first_device) {
     // The transfer after an op, when there is a next virtual stage to send to.
     auto send_s = [&](int s, const PipeOp& op) {
-      const int j = op.chunk * p_ + s;  // virtual stage
-      if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) return 0.0;
-      const int to = op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
-      return boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).s;
+      const int to = send_target(s, op);
+      return to < 0 ? 0.0 : boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).s;
     };
     // An op's blocking communication after its compute: the TP collectives, the attention's wait
     // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
@@ -353,15 +345,20 @@ class IterationGraph {
         [&](int s, const PipeOp& op) { return L_.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
   }
 
+  // The stage an op's output goes to (the next virtual stage's, wrapping around for interleaving),
+  // or −1 when there is none: the last virtual stage's forward, the first one's backward, p = 1.
+  int send_target(int s, const PipeOp& op) const {
+    const int j = op.chunk * p_ + s;  // virtual stage
+    if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) return -1;
+    return op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
+  }
+
   // The bytes each stage's pipeline sends put on their links, over the schedule.
   void count_pipeline_sends(const std::vector<PlanMicroBatch>& mbs, int first_device) {
     for (int s = 0; s < p_; ++s)
-      for (const PipeOp& op : schedule_[s]) {
-        const int j = op.chunk * p_ + s;  // virtual stage
-        if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) continue;
-        const int to = op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
-        sent_[first_device + s] += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
-      }
+      for (const PipeOp& op : schedule_[s])
+        if (const int to = send_target(s, op); to >= 0)
+          sent_[first_device + s] += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
   }
 
   // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks

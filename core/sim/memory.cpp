@@ -16,6 +16,17 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
   return p / layout.tp;
 }
 
+double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage) {
+  const ParallelConfig& L = plan.layout;
+  int64_t longest = 0;
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      for (int64_t len : mb.lengths) longest = std::max(longest, len);
+  // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
+  return weight_and_optimizer_bytes(params_per_gpu(model, L, longest, stage), static_cast<int>(L.dp() * L.cp),
+                                    L.distributed_optimizer);
+}
+
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
                                bool recompute_none) {
   // Per-layer bytes are linear in the tokens of a sequence except the unfused s² scores, so a
@@ -68,10 +79,6 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
   const int m = static_cast<int>(plan.micro_batches.front().size());
   auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
   if (!schedule) return best;  // the simulation reports why the schedule cannot take the plan
-  int64_t longest = 0;
-  for (const auto& rank : plan.micro_batches)
-    for (const auto& mb : rank)
-      for (int64_t len : mb.lengths) longest = std::max(longest, len);
   const double f = overheads.allocator_fragmentation;
   std::vector<const std::vector<PlanMicroBatch>*> seen;  // ranks with identical lists once
   for (const auto& list : plan.micro_batches) {
@@ -82,9 +89,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
       MemoryEstimate e;
       e.stage = s;
       e.reserved_bytes = overheads.reserved_gib * 1024.0 * 1024.0 * 1024.0;
-      // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
-      e.weights_optimizer_bytes = weight_and_optimizer_bytes(params_per_gpu(model, L, longest, s),
-                                                             static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
+      e.weights_optimizer_bytes = stage_weight_bytes(model, plan, s);
       e.activation_bytes = sm.peak;
       e.workspace_bytes = sm.peak_workspace;
       // The activation pool is allocated and freed every micro-batch, interleaving long-lived

@@ -34,6 +34,10 @@ struct MemoryEstimate {
 // first stage, output layer on the last).
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage);
 
+// Weights, gradients and optimizer state of one GPU of stage `stage` of `plan` (the distributed
+// optimizer shards over the DP×CP ranks; learned positions sized by the plan's longest sequence).
+double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage);
+
 // Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every
 // sequence), under the layout's TP, SP, recompute mode and attention kernel.
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb,

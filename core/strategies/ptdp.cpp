@@ -38,10 +38,9 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
               " to be a multiple of pp " + std::to_string(L.pp));
   // Megatron's sampler hands each DP rank consecutive slices of the global batch; with CP every
   // rank of the replica's CP group holds 1/cp of each sequence (the cp_comm_type's layout, padded
-  // to its chunk rule: 2·cp chunks for p2p and all_gather, cp for a2a; ×tp with SP).
+  // to its chunk rule, static_cp_pad_multiple).
   const int64_t cp = L.cp;
-  const int64_t pad_base = L.cp_comm_type == "a2a" ? cp : 2 * cp;
-  const int64_t pad_to = (cp > 1 ? pad_base : 1) * (cp > 1 && L.sequence_parallel ? L.tp : 1);
+  const int64_t pad_to = static_cp_pad_multiple(L);
   plan.micro_batches.assign(L.dp() * cp, {});
   size_t next = 0;
   for (int64_t r = 0; r < L.dp(); ++r)

@@ -64,8 +64,7 @@ std::string plan_static_cp(const StrategyInput& in, const std::string& packer, P
     packs = pack_flops_balanced(in.batch.lengths, capacity, dp, linear, quadratic);
   }
   if (!packs) return packs.error_str();
-  const int64_t pad_base = L.cp_comm_type == "a2a" ? cp : 2 * cp;
-  const int64_t pad_to = (cp > 1 ? pad_base : 1) * (L.sequence_parallel ? L.tp : 1);
+  const int64_t pad_to = static_cp_pad_multiple(L);
   int64_t m = static_cast<int64_t>(packs->size()) / dp;
   plan->layout = L;
   plan->pipeline_schedule = schedule_kind(L, &m);
