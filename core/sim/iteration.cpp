@@ -345,12 +345,11 @@ class IterationGraph {
         [&](int s, const PipeOp& op) { return L_.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
   }
 
-  // The stage an op's output goes to (the next virtual stage's, wrapping around for interleaving),
-  // or −1 when there is none: the last virtual stage's forward, the first one's backward, p = 1.
+  // The stage an op sends its output to, or −1 when it sends nothing (consumer_stage on this
+  // stage itself, or none).
   int send_target(int s, const PipeOp& op) const {
-    const int j = op.chunk * p_ + s;  // virtual stage
-    if (p_ == 1 || (op.forward && j == p_ * v_ - 1) || (!op.forward && j == 0)) return -1;
-    return op.forward ? (s + 1) % p_ : (s + p_ - 1) % p_;
+    const int to = consumer_stage(p_, v_, s, op);
+    return to == s ? -1 : to;
   }
 
   // The bytes each stage's pipeline sends put on their links, over the schedule.

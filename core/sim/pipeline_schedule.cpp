@@ -79,6 +79,13 @@ Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int
   return s;
 }
 
+int consumer_stage(int p, int v, int stage, const PipeOp& op) {
+  const int j = op.chunk * p + stage;  // virtual stage
+  const int next = op.forward ? j + 1 : j - 1;
+  if (next < 0 || next >= p * v) return -1;
+  return next % p;
+}
+
 PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedule,
                                     const std::function<double(int stage, const PipeOp&)>& compute_s,
                                     const std::function<double(int stage, const PipeOp&)>& p2p_s,
@@ -104,12 +111,7 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
   ids.send.resize(p);
   ids.done.resize(p);
   // The op that consumes this op's output, as (stage, virtual stage); stage -1 when none.
-  auto consumer = [&](int stage, const PipeOp& op) {
-    const int j = op.chunk * p + stage;
-    const int next = op.forward ? j + 1 : j - 1;
-    if (next < 0 || next >= n_virtual) return -1;
-    return next % p;
-  };
+  auto consumer = [&](int stage, const PipeOp& op) { return consumer_stage(p, v, stage, op); };
 
   // Ids first (compute tasks, then tail segments, then transfers), so that edges can point forward.
   int next_id = static_cast<int>(g.size());

@@ -40,6 +40,11 @@ using PipelineSchedule = std::vector<std::vector<PipeOp>>;
 // kind, p/m/v < 1, v not allowed for the kind, m not a multiple of p for "interleaved".
 Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int m, int v);
 
+// The stage that consumes an op's output — the next virtual stage's forward, the previous one's
+// backward (interleaving wraps around the stages) — or −1 for the last virtual stage's forward
+// and the first one's backward. With p = 1 it is the op's own stage (nothing is sent).
+int consumer_stage(int p, int v, int stage, const PipeOp& op);
+
 // Task ids of an appended pipeline, [stage][index of the op in the schedule]; send is -1 where
 // the op sends nothing (last virtual stage's forward, first one's backward, p = 1, zero time);
 // done is the op's last task (its compute, or the last of its tail segments).
