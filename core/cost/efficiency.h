@@ -43,6 +43,13 @@ struct EfficiencyParams {
   double network_p2p_efficiency = 1;
   double pcie_efficiency = 1;
   double pcie_latency_us = 0;
+  // Host: CPU time the framework spends to issue one GPU kernel (Python, autograd, dispatcher,
+  // cudaLaunchKernel). The host runs ahead of the GPU; a GPU kernel cannot start before it is
+  // issued, so passes of short kernels become host-bound.
+  double host_op_us = 0;
+  // Contention: the share of the GPU's SMs a running communication kernel (NCCL: one CTA per
+  // channel) holds; compute running beside it loses that share (core/sim/engine.h).
+  double comm_sm_fraction = 0;
 
   // key -> citation, for every constant read from a preset (empty for ideal()).
   std::map<std::string, std::string> sources;

@@ -30,11 +30,11 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     auto c = load_hardware(entry.path());
     ASSERT_TRUE(c.ok()) << c.error_str();
     EXPECT_EQ(c->name, entry.path().stem().string());
-    // The machine file names its stack, which is merged: 18 cost-model constants.
+    // The machine file names its stack, which is merged: 20 cost-model constants.
     EXPECT_FALSE(c->default_stack.empty());
     EXPECT_EQ(c->stack, c->default_stack);
     EXPECT_EQ(std::filesystem::path(c->stack_file).filename(), c->stack + ".json");
-    EXPECT_EQ(c->efficiency.size(), 18u) << entry.path();
+    EXPECT_EQ(c->efficiency.size(), 20u) << entry.path();
     auto raw = load_json_file(entry.path());
     ASSERT_TRUE(raw.ok());
     EXPECT_FALSE(raw->contains("efficiency")) << entry.path();

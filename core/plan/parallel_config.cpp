@@ -24,6 +24,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});
   p.elementwise_fusion = o.boolean_or("elementwise_fusion", true);
   p.overlap_p2p = o.boolean_or("overlap_p2p", false);
+  p.async_tensor_model_parallel_allreduce = o.boolean_or("async_tensor_model_parallel_allreduce", false);
   p.gradient_accumulation_fusion = o.boolean_or("gradient_accumulation_fusion", true);
   p.grad_reduce_in_fp32 = o.boolean_or("grad_reduce_in_fp32", p.dtype == "bf16");
   o.finish();

@@ -44,6 +44,11 @@ struct ParallelConfig {
   // Megatron's pipeline sends are blocking on the compute timeline (batched isend/irecv, then
   // wait); true models overlapped P2P (Megatron's --overlap-p2p-communication, Kwai ATC'24).
   bool overlap_p2p = false;
+  // Without sequence parallelism, the all-reduce of a column-parallel GEMM's input gradient runs
+  // beside its weight-gradient GEMM (Megatron ≥ 2022: LinearWithGradAccumulationAndAsync-
+  // Communication; --no-async-tensor-model-parallel-allreduce turns it off); false, as in SC'21's
+  // code, reduces after the linear's whole backward. With SP the overlap is always on.
+  bool async_tensor_model_parallel_allreduce = false;
   // Weight-gradient GEMMs accumulate straight into the fp32 main_grad (Megatron ≥ 2022). Off, as
   // in SC'21's code, every micro-batch's backward adds its 16-bit gradients to main_grad in a
   // separate memory-bound pass (read 2 + read 4 + write 4 bytes per parameter).

@@ -27,6 +27,8 @@ struct Event {
 };
 constexpr int32_t kReady = 0;
 constexpr int32_t kLinkFree = 1;
+constexpr int32_t kComputeEnd = 2;  // id: the device; stale unless seq is the device's end_seq
+constexpr int32_t kCommEnd = 3;     // id: a contending communication task that ends
 
 struct Later {
   bool operator()(const Event& a, const Event& b) const {
@@ -63,6 +65,9 @@ std::string validate(const TaskGraph& g) {
     if (t.device < 0 || t.stream < 0) return describe(g, i) + ": negative device or stream";
     if (!std::isfinite(t.duration_s) || t.duration_s < 0)
       return describe(g, i) + ": duration_s must be finite and >= 0, got " + std::to_string(t.duration_s);
+    if (!(t.sm_share >= 0 && t.sm_share <= 1 && t.hbm_share >= 0 && t.hbm_share <= 1 && t.sm_bound >= 0 &&
+          t.sm_bound <= 1))
+      return describe(g, i) + ": sm_share, hbm_share and sm_bound must lie in [0, 1]";
     if (t.collective >= 0 && t.link >= 0)
       return describe(g, i) + ": a collective member cannot also hold link " + std::to_string(t.link) +
              " (model the transfer as a separate task)";
@@ -134,19 +139,67 @@ Expected<SimResult> simulate_checked(const TaskGraph& g) {
   uint64_t seq = 0;
   int started = 0;
 
+  // Contention (TaskSpec::sm_share): on a device with a contending communication task, its
+  // stream-0 compute tasks are elastic — their end is known only when they finish, so they
+  // release their successors then; every other task releases them when it starts, its end fixed.
+  auto contends = [&](int i) { return tasks[i].kind == 'm' && (tasks[i].sm_share > 0 || tasks[i].hbm_share > 0); };
+  std::vector<char> contended(g.device_count(), 0);
+  for (int i = 0; i < n; ++i)
+    if (contends(i)) contended[tasks[i].device] = 1;
+  auto elastic = [&](int i) { return contended[tasks[i].device] && tasks[i].stream == 0 && tasks[i].kind != 'm'; };
+  struct DeviceLoad {
+    int running = -1;         // the elastic compute task running, or -1
+    double remaining_s = 0;   // its work left, in seconds at full rate
+    double since_s = 0;       // when remaining_s was last brought up to date
+    double sm = 0, hbm = 0;   // shares held by the communication tasks running now
+    uint64_t end_seq = 0;     // the seq of its valid kComputeEnd event
+  };
+  std::vector<DeviceLoad> load(g.device_count());
+  auto rate = [&](const DeviceLoad& d) {
+    const double b = tasks[d.running].sm_bound;
+    return std::max(kMinComputeRate, 1 - (b * d.sm + (1 - b) * d.hbm));
+  };
+  auto advance = [&](DeviceLoad& d, double t) {  // brings remaining_s to time t
+    if (d.running < 0) return;
+    d.remaining_s = std::max(0.0, d.remaining_s - (t - d.since_s) * rate(d));
+    d.since_s = t;
+  };
+  auto schedule_end = [&](int device, double t) {
+    DeviceLoad& d = load[device];
+    if (d.running < 0) return;
+    d.end_seq = seq;
+    heap.push({t + d.remaining_s / rate(d), seq++, device, kComputeEnd});
+  };
+
   auto release = [&](int s, double end) {
     if (ready_s[s] < end) ready_s[s] = end;
     if (--pending[s] == 0) heap.push({ready_s[s], seq++, s, kReady});
   };
-  auto start = [&](int i, double t) {
-    r.start_s[i] = t;
-    ran[i] = 1;
-    const double end = t + tasks[i].duration_s;
+  auto finish = [&](int i, double end) {
     r.end_s[i] = end;
-    ++started;
     for (int k = succ_begin[i]; k < succ_begin[i + 1]; ++k) release(succ[k], end);
     if (next_in_stream[i] >= 0) release(next_in_stream[i], end);
     if (link[i] >= 0) heap.push({end, seq++, link[i], kLinkFree});
+  };
+  auto start = [&](int i, double t) {
+    r.start_s[i] = t;
+    ran[i] = 1;
+    ++started;
+    const int device = tasks[i].device;
+    if (elastic(i)) {
+      load[device] = {i, tasks[i].duration_s, t, load[device].sm, load[device].hbm, 0};
+      schedule_end(device, t);
+      return;
+    }
+    if (contends(i)) {
+      DeviceLoad& d = load[device];
+      advance(d, t);
+      d.sm += tasks[i].sm_share;
+      d.hbm += tasks[i].hbm_share;
+      schedule_end(device, t);
+      heap.push({t + tasks[i].duration_s, seq++, i, kCommEnd});
+    }
+    finish(i, t + tasks[i].duration_s);
   };
 
   for (int i = 0; i < n; ++i)
@@ -155,6 +208,22 @@ Expected<SimResult> simulate_checked(const TaskGraph& g) {
   while (!heap.empty()) {
     const Event e = heap.top();
     heap.pop();
+    if (e.type == kComputeEnd) {
+      DeviceLoad& d = load[e.id];
+      if (d.running < 0 || e.seq != d.end_seq) continue;  // rescheduled since
+      const int i = d.running;
+      d.running = -1;
+      finish(i, e.time_s);
+      continue;
+    }
+    if (e.type == kCommEnd) {
+      DeviceLoad& d = load[tasks[e.id].device];
+      advance(d, e.time_s);
+      d.sm = std::max(0.0, d.sm - tasks[e.id].sm_share);
+      d.hbm = std::max(0.0, d.hbm - tasks[e.id].hbm_share);
+      schedule_end(tasks[e.id].device, e.time_s);
+      continue;
+    }
     if (e.type == kLinkFree) {
       const int l = e.id;
       const int w = wait_head[l];
@@ -225,14 +294,21 @@ Expected<SimResult> simulate_checked(const TaskGraph& g) {
   r.compute_busy_s.assign(g.device_count(), 0.0);
   r.exposed_comm_s.assign(g.device_count(), 0.0);
   r.comm_busy_s.assign(g.device_count(), 0.0);
+  r.contention_s.assign(g.device_count(), 0.0);
   for (int i = 0; i < n; ++i) {
     const TaskSpec& t = tasks[i];
     r.makespan_s = std::max(r.makespan_s, r.end_s[i]);
     if (t.kind == 'm') r.comm_busy_s[t.device] += t.duration_s;
     if (t.blocking && t.stream != 0) r.exposed_comm_s[t.device] += t.duration_s;
     if (t.stream != 0) continue;
-    if (t.kind == 'm') r.exposed_comm_s[t.device] += t.duration_s;
-    else r.compute_busy_s[t.device] += t.duration_s;
+    if (t.kind == 'm') {
+      r.exposed_comm_s[t.device] += t.duration_s;
+    } else if (elastic(i)) {
+      r.compute_busy_s[t.device] += r.end_s[i] - r.start_s[i];
+      r.contention_s[t.device] += std::max(0.0, r.end_s[i] - r.start_s[i] - t.duration_s);
+    } else {
+      r.compute_busy_s[t.device] += t.duration_s;
+    }
     // The binding communication input: the kind-'m' dep that ended last.
     int comm = -1;
     double other_ready = prev_in_stream[i] >= 0 ? r.end_s[prev_in_stream[i]] : 0.0;

@@ -29,7 +29,18 @@ struct TaskSpec {
   // A communication the device's compute stream waits for by construction (a blocking collective
   // or send issued on a side stream): its whole duration is exposed on its device.
   bool blocking = false;
+  // Contention. A communication task (kind 'm') running beside compute on its device holds
+  // sm_share of the SMs and hbm_share of the HBM bandwidth; the device's stream-0 compute task
+  // (kind 'c' or 'o') then runs at rate 1 − Σ (sm_bound·sm_share + (1 − sm_bound)·hbm_share)
+  // over the communication tasks running at that instant (at least kMinComputeRate), so it ends
+  // later than start + duration_s. sm_bound: the share of the compute task's work bound by the
+  // SMs (GEMM, attention) rather than by HBM (element-wise kernels, the optimizer).
+  double sm_share = 0, hbm_share = 0;
+  double sm_bound = 1;
 };
+
+// The slowest a compute task runs under contention (a floor against shares that sum past 1).
+inline constexpr double kMinComputeRate = 0.1;
 
 class TaskGraph {
  public:
@@ -38,6 +49,8 @@ class TaskGraph {
   int add(TaskSpec t);
   // Adds a dependency after the fact (a lowering that allocates ids before knowing all edges).
   void add_dep(int task, int dep) { tasks_.at(task).deps.push_back(dep); }
+  // A task's fields after the fact (contention shares, sm_bound); ids and deps stay valid.
+  TaskSpec& at(int task) { return tasks_.at(task); }
   // Makes a task a member of a collective after the fact (members start together).
   void set_collective(int task, int collective) { tasks_.at(task).collective = collective; }
 
@@ -67,10 +80,13 @@ struct SimResult {
   //   max(0, min(start_T, end_D) − max(free, r_o, in_D)): the idle time before T after the
   //   stream was free, the other inputs had arrived and D's data existed — the transfer
   //   itself, and its queueing behind other transfers (stream, link) or collective partners.
+//   compute_busy_s counts a stream-0 task's end − start, which contention may stretch.
   //   A kind-'m' task on stream 0 (a blocking collective) adds its duration too. Waiting for
   //   another device's compute (the pipeline bubble) is not exposed communication.
   // comm_busy_s: summed durations of the device's kind-'m' tasks, on any stream.
-  std::vector<double> compute_busy_s, exposed_comm_s, comm_busy_s;
+  // contention_s: the time the device's compute tasks ran longer than their durations because
+  //   communication kernels shared the GPU with them (included in compute_busy_s).
+  std::vector<double> compute_busy_s, exposed_comm_s, comm_busy_s, contention_s;
 };
 
 // Runs the graph. Start rule: a task starts at the earliest time when the previous task of

@@ -209,6 +209,65 @@ TEST(Engine, InvalidGraphsAreRejected) {
   }
 }
 
+TEST(Engine, ContentionStretchesComputeWhileCommunicationRuns) {
+  // Compute of 2 s at rate 1; a communication kernel holding half the SMs runs from 1 to 2:
+  // by 1 the compute did 1 s of work, from 1 to 2 it does 0.5, the last 0.5 s runs at full rate
+  // from 2 to 2.5. Its successor starts at 2.5; the device's contention is 0.5 s.
+  TaskGraph g;
+  const int gate = g.add(task(0, 2, 1));
+  TaskSpec comm = task(0, 1, 1, {gate}, 'm');
+  comm.sm_share = 0.5;
+  const int c = g.add(comm);
+  const int work = g.add(task(0, 0, 2));
+  const int next = g.add(task(0, 0, 0.25));
+  const SimResult r = simulate(g);
+  EXPECT_EQ(r.start_s[c], 1.0);
+  EXPECT_EQ(r.end_s[work], 2.5);
+  EXPECT_EQ(r.start_s[next], 2.5);
+  EXPECT_EQ(r.compute_busy_s[0], 2.75);
+  EXPECT_EQ(r.contention_s[0], 0.5);
+}
+
+TEST(Engine, ContentionWeighsSmAndHbmSharesByWhatBindsTheCompute) {
+  // An HBM-bound task (sm_bound 0) feels only hbm_share; an SM-bound one only sm_share; two
+  // communication tasks at once add their shares. Nothing on another device is slowed.
+  auto run = [](double sm_bound) {
+    TaskGraph g;
+    TaskSpec a = task(0, 1, 4, {}, 'm');
+    a.sm_share = 0.25;
+    a.hbm_share = 0.5;
+    g.add(a);
+    TaskSpec b = task(0, 2, 4, {}, 'm');
+    b.sm_share = 0.25;
+    g.add(b);
+    TaskSpec w = task(0, 0, 1);
+    w.sm_bound = sm_bound;
+    const int work = g.add(w);
+    const int other = g.add(task(1, 0, 1));
+    const SimResult r = simulate(g);
+    EXPECT_EQ(r.end_s[other], 1.0);
+    return r.end_s[work];
+  };
+  EXPECT_EQ(run(1), 2.0);  // rate 1 − 0.25 − 0.25
+  EXPECT_EQ(run(0), 2.0);  // rate 1 − 0.5
+  EXPECT_EQ(run(0.5), 2.0);  // rate 1 − (0.5·0.5 + 0.5·0.5)
+  TaskGraph g;
+  TaskSpec hog = task(0, 1, 20, {}, 'm');
+  hog.sm_share = 1;
+  g.add(hog);
+  const int work = g.add(task(0, 0, 1));
+  EXPECT_DOUBLE_EQ(simulate(g).end_s[work], 1 / kMinComputeRate);  // the floor
+}
+
+TEST(Engine, WithoutSharesNothingIsStretched) {
+  TaskGraph g;
+  g.add(task(0, 1, 4, {}, 'm'));
+  const int work = g.add(task(0, 0, 1));
+  const SimResult r = simulate(g);
+  EXPECT_EQ(r.end_s[work], 1.0);
+  EXPECT_EQ(r.contention_s[0], 0.0);
+}
+
 TEST(Engine, LongChainIsExactAndDeterministic) {
   // 200k tasks over 4 devices in a dependency chain with dyadic durations.
   TaskGraph g;

@@ -19,39 +19,51 @@ constexpr int kPpBwdStream = 2;  // pipeline sends of gradients
 constexpr int kDpStream = 3;     // data-parallel gradient reduction and parameter all-gather
 constexpr int kTpStream = 4;     // tensor-parallel collectives
 constexpr int kCpStream = 5;     // context-parallel transfers the attention waits for
-const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp", "tp", "cp"};
+constexpr int kHostStream = 6;   // the host issuing kernels the compute stream waits for
+const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp", "tp", "cp", "host"};
 
-// Per micro-batch and model chunk on one stage: compute seconds, blocking TP collectives and the
-// attention's wait on CP transfers, forward and backward.
+// Per micro-batch and model chunk on one stage: its layers' ops priced (layer_cost.h), forward and
+// backward, the embedding on the first chunk and the output layer on the last.
 struct ChunkCost {
-  double fwd_s = 0, bwd_s = 0, fwd_tp_s = 0, bwd_tp_s = 0, fwd_cp_s = 0, bwd_cp_s = 0;
-  LinkBytes tp_bytes;  // sent by the op pair's TP collectives (forward and backward)
-  double tp_s() const { return fwd_tp_s + bwd_tp_s; }
-  double cp_wait_s() const { return fwd_cp_s + bwd_cp_s; }
+  PassCost fwd, bwd;
 };
 
-ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                     const PlanMicroBatch& mb, const AttentionCost* attention, int stage, int chunk) {
+// One micro-batch's ops, priced once: a layer (any number of copies), the embedding, the output
+// layer.
+struct MicroBatchOps {
+  RepeatedPass layer_fwd, layer_bwd;
+  PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
+};
+
+MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
+                                const PlanMicroBatch& mb, const AttentionCost* attention) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
+  const LayerOps layer = lower_layer(cost, model, L, mb, attention);
+  const LayerOps embedding = lower_embedding(cost, model, L, mb);
+  const LayerOps output = lower_output_layer(cost, model, L, mb);
+  return {price_repeated(cost, layer.forward),      price_repeated(cost, layer.backward),
+          price_ops(cost, embedding.forward),       price_ops(cost, embedding.backward),
+          price_ops(cost, output.forward),          price_ops(cost, output.backward)};
+}
+
+ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
+                     const PlanMicroBatch& mb, const MicroBatchOps& ops, int stage, int chunk) {
+  if (mb.lengths.empty()) return {};
   const double layers = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
-  LayerCost layer = layer_cost(cost, model, L, mb, attention);
-  ChunkCost c{layers * layer.forward.compute_s,  layers * layer.backward.compute_s,
-              layers * layer.forward.tp_comm_s,  layers * layer.backward.tp_comm_s,
-              layers * layer.forward.cp_wait_s,  layers * layer.backward.cp_wait_s,
-              (LinkBytes(layer.forward.tp_bytes) += layer.backward.tp_bytes) * layers};
-  if (!L.gradient_accumulation_fusion)
+  ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
+  if (!L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
-    c.bwd_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
-  auto add = [&c](const LayerCost& extra) {
-    c.fwd_s += extra.forward.compute_s + extra.forward.cp_wait_s;
-    c.bwd_s += extra.backward.compute_s + extra.backward.cp_wait_s;
-    c.fwd_tp_s += extra.forward.tp_comm_s;
-    c.bwd_tp_s += extra.backward.tp_comm_s;
-    c.tp_bytes += extra.forward.tp_bytes;
-    c.tp_bytes += extra.backward.tp_bytes;
-  };
-  if (stage == 0 && chunk == 0) add(embedding_cost(cost, model, L, mb));
-  if (stage == L.pp - 1 && chunk == L.vp - 1) add(output_layer_cost(cost, model, L, mb));
+    c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
+    c.bwd.kernels += 1;
+  }
+  if (stage == 0 && chunk == 0) {
+    c.fwd += ops.embedding_fwd;
+    c.bwd += ops.embedding_bwd;
+  }
+  if (stage == L.pp - 1 && chunk == L.vp - 1) {
+    c.fwd += ops.output_fwd;
+    c.bwd += ops.output_bwd;
+  }
   return c;
 }
 
@@ -154,6 +166,7 @@ class IterationGraph {
       : plan_(plan), L_(plan.layout), model_(model), cost_(cost), replicas_(replicas), schedule_(schedule),
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
         attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
+        host_s_(replicas.lists.size() * p_, 0), kernels_(replicas.lists.size() * p_, 0),
         sent_(replicas.lists.size() * p_) {}
 
   // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
@@ -165,8 +178,11 @@ class IterationGraph {
       const int first_device = static_cast<int>(r) * p_;
       for (int s = 0; s < p_; ++s)
         for (const auto& c : (*costs)[s]) {
-          cp_wait_s_[r] += c.cp_wait_s();
-          sent_[first_device + s] += c.tp_bytes;
+          cp_wait_s_[r] += c.fwd.cp_wait_s + c.bwd.cp_wait_s;
+          host_s_[first_device + s] += c.fwd.host_s + c.bwd.host_s;
+          kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
+          sent_[first_device + s] += c.fwd.tp_bytes;
+          sent_[first_device + s] += c.bwd.tp_bytes;
         }
       count_pipeline_sends(*replicas_.lists[r], first_device);
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
@@ -252,6 +268,7 @@ class IterationGraph {
           const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
           TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
                       "dp param all-gather", 'm'};
+          set_contention(cost_, ag, collective_sent_bytes(Collective::all_gather, bytes, group));
           graph_.add(ag);
           sent_[device] += collective_sent_bytes(Collective::all_gather, bytes, group);
         }
@@ -279,13 +296,19 @@ class IterationGraph {
         busy_sum += w * compute;
         busy_max = std::max(busy_max, compute);
         exposed += w * sim.exposed_comm_s[d];
-        idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d]);
+        out.exposed_host_s += w * host_s_[d];
+        out.contention_s += w * sim.contention_s[d];
+        out.kernels += w * kernels_[d];
+        idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d] - host_s_[d]);
         out.comm_bytes += sent_[d] * w;
         devices += w;
       }
     }
     out.comm_bytes = out.comm_bytes * (1 / devices);
     out.exposed_comm_s = exposed / devices;
+    out.exposed_host_s /= devices;
+    out.contention_s /= devices;
+    out.kernels /= devices;
     out.bubble_fraction = sim.makespan_s > 0 ? idle / devices / sim.makespan_s : 0;
     out.compute_imbalance = busy_sum > 0 ? busy_max / (busy_sum / devices) : 1;
     return out;
@@ -312,10 +335,11 @@ class IterationGraph {
         if (!a) return a.errors();
         attn = *a;
       }
+      MicroBatchOps ops;
+      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr);
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
-          costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c]
-                                        : chunk_cost(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, s, c);
+          costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c);
     }
     return costs;
   }
@@ -329,20 +353,35 @@ class IterationGraph {
     };
     // An op's blocking communication after its compute: the TP collectives, the attention's wait
     // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
-    auto tail = [&](int s, const PipeOp& op) {
+    // An op's blocking communication after its compute: the TP collectives, the attention's wait
+    // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting;
+    // then the time its kernels waited for the host to issue them.
+    auto pass = [&](int s, const PipeOp& op) -> const PassCost& {
       const ChunkCost& c = costs[s][op.micro_batch * v_ + op.chunk];
-      std::vector<OpSegment> segs = {{kTpStream, op.forward ? c.fwd_tp_s : c.bwd_tp_s, 'm', "tp", false},
-                                     {kCpStream, op.forward ? c.fwd_cp_s : c.bwd_cp_s, 'm', "cp wait", false}};
+      return op.forward ? c.fwd : c.bwd;
+    };
+    auto tail = [&](int s, const PipeOp& op) {
+      const PassCost& c = pass(s, op);
+      std::vector<OpSegment> segs = {{kTpStream, c.tp_comm_s, 'm', "tp", false},
+                                     {kCpStream, c.cp_wait_s, 'm', "cp wait", false},
+                                     {kHostStream, c.host_s, 'o', "host", false}};
       if (!L_.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
       return segs;
     };
-    return append_pipeline_tasks(
-        graph_, schedule_,
-        [&](int s, const PipeOp& op) {
-          const ChunkCost& c = costs[s][op.micro_batch * v_ + op.chunk];
-          return op.forward ? c.fwd_s : c.bwd_s;
-        },
+    PipelineTasks tasks = append_pipeline_tasks(
+        graph_, schedule_, [&](int s, const PipeOp& op) { return pass(s, op).compute_s; },
         [&](int s, const PipeOp& op) { return L_.overlap_p2p ? send_s(s, op) : 0.0; }, first_device, tail);
+    // What contention needs: how SM-bound each op's compute is, and the overlapped sends' shares.
+    for (int s = 0; s < p_; ++s)
+      for (size_t i = 0; i < schedule_[s].size(); ++i) {
+        const PassCost& c = pass(s, schedule_[s][i]);
+        graph_.at(tasks.compute[s][i]).sm_bound = c.compute_s > 0 ? std::clamp(c.sm_bound_s / c.compute_s, 0.0, 1.0) : 1;
+        if (const int send = tasks.send[s][i]; send >= 0) {
+          const int to = send_target(s, schedule_[s][i]);
+          set_contention(cost_, graph_.at(send), boundary(cost_, model_, L_, mbs[schedule_[s][i].micro_batch], s, to).bytes);
+        }
+      }
+    return tasks;
   }
 
   // The stage an op sends its output to, or −1 when it sends nothing (consumer_stage on this
@@ -381,6 +420,7 @@ class IterationGraph {
       for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
         if (dur <= 0) continue;
         TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
+        set_contention(cost_, t, collective_sent_bytes(kind, grad_bytes * dur / total_s, dp));
         grad_tasks_[s].push_back(graph_.add(t));
       }
     }
@@ -410,6 +450,8 @@ class IterationGraph {
   std::vector<std::string> names_;
   std::vector<std::vector<int>> grad_tasks_;  // [stage] the DP reduction tasks of every replica
   std::vector<double> cp_wait_s_;             // [replica] CP waits summed over stages
+  std::vector<double> host_s_;                // [device] compute stream waiting for the host
+  std::vector<double> kernels_;               // [device] GPU kernels its ops issue
   std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
   int collective_id_ = 0;
 };

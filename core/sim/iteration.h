@@ -23,9 +23,12 @@ namespace cpbench {
 
 struct IterationResult {
   double step_time_s = 0;
-  double bubble_fraction = 0;  // idle (not compute, not exposed comm) / step, mean over DP×CP ranks and stages
+  double bubble_fraction = 0;  // idle (not compute, exposed comm or host) / step, mean over DP×CP ranks and stages
   double exposed_comm_s = 0;   // mean over devices: blocking TP collectives + waits on transfers
   double exposed_cp_comm_s = 0;  // of which: attention waiting on CP transfers (mean over ranks)
+  double exposed_host_s = 0;   // mean over devices: the compute stream waiting for the host to issue kernels
+  double contention_s = 0;     // mean over devices: compute slowed by communication kernels beside it
+  double kernels = 0;          // mean over devices: GPU kernels issued per iteration (excluding optimizer)
   double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages
   // Bytes one GPU sends per iteration in TP collectives, pipeline sends and the DP gradient
   // reduction (and parameter all-gather), by link, mean over GPUs (collective_sent_bytes: ring

@@ -8,13 +8,14 @@ namespace {
 
 constexpr double kAct = 2;  // bytes per 16-bit activation element
 
-// Forward and backward of one GEMM Y[m,n] = X[m,k]·W[k,n]: backward is the input gradient
-// dX[m,k] = dY·Wᵀ and the weight gradient dW[k,n] = Xᵀ·dY.
+// One GEMM Y[m,n] = X[m,k]·W[k,n]: backward is the input gradient dX[m,k] = dY·Wᵀ (dgrad) and the
+// weight gradient dW[k,n] = Xᵀ·dY (wgrad), two kernels.
 struct Gemm {
   int64_t m, n, k;
 };
 double fwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.n, g.k); }
-double bwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.k, g.n) + c.gemm_s(g.k, g.n, g.m); }
+double dgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.k, g.n); }
+double wgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.k, g.n, g.m); }
 
 // Tokens one rank of the micro-batch's CP group holds.
 int64_t rank_tokens(const PlanMicroBatch& mb) { return mb.padded_tokens() / std::max<int64_t>(1, mb.cp); }
@@ -23,10 +24,66 @@ GroupPlacement tp_group(const CostModel& cost, const ParallelConfig& layout) {
   return placement(layout.tp, 1, cost.cluster().gpus_per_node);
 }
 
-// The attention core (scores, softmax, weighted sum) of a micro-batch on one TP rank.
-PassCost attention_core(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+// Appends ops; an op's deps are indices of earlier ops (negative entries, "no such op", dropped).
+class OpBuilder {
+ public:
+  explicit OpBuilder(const CostModel& cost) : cost_(cost) {}
+
+  int compute(std::string name, double s, std::vector<int> deps, int kernels = 1, bool sm_bound = true) {
+    return add({std::move(name), OpStream::compute, s, kernels, sm_bound, std::move(deps), {}});
+  }
+  int gemm(std::string name, double s, std::vector<int> deps) { return compute(std::move(name), s, std::move(deps)); }
+  // An element-wise pass moving `bytes` through HBM in `kernels` kernels (each launch counted).
+  int elementwise(std::string name, double bytes, std::vector<int> deps, int kernels = 1) {
+    const double s = cost_.memory_bound_s(bytes) + (kernels - 1) * cost_.params().kernel_overhead_us * 1e-6;
+    return compute(std::move(name), s, std::move(deps), kernels, false);
+  }
+  // A TP collective of `bytes` (collective_s's convention); with one TP rank there is none and
+  // the data is `input` itself.
+  int tp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
+    if (group.size <= 1) return deps.empty() ? -1 : deps.front();
+    return add({std::move(name), OpStream::tp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
+                collective_sent_bytes(kind, bytes, group)});
+  }
+  // The attention core waiting for CP transfers it could not hide (priced by the attention-plan
+  // simulation, which already ran the transfers beside the tiles).
+  int cp_wait(double s, std::vector<int> deps) {
+    if (s <= 0) return -1;
+    return add({"cp wait", OpStream::cp, s, 0, false, std::move(deps), {}});
+  }
+  // Appends `ops` (another list), its deps shifted; the first op also reads `after`.
+  int append(const OpList& ops, const std::string& prefix, int after) {
+    const int base = static_cast<int>(ops_.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      LayerOp op = ops[i];
+      op.name = prefix + op.name;
+      for (int& d : op.deps) d += base;
+      if (i == 0 && after >= 0) op.deps.push_back(after);
+      ops_.push_back(std::move(op));
+    }
+    return static_cast<int>(ops_.size()) - 1;
+  }
+  int last() const { return static_cast<int>(ops_.size()) - 1; }
+  OpList take() { return std::move(ops_); }
+
+ private:
+  int add(LayerOp op) {
+    std::erase_if(op.deps, [](int d) { return d < 0; });
+    ops_.push_back(std::move(op));
+    return last();
+  }
+  const CostModel& cost_;
+  OpList ops_;
+};
+
+// The attention core (scores, softmax, weighted sum) of a micro-batch on one TP rank, without CP.
+struct CoreCost {
+  double s = 0;
+  int kernels = 0;
+};
+CoreCost attention_core(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                         const PlanMicroBatch& mb, bool backward) {
-  PassCost p;
+  CoreCost p;
   const int64_t heads = m.heads / layout.tp;
   const int64_t d = m.head_dim();
   if (layout.attention_kernel == "flash") {
@@ -38,8 +95,9 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
       rows += static_cast<double>(L);
     }
     const double mean_len = rows > 0 ? 2 * pairs / rows : 0;
-    p.compute_s = backward ? cost.flash_attention_bwd_s(pairs, heads, d, mean_len)
-                           : cost.flash_attention_fwd_s(pairs, heads, d, mean_len);
+    p.s = backward ? cost.flash_attention_bwd_s(pairs, heads, d, mean_len)
+                   : cost.flash_attention_fwd_s(pairs, heads, d, mean_len);
+    p.kernels = 1;
     return p;
   }
   // Unfused (Megatron 2021): per sequence length, batched GEMMs over (sequences × heads); the
@@ -51,29 +109,74 @@ PassCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
     const int64_t batch = n * heads;
     const double scores_bytes = kAct * static_cast<double>(batch) * s * s;
     if (!backward) {
-      p.compute_s += cost.gemm_s(s, s, d, batch) + cost.gemm_s(s, d, s, batch);
+      p.s += cost.gemm_s(s, s, d, batch) + cost.gemm_s(s, d, s, batch);
       if (layout.elementwise_fusion) {
-        p.compute_s += cost.memory_bound_s(2 * scores_bytes);  // fused scale-mask-softmax: read S, write P
+        p.s += cost.memory_bound_s(2 * scores_bytes);  // fused scale-mask-softmax: read S, write P
       } else {
         // masked_fill_ then softmax, each reading and writing the scores. Megatron's SC'21 runs
         // leave --apply-query-key-layer-scaling off (examples/sc21/CONFIG.sh), so there is no
         // extra scale kernel (1/√d is baddbmm's alpha) and the softmax stays in fp16.
-        for (int k = 0; k < 2; ++k) p.compute_s += cost.memory_bound_s(2 * scores_bytes);
+        for (int k = 0; k < 2; ++k) p.s += cost.memory_bound_s(2 * scores_bytes);
       }
-      p.compute_s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout: read P, write P', mask
+      p.s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout: read P, write P', mask
+      p.kernels += layout.elementwise_fusion ? 4 : 5;
     } else {
       // dP' = dO·Vᵀ, dV = P'ᵀ·dO, dS = softmax'(dropout'(dP')), dQ = dS·K, dK = dSᵀ·Q.
-      p.compute_s += cost.gemm_s(s, s, d, batch) + 3 * cost.gemm_s(s, d, s, batch);
-      p.compute_s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout bwd
-      p.compute_s += cost.memory_bound_s(3 * scores_bytes);  // softmax bwd: P, dP in; dS out
-      if (!layout.elementwise_fusion)  // masked_fill_ backward reads and writes dS
-        p.compute_s += cost.memory_bound_s(2 * scores_bytes);
+      p.s += cost.gemm_s(s, s, d, batch) + 3 * cost.gemm_s(s, d, s, batch);
+      p.s += cost.memory_bound_s(2 * scores_bytes + scores_bytes / 2);  // dropout bwd
+      p.s += cost.memory_bound_s(3 * scores_bytes);  // softmax bwd: P, dP in; dS out
+      p.kernels += 6;
+      if (!layout.elementwise_fusion) {  // masked_fill_ backward reads and writes dS
+        p.s += cost.memory_bound_s(2 * scores_bytes);
+        p.kernels += 1;
+      }
     }
   }
   return p;
 }
 
+// The attention core's op(s) of one pass: the wait on CP transfers, then the kernels.
+int attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+                  const PlanMicroBatch& mb, const AttentionCost* attention, bool backward, int input,
+                  const std::string& prefix = "") {
+  if (attention) {
+    const double total = backward ? attention->bwd_s : attention->fwd_s;
+    const double wait = backward ? attention->bwd_wait_s : attention->fwd_wait_s;
+    const int w = b.cp_wait(wait, {input});
+    // One kernel per CP stage (ring step) of the attention plan.
+    return b.compute(prefix + (backward ? "attention bwd" : "attention"), total - wait, {input, w},
+                     static_cast<int>(std::max<int64_t>(1, mb.cp)));
+  }
+  const CoreCost c = attention_core(cost, m, layout, mb, backward);
+  return b.compute(prefix + (backward ? "attention bwd" : "attention"), c.s, {input}, c.kernels);
+}
+
 }  // namespace
+
+PassCost& PassCost::operator+=(const PassCost& o) {
+  compute_s += o.compute_s;
+  tp_comm_s += o.tp_comm_s;
+  cp_wait_s += o.cp_wait_s;
+  host_s += o.host_s;
+  sm_bound_s += o.sm_bound_s;
+  contention_s += o.contention_s;
+  kernels += o.kernels;
+  tp_bytes += o.tp_bytes;
+  return *this;
+}
+
+PassCost PassCost::operator*(double k) const {
+  PassCost p = *this;
+  p.compute_s *= k;
+  p.tp_comm_s *= k;
+  p.cp_wait_s *= k;
+  p.host_s *= k;
+  p.sm_bound_s *= k;
+  p.contention_s *= k;
+  p.kernels = static_cast<int>(p.kernels * k);
+  p.tp_bytes = p.tp_bytes * k;
+  return p;
+}
 
 GroupPlacement placement(int64_t size, int64_t stride, int64_t gpus_per_node) {
   if (size <= 1) return {1, 1};
@@ -81,10 +184,9 @@ GroupPlacement placement(int64_t size, int64_t stride, int64_t gpus_per_node) {
   return {size, std::max<int64_t>(1, per_node)};
 }
 
-LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention) {
-  LayerCost c;
-  if (mb.lengths.empty()) return c;  // an idle slot
+  if (mb.lengths.empty()) return {};  // an idle slot
   const int64_t t = layout.tp;
   const int64_t T = rank_tokens(mb);
   const int64_t h = m.hidden;
@@ -92,102 +194,212 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& m, const ParallelC
   const int64_t ffn_n = (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t;
   const Gemm qkv{T, qkv_n, h}, proj{T, h, h / t}, fc1{T, ffn_n, h}, fc2{T, h, m.ffn_hidden / t};
 
-  // Element-wise traffic per layer (bytes): two norms (read x, write y), the MLP activation
-  // (bias + GeLU reads and writes ffn/t per token; SwiGLU reads two halves), two fused
-  // bias-dropout-residual adds (read x and residual, write, 1-byte mask). With sequence
-  // parallelism the norms and residual adds see T/t tokens.
-  // Without Megatron's fusions (elementwise_fusion false) the bias add, the activation and the
-  // bias, dropout and residual adds are separate kernels: the MLP activation reads and writes its
-  // tensor twice (bias add, GeLU; bias-free SwiGLU: activation 2 passes + product 3, against 3
-  // fused), each bias-dropout-add becomes add (2 passes) + dropout (2.5) + add (3) = 7.5, and 5
-  // more kernels launch per pass.
+  // Element-wise traffic (bytes): each norm reads x and writes y; the MLP activation (bias + GeLU
+  // reads and writes ffn/t per token; SwiGLU reads two halves); each fused bias-dropout-residual
+  // add reads x and the residual, writes, and writes a 1-byte mask. With sequence parallelism the
+  // norms and residual adds see T/t tokens. Without Megatron's fusions (elementwise_fusion false)
+  // the bias add, the activation and the bias, dropout and residual adds are separate kernels:
+  // the MLP activation reads and writes its tensor twice (bias add, GeLU; bias-free SwiGLU:
+  // activation 2 passes + product 3, against 3 fused) in 2 kernels, each bias-dropout-add becomes
+  // add (2 passes) + dropout (2.5) + add (3) = 7.5 in 3 kernels. Backward reads the saved input
+  // and the incoming gradient and writes the input gradient: 1.5× the forward's traffic.
   const bool fused = layout.elementwise_fusion;
   const double norm_tokens = layout.sequence_parallel ? static_cast<double>(T) / t : T;
-  const double act_passes = m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4);
-  const double residual_passes = fused ? 3.5 : 7.5;
-  const double ew_fwd = kAct * (2 * 2 * norm_tokens * h + act_passes * static_cast<double>(T) * m.ffn_hidden / t +
-                                2 * residual_passes * norm_tokens * h);
-  const double extra_launches_s = fused ? 0 : 5 * cost.params().kernel_overhead_us * 1e-6;
-  // Backward reads the saved input and the incoming gradient and writes the input gradient.
-  const double ew_bwd = 1.5 * ew_fwd;
+  const double norm_bytes = kAct * 2 * norm_tokens * h;
+  const double act_bytes = kAct * (m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4)) * static_cast<double>(T) * m.ffn_hidden / t;
+  const double bda_bytes = kAct * (fused ? 3.5 : 7.5) * norm_tokens * h;
+  const int act_kernels = fused ? 1 : 2, bda_kernels = fused ? 1 : 3;
 
-  // TP collectives of activations [T, h] (16-bit): all-reduce ×2 per pass without SP;
-  // all-gather + reduce-scatter ×2 with SP (same bus traffic, no redundant norm work).
-  const double act_bytes = kAct * static_cast<double>(T) * h;
+  // TP collectives of activations [T, h] (16-bit). Megatron's f (before the column-parallel GEMMs)
+  // and g (after the row-parallel ones): without SP, f is the identity forward and an all-reduce
+  // backward, g an all-reduce forward and the identity backward; with SP, f all-gathers forward
+  // and reduce-scatters backward, g the reverse.
+  const double a_bytes = kAct * static_cast<double>(T) * h;
   const GroupPlacement tp = tp_group(cost, layout);
-  const double tp_pass = layout.sequence_parallel
-                             ? 2 * (cost.collective_s(Collective::all_gather, act_bytes, tp) +
-                                    cost.collective_s(Collective::reduce_scatter, act_bytes, tp))
-                             : 2 * cost.collective_s(Collective::all_reduce, act_bytes, tp);
-  const LinkBytes tp_pass_bytes =
-      layout.sequence_parallel
-          ? (collective_sent_bytes(Collective::all_gather, act_bytes, tp) +=
-             collective_sent_bytes(Collective::reduce_scatter, act_bytes, tp)) * 2
-          : collective_sent_bytes(Collective::all_reduce, act_bytes, tp) * 2;
+  const bool sp = layout.sequence_parallel;
+  auto f_fwd = [&](OpBuilder& b, int in) { return sp ? b.tp("tp all-gather", Collective::all_gather, a_bytes, tp, {in}) : in; };
+  auto g_fwd = [&](OpBuilder& b, int in) {
+    return b.tp(sp ? "tp reduce-scatter" : "tp all-reduce", sp ? Collective::reduce_scatter : Collective::all_reduce,
+                a_bytes, tp, {in});
+  };
+  auto g_bwd = [&](OpBuilder& b, int in) { return sp ? b.tp("tp all-gather", Collective::all_gather, a_bytes, tp, {in}) : in; };
 
-  PassCost attn_f, attn_b;
-  if (attention) {
-    attn_f.compute_s = attention->fwd_s - attention->fwd_wait_s;
-    attn_f.cp_wait_s = attention->fwd_wait_s;
-    attn_b.compute_s = attention->bwd_s - attention->bwd_wait_s;
-    attn_b.cp_wait_s = attention->bwd_wait_s;
-  } else {
-    attn_f = attention_core(cost, m, layout, mb, false);
-    attn_b = attention_core(cost, m, layout, mb, true);
+  // Forward: norm, f, QKV, attention, projection, g, bias-dropout-add; norm, f, FC1, activation,
+  // FC2, g, bias-dropout-add.
+  OpBuilder f(cost);
+  {
+    const int n1 = f.elementwise("norm1", norm_bytes, {});
+    const int q = f.gemm("qkv", fwd(cost, qkv), {f_fwd(f, n1)});
+    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q);
+    const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {g_fwd(f, f.gemm("proj", fwd(cost, proj), {a}))}, bda_kernels);
+    const int n2 = f.elementwise("norm2", norm_bytes, {b1});
+    const int f1 = f.gemm("fc1", fwd(cost, fc1), {f_fwd(f, n2)});
+    const int act = f.elementwise("activation", act_bytes, {f1}, act_kernels);
+    f.elementwise("bias-dropout-add2", bda_bytes, {g_fwd(f, f.gemm("fc2", fwd(cost, fc2), {act})), b1}, bda_kernels);
   }
-  c.forward.compute_s = fwd(cost, qkv) + fwd(cost, proj) + fwd(cost, fc1) + fwd(cost, fc2) + attn_f.compute_s +
-                        cost.memory_bound_s(ew_fwd) + extra_launches_s;
-  c.forward.tp_comm_s = tp_pass;
-  c.forward.tp_bytes = tp_pass_bytes;
-  c.forward.cp_wait_s = attn_f.cp_wait_s;
-  c.backward.cp_wait_s = attn_b.cp_wait_s;
-  c.backward.compute_s = bwd(cost, qkv) + bwd(cost, proj) + bwd(cost, fc1) + bwd(cost, fc2) + attn_b.compute_s +
-                         cost.memory_bound_s(ew_bwd) + extra_launches_s;
-  c.backward.tp_comm_s = tp_pass;
-  c.backward.tp_bytes = tp_pass_bytes;
-  if (layout.recompute == "full") {
-    // The whole layer's forward runs again, TP collectives included, before its backward.
-    c.backward.compute_s += c.forward.compute_s;
-    c.backward.tp_comm_s += c.forward.tp_comm_s;
-    c.backward.tp_bytes += c.forward.tp_bytes;
-    c.backward.cp_wait_s += c.forward.cp_wait_s;
-  } else if (layout.recompute == "selective") {
-    c.backward.compute_s += attn_f.compute_s;  // Korthikanti et al.: only the attention core
-    c.backward.cp_wait_s += attn_f.cp_wait_s;
+  LayerOps out;
+  out.forward = f.take();
+
+  // Backward of a column-parallel GEMM (QKV, FC1) fed by f: with SP, Megatron all-gathers the
+  // input again for the weight gradient (issued before the dgrad GEMM, beside it) and
+  // reduce-scatters dX beside the wgrad GEMM; without SP the all-reduce of dX runs beside wgrad
+  // with async_tensor_model_parallel_allreduce, else after the whole backward of the linear
+  // (Megatron-LM of 2021). Returns the op producing dX.
+  auto column_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
+    const int regather = sp && tp.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes, tp, {grad}) : -1;
+    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
+    const bool beside = sp || layout.async_tensor_model_parallel_allreduce;
+    int reduced = beside ? b.tp(sp ? "tp reduce-scatter" : "tp all-reduce",
+                                sp ? Collective::reduce_scatter : Collective::all_reduce, a_bytes, tp, {d})
+                         : -1;
+    const int w = b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
+    if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes, tp, {d, w});
+    return reduced == d || reduced < 0 ? d : reduced;
+  };
+  auto row_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
+    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
+    b.gemm(name + " wgrad", wgrad(cost, g), {grad});
+    return d;
+  };
+
+  OpBuilder bw(cost);
+  int start = -1;
+  if (layout.recompute == "full") start = bw.append(out.forward, "recompute ", -1);  // the layer's forward again
+  {
+    const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes, {start}, bda_kernels);
+    const int f2 = row_bwd(bw, "fc2", fc2, g_bwd(bw, b2));
+    const int act = bw.elementwise("activation bwd", 1.5 * act_bytes, {f2}, act_kernels);
+    const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes, {column_bwd(bw, "fc1", fc1, act)});
+    const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes, {n2, b2}, bda_kernels);
+    int pr = row_bwd(bw, "proj", proj, g_bwd(bw, b1));
+    // Selective recomputation (Korthikanti et al.): only the attention core's forward, right before
+    // its backward.
+    if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ");
+    const int a = attention_ops(bw, cost, m, layout, mb, attention, true, pr);
+    bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, a)});
   }
-  return c;
+  out.backward = bw.take();
+  return out;
 }
 
-LayerCost embedding_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+LayerOps lower_embedding(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                          const PlanMicroBatch& mb) {
   // Gather rows of the (vocabulary-parallel) table, add positions, all-reduce over TP.
   const double bytes = kAct * static_cast<double>(rank_tokens(mb)) * m.hidden;
-  LayerCost c;
-  if (bytes <= 0) return c;
-  c.forward.compute_s = cost.memory_bound_s(3 * bytes);
-  c.forward.tp_comm_s = cost.collective_s(Collective::all_reduce, bytes, tp_group(cost, layout));
-  c.forward.tp_bytes = collective_sent_bytes(Collective::all_reduce, bytes, tp_group(cost, layout));
-  c.backward.compute_s = cost.memory_bound_s(3 * bytes);  // scatter-add of the gradient rows
-  return c;
+  if (bytes <= 0) return {};
+  OpBuilder f(cost), b(cost);
+  f.tp("tp all-reduce", Collective::all_reduce, bytes, tp_group(cost, layout),
+       {f.elementwise("embedding", 3 * bytes, {})});
+  b.elementwise("embedding bwd", 3 * bytes, {});  // scatter-add of the gradient rows
+  return {f.take(), b.take()};
 }
 
-LayerCost output_layer_cost(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                             const PlanMicroBatch& mb) {
   const int64_t T = rank_tokens(mb);
   if (T == 0) return {};
   const Gemm logits{T, m.vocab / layout.tp, m.hidden};
-  // Vocabulary-parallel cross-entropy in fp32: max, sum-exp and gradient passes over the logits,
-  // plus three small all-reduces of [T] fp32 statistics.
+  // Vocabulary-parallel cross-entropy in fp32: the logits' max, sum of exponentials and target
+  // logit, each a pass over the logits followed by an all-reduce of [T] fp32 statistics.
   const double logit_bytes = 4.0 * static_cast<double>(T) * m.vocab / layout.tp;
   const GroupPlacement tp = tp_group(cost, layout);
-  LayerCost c;
-  c.forward.compute_s = fwd(cost, logits) + cost.memory_bound_s(3 * logit_bytes);
-  c.forward.tp_comm_s = 3 * cost.collective_s(Collective::all_reduce, 4.0 * T, tp);
-  c.forward.tp_bytes = collective_sent_bytes(Collective::all_reduce, 4.0 * T, tp) * 3;
-  c.backward.compute_s = bwd(cost, logits) + cost.memory_bound_s(2 * logit_bytes);
-  c.backward.tp_comm_s = cost.collective_s(Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp);
-  c.backward.tp_bytes = collective_sent_bytes(Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp);
-  return c;
+  OpBuilder f(cost), b(cost);
+  int last = f.gemm("logits", fwd(cost, logits), {});
+  for (const char* pass : {"logits max", "sum exp", "target logit"})
+    last = f.tp("tp all-reduce", Collective::all_reduce, 4.0 * T, tp, {f.elementwise(pass, logit_bytes, {last})});
+  const int g = b.elementwise("cross-entropy bwd", 2 * logit_bytes, {});
+  const int d = b.gemm("logits dgrad", dgrad(cost, logits), {g});
+  b.gemm("logits wgrad", wgrad(cost, logits), {g});
+  b.tp("tp all-reduce", Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp, {d});
+  return {f.take(), b.take()};
+}
+
+void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent) {
+  task.sm_share = cost.params().comm_sm_fraction;
+  const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
+  if (task.duration_s > 0 && hbm_Bps > 0)
+    task.hbm_share = std::min(1.0, 2 * (sent.nvlink + sent.network) / task.duration_s / hbm_Bps);
+}
+
+void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device) {
+  constexpr int kHost = 3;
+  const double host_s = cost.params().host_op_us * 1e-6;
+  int previous_last = -1;
+  for (int c = 0; c < copies; ++c) {
+    std::vector<int> id(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const LayerOp& op = ops[i];
+      TaskSpec t;
+      t.device = device;
+      t.stream = static_cast<int>(op.stream);
+      t.duration_s = op.duration_s;
+      t.name = op.name;
+      t.kind = op.stream == OpStream::compute ? 'c' : 'm';
+      t.sm_bound = op.sm_bound ? 1 : 0;
+      for (int d : op.deps) t.deps.push_back(id[d]);
+      if (op.deps.empty() && previous_last >= 0) t.deps.push_back(previous_last);
+      if (op.kernels > 0 && host_s > 0)
+        t.deps.push_back(graph.add({device, kHost, op.kernels * host_s, {}, -1, -1, "issue " + op.name, 'o'}));
+      if (op.stream == OpStream::tp) set_contention(cost, t, op.bytes);
+      id[i] = graph.add(std::move(t));
+    }
+    previous_last = ops.empty() ? previous_last : id.back();
+  }
+}
+
+RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
+  RepeatedPass out;
+  if (ops.empty()) return out;
+  // One and two copies through the engine; the second copy's increments are every further one's.
+  auto run = [&](int copies) {
+    TaskGraph g;
+    append_ops(g, cost, ops, copies);
+    const SimResult r = simulate(g);
+    PassCost p;
+    p.compute_s = r.compute_busy_s[0];
+    p.contention_s = r.contention_s[0];
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g.task(static_cast<int>(i)).stream == 0 && g.task(static_cast<int>(i)).sm_bound > 0)
+        p.sm_bound_s += r.end_s[i] - r.start_s[i];
+    // The exposed communication splits into the CP waits (exposed by construction: the attention
+    // reads them right after the QKV GEMM) and the TP collectives; the rest of the makespan is the
+    // compute stream waiting for the host.
+    double cp_wait = 0;
+    for (const LayerOp& op : ops) {
+      if (op.stream == OpStream::cp) cp_wait += op.duration_s;
+      if (op.stream == OpStream::tp) p.tp_bytes += op.bytes;
+      p.kernels += op.kernels;
+    }
+    p.cp_wait_s = std::min(cp_wait * copies, r.exposed_comm_s[0]);
+    p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s);
+    p.host_s = std::max(0.0, r.makespan_s - p.compute_s - p.tp_comm_s - p.cp_wait_s);
+    p.tp_bytes = p.tp_bytes * copies;
+    p.kernels *= copies;
+    return p;
+  };
+  out.first = run(1);
+  const PassCost two = run(2);
+  out.next = two;
+  out.next += out.first * -1;
+  out.next.host_s = std::max(0.0, out.next.host_s);
+  return out;
+}
+
+PassCost RepeatedPass::times(double repeats) const {
+  if (repeats <= 0) return {};
+  PassCost p = first;
+  p += next * (repeats - 1);
+  return p;
+}
+
+PassCost price_ops(const CostModel& cost, const OpList& ops, double repeats) {
+  return price_repeated(cost, ops).times(repeats);
+}
+
+LayerCost layer_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
+                     const PlanMicroBatch& mb, const AttentionCost* attention) {
+  const LayerOps ops = lower_layer(cost, model, layout, mb, attention);
+  return {price_ops(cost, ops.forward), price_ops(cost, ops.backward)};
 }
 
 }  // namespace cpbench

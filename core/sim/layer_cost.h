@@ -1,24 +1,61 @@
-// layer_cost.h — seconds one tensor-parallel rank spends on one transformer layer (and on the
-// embedding and output layers) for one micro-batch, forward and backward, priced by the cost model.
-// Requires: the model shape, the layout (tp, sequence parallelism, recompute, attention kernel)
-// and the micro-batch's sequence lengths. TP collectives are blocking in Megatron's PTD-P (no TP
-// overlap), so they are returned apart from compute but run on the compute stream's critical path.
+// layer_cost.h — one transformer layer (and the embedding and output layers) of one micro-batch
+// on one tensor-parallel rank, lowered to its ops and priced: GEMMs, the attention core,
+// element-wise kernels, TP collectives and the wait on CP transfers, each an op on a named stream
+// (compute, tp, cp) with the ops it reads, the GPU kernels the host launches for it and the bytes
+// it sends. Overlap is the ops' dependency structure: Megatron's blocking TP collectives are inputs
+// of the next GEMM; with async_tensor_model_parallel_allreduce the backward's input re-gather and
+// gradient reduction run beside the dgrad / wgrad GEMMs, slowed by contention (engine.h).
+// Requires: the model shape, the layout (tp, sequence parallelism, recompute, attention kernel,
+// fusion) and the micro-batch's sequence lengths; for cp > 1 the attention core's cost from its
+// AttentionPlan (cp_attention.h).
 // Note: GEMM shapes are Megatron's column/row-parallel splits; element-wise traffic is counted in
 // bytes of 16-bit activations (fp32 where the kernel keeps fp32, e.g. softmax statistics).
+// Pricing runs the ops through the discrete-event engine with a host stream that issues every
+// kernel (EfficiencyParams::host_op_us), so short kernels become host-bound: price_ops.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "core/cost/cost_model.h"
 #include "core/model/model.h"
 #include "core/plan/plan.h"
+#include "core/sim/engine.h"
 
 namespace cpbench {
 
+// The streams of a layer's ops (the trace's tracks of one rank).
+enum class OpStream { compute, tp, cp };
+
+struct LayerOp {
+  std::string name;  // "qkv", "attention", "norm1", "tp all-gather", ...
+  OpStream stream = OpStream::compute;
+  double duration_s = 0;
+  int kernels = 1;        // GPU kernels the host issues for it
+  bool sm_bound = true;   // compute: bound by the SMs (GEMM, attention) or by HBM (element-wise)
+  std::vector<int> deps;  // earlier ops of the same list whose results it needs
+  LinkBytes bytes;        // communication: what this GPU sends
+};
+using OpList = std::vector<LayerOp>;
+
+struct LayerOps {
+  OpList forward;
+  OpList backward;  // including the recomputation the layout asks for
+};
+
+// What a pass costs one rank, from price_ops.
 struct PassCost {
-  double compute_s = 0;  // GEMMs, attention, element-wise kernels
-  double tp_comm_s = 0;  // blocking TP collectives
+  double compute_s = 0;  // GEMMs, attention, element-wise kernels (stretched by contention)
+  double tp_comm_s = 0;  // exposed TP collectives: the compute stream waiting for them
   double cp_wait_s = 0;  // attention waiting on CP transfers it could not hide
-  LinkBytes tp_bytes;    // what the TP collectives send from this GPU
-  double total() const { return compute_s + tp_comm_s + cp_wait_s; }
+  double host_s = 0;     // the compute stream waiting for the host to issue kernels
+  double sm_bound_s = 0;     // of compute_s: GEMMs and attention (the rest is HBM-bound)
+  double contention_s = 0;   // of compute_s: slowdown from communication kernels beside it
+  int kernels = 0;           // GPU kernels issued
+  LinkBytes tp_bytes;        // what the TP collectives send from this GPU
+  double total() const { return compute_s + tp_comm_s + cp_wait_s + host_s; }
+  PassCost& operator+=(const PassCost& o);
+  PassCost operator*(double k) const;
 };
 
 // One layer's attention core on one rank of a CP group, as the attention-plan simulation prices
@@ -28,22 +65,49 @@ struct AttentionCost {
   double bwd_s = 0, bwd_wait_s = 0;
 };
 
-struct LayerCost {
-  PassCost forward;
-  PassCost backward;  // including the recomputation the layout asks for
-};
-
 // One transformer layer on one rank of the micro-batch's CP group: linear layers and element-wise
 // kernels see padded_tokens / cp tokens. The attention core is `attention` when given (required
 // for cp > 1), else one flash (or unfused) call over the micro-batch's sequences.
-LayerCost layer_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
+LayerOps lower_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention = nullptr);
 // Word (and position) embedding lookup on the first stage.
-LayerCost embedding_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
+LayerOps lower_embedding(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                          const PlanMicroBatch& mb);
 // Final norm, vocabulary-parallel logits GEMM and cross-entropy on the last stage.
-LayerCost output_layer_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
+LayerOps lower_output_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                             const PlanMicroBatch& mb);
+
+// `repeats` copies of `ops` run back to back on one rank, each copy's first ops reading the
+// previous copy's last op (a chunk of identical layers), with the host issuing every kernel in
+// order. Communication ops hold cost.params().comm_sm_fraction of the SMs and an HBM share from
+// their bytes while they run. Simulated for one and two copies; further copies repeat the second
+// (the graph is periodic: copy k + 1 starts where copy k ends, the host no further ahead).
+PassCost price_ops(const CostModel& cost, const OpList& ops, double repeats = 1);
+
+// price_ops for any number of copies: the first copy and each further one (two engine runs).
+struct RepeatedPass {
+  PassCost first, next;
+  PassCost times(double repeats) const;  // first + (repeats − 1)·next; 0 copies cost nothing
+};
+RepeatedPass price_repeated(const CostModel& cost, const OpList& ops);
+
+// The task graph price_ops simulates: `copies` copies of `ops` on `device` (streams: compute 0,
+// tp 1, cp 2, host 3), the host tasks of kind 'o'.
+void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device = 0);
+inline const std::vector<std::string> kLayerStreamNames = {"compute", "tp", "cp", "host"};
+
+// The shares of the GPU a communication kernel holds while it runs (TaskSpec::sm_share,
+// hbm_share): the stack's comm_sm_fraction of the SMs, and of HBM what it reads and writes —
+// twice what it sends (its send buffer read, the equal volume it receives written) over its
+// duration, against the achievable HBM bandwidth.
+void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent);
+
+// Both passes priced once (tests and tools).
+struct LayerCost {
+  PassCost forward, backward;
+};
+LayerCost layer_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
+                     const PlanMicroBatch& mb, const AttentionCost* attention = nullptr);
 
 // Where a group of `size` ranks lands, when consecutive members are `stride` ranks apart in
 // Megatron's rank order (tp fastest, then cp, dp, pp).

@@ -1,8 +1,12 @@
-// layer_cost_test.cpp — what switching off Megatron's element-wise fusions costs a layer: exactly
-// the extra HBM passes and kernel launches layer_cost.cpp documents, no FLOPs.
+// layer_cost_test.cpp — the layer lowering and its pricing: what switching off Megatron's
+// element-wise fusions costs (exactly the extra HBM passes and launches documented, no FLOPs);
+// blocking TP collectives exposed in full and async ones hidden beside the GEMMs at the price of
+// contention; host-bound passes of short kernels; recomputation as real extra ops.
 #include "core/sim/layer_cost.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "core/cost/cost_test_util.h"
 #include "core/experiment/registry.h"
@@ -40,6 +44,115 @@ TEST(LayerCost, UnfusedElementwiseAddsItsPassesAndLaunches) {
   const double flash_unfused = layer_cost(cost, m, layout, mb).forward.compute_s;
   layout.elementwise_fusion = true;
   EXPECT_NEAR(flash_unfused - layer_cost(cost, m, layout, mb).forward.compute_s, ew_extra / bw + 5 * launch, 1e-9);
+}
+
+ModelShape model(const std::string& name) {
+  return *load_model(default_experiments_dir() / "models" / (name + ".json"));
+}
+
+double sum(const OpList& ops, OpStream stream) {
+  double s = 0;
+  for (const LayerOp& op : ops)
+    if (op.stream == stream) s += op.duration_s;
+  return s;
+}
+
+TEST(LayerOps, BlockingTpCollectivesAreExposedInFullAndComputeIsTheSumOfItsKernels) {
+  const CostModel cost = preset_model("a100_80gb_dgx");  // host_op_us 5: hidden under these kernels
+  ParallelConfig layout;
+  layout.num_gpus = 8;
+  layout.tp = 8;
+  PlanMicroBatch mb;
+  mb.lengths = {2048, 2048};
+  const LayerOps ops = lower_layer(cost, model("gpt3_175b"), layout, mb);
+  for (const OpList* pass : {&ops.forward, &ops.backward}) {
+    const PassCost p = price_ops(cost, *pass);
+    EXPECT_NEAR(p.compute_s, sum(*pass, OpStream::compute), 1e-12);
+    EXPECT_NEAR(p.tp_comm_s, sum(*pass, OpStream::tp), 1e-12);  // every collective blocks the next GEMM
+    EXPECT_NEAR(p.contention_s, 0, 1e-15);
+    EXPECT_GT(p.tp_comm_s, 0);
+  }
+  // Two all-reduces per pass without SP (forward: after proj and fc2; backward: of dX after qkv, fc1).
+  auto count = [](const OpList& l) {
+    return std::count_if(l.begin(), l.end(), [](const LayerOp& op) { return op.stream == OpStream::tp; });
+  };
+  EXPECT_EQ(count(ops.forward), 2);
+  EXPECT_EQ(count(ops.backward), 2);
+  // Sequence parallelism: all-gather + reduce-scatter per block forward; backward adds the
+  // re-gather of the wgrad input.
+  layout.sequence_parallel = true;
+  const LayerOps sp = lower_layer(cost, model("gpt3_175b"), layout, mb);
+  EXPECT_EQ(count(sp.forward), 4);
+  EXPECT_EQ(count(sp.backward), 6);
+}
+
+TEST(LayerOps, AsyncReductionHidesBesideTheWgradGemmAndPaysContention) {
+  const CostModel cost = preset_model("h100_dgx");
+  ParallelConfig layout;
+  layout.num_gpus = 8;
+  layout.tp = 8;
+  PlanMicroBatch mb;
+  mb.lengths = {4096};
+  const ModelShape m = model("gpt3_175b");
+  const PassCost blocking = price_ops(cost, lower_layer(cost, m, layout, mb).backward);
+  layout.async_tensor_model_parallel_allreduce = true;
+  const OpList async_ops = lower_layer(cost, m, layout, mb).backward;
+  const PassCost async = price_ops(cost, async_ops);
+  EXPECT_NEAR(sum(async_ops, OpStream::tp), blocking.tp_comm_s, 1e-12);  // the same collectives
+  EXPECT_LT(async.tp_comm_s, 0.5 * blocking.tp_comm_s);  // the wgrad GEMM hides most of them
+  EXPECT_GT(async.contention_s, 0);                       // ... and runs slower beside them
+  EXPECT_LT(async.total(), blocking.total());
+  // The slowdown is the SM share while both run: at most comm_sm_fraction / (1 − share) of the
+  // overlapped collective time.
+  const double share = cost.params().comm_sm_fraction;
+  EXPECT_LE(async.contention_s, sum(async_ops, OpStream::tp) * share / (1 - share) + 1e-12);
+}
+
+TEST(LayerOps, ShortKernelsMakeThePassHostBound) {
+  const CostModel cost = preset_model("h100_dgx");
+  ASSERT_GT(cost.params().host_op_us, 0);
+  ParallelConfig layout;
+  PlanMicroBatch tiny;
+  tiny.lengths = {128};
+  ModelShape small = model("gpt_1.7b");  // GPT-2-small width: 768, 12 heads
+  small.hidden = 768;
+  small.heads = small.kv_heads = 12;
+  small.ffn_hidden = 4 * 768;
+  const OpList ops = lower_layer(cost, small, layout, tiny).forward;
+  const RepeatedPass p = price_repeated(cost, ops);
+  // In steady state each further layer costs what the host needs to issue its kernels.
+  EXPECT_NEAR(p.next.total(), p.next.kernels * cost.params().host_op_us * 1e-6, 1e-9);
+  EXPECT_GT(p.next.host_s, 0);
+  // A long micro-batch: the host runs ahead, only the first kernel's issue is exposed.
+  PlanMicroBatch big;
+  big.lengths = {8192};
+  const RepeatedPass q = price_repeated(cost, lower_layer(cost, model("llama2_7b"), layout, big).forward);
+  EXPECT_EQ(q.next.host_s, 0);
+  EXPECT_NEAR(q.first.host_s, cost.params().host_op_us * 1e-6, 1e-12);
+  // Copies add up: n layers = first + (n − 1) · next.
+  EXPECT_NEAR(q.times(4).total(), q.first.total() + 3 * q.next.total(), 1e-12);
+  EXPECT_NEAR(price_ops(cost, ops, 3).total(), p.first.total() + 2 * p.next.total(), 1e-12);
+}
+
+TEST(LayerOps, RecomputationRunsTheForwardAgainBeforeTheBackward) {
+  const CostModel cost = preset_model("a100_80gb_dgx");
+  ParallelConfig layout;
+  layout.num_gpus = 2;
+  layout.tp = 2;
+  PlanMicroBatch mb;
+  mb.lengths = {2048};
+  const ModelShape m = model("gpt_18.4b");
+  const LayerCost none = layer_cost(cost, m, layout, mb);
+  layout.recompute = "full";
+  const LayerCost full = layer_cost(cost, m, layout, mb);
+  EXPECT_NEAR(full.backward.compute_s - none.backward.compute_s, none.forward.compute_s, 1e-12);
+  EXPECT_NEAR(full.backward.tp_comm_s - none.backward.tp_comm_s, none.forward.tp_comm_s, 1e-12);
+  layout.recompute = "selective";
+  const OpList selective = lower_layer(cost, m, layout, mb).backward;
+  const auto it = std::find_if(selective.begin(), selective.end(),
+                               [](const LayerOp& op) { return op.name == "recompute attention"; });
+  ASSERT_NE(it, selective.end());
+  EXPECT_EQ(std::next(it)->name, "attention bwd");  // right before the core's backward
 }
 
 }  // namespace
