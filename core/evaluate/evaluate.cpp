@@ -136,6 +136,9 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["bubble_fraction"] = sim->bubble_fraction;
   mt["exposed_comm_s"] = sim->exposed_comm_s;
   mt["exposed_cp_comm_s"] = sim->exposed_cp_comm_s;
+  mt["exposed_host_s"] = sim->exposed_host_s;
+  mt["contention_s"] = sim->contention_s;
+  mt["kernels_per_iteration"] = sim->kernels;
   mt["compute_imbalance"] = sim->compute_imbalance;
   mt["micro_batches"] = static_cast<double>(plan.micro_batches.front().size());
   mt["peak_memory_gib"] = mem.total() / kGiB;

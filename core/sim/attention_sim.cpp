@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/sim/layer_cost.h"
 #include "core/sim/trace.h"
 #include "core/workload/mask.h"
 
@@ -53,6 +54,10 @@ struct Lowering {
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
       std::sort(task.deps.begin(), task.deps.end());
       task.deps.erase(std::unique(task.deps.begin(), task.deps.end()), task.deps.end());
+      // The send kernel shares the sender's GPU with its tiles (its receive kernel the receiver's;
+      // only the sender's side is modelled).
+      const double bytes = transfer_bytes(plan, t);
+      set_contention(cost, task, node_of[t.src] == node_of[t.dst] ? LinkBytes{bytes, 0} : LinkBytes{0, bytes});
       task.name = label + " " + attn_tensor_name(t.tensor) + " " + std::to_string(t.src) + "->" +
                   std::to_string(t.dst) + " " + str(t.slice);
       const int id = graph.add(std::move(task));
@@ -254,7 +259,10 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
   if (!sim) return sim.errors();
   AttentionSimResult out;
   out.step_time_s = sim->makespan_s;
+  // Kernel time as it ran: the tiles' durations, stretched where send kernels shared the GPU.
   out.compute_s = low->compute_s;
+  for (int32_t r = 0; r < plan.ranks && r < static_cast<int32_t>(sim->compute_busy_s.size()); ++r)
+    out.compute_s[r] = sim->compute_busy_s[r];
   out.wait_s.assign(plan.ranks, 0.0);
   // Replays each rank's timeline: it reaches a wait point when its tiles of the phase are done
   // (or at the previous wait point's end) and leaves it when its transfers are done.

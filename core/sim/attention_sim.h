@@ -21,7 +21,8 @@ namespace cpbench {
 
 struct AttentionSimResult {
   double step_time_s = 0;                 // makespan, forward (+ backward when asked)
-  std::vector<double> compute_s, wait_s;  // per rank: kernel time, time blocked on transfers
+  // Per rank: kernel time (stretched by contention with send kernels), time blocked on transfers.
+  std::vector<double> compute_s, wait_s;
   std::vector<double> bytes_sent;         // per rank (from the plan: plan_bytes)
 };
 

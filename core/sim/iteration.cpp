@@ -319,6 +319,31 @@ class IterationGraph {
     return write_chrome_trace(graph_, sim, names_, path, kStreamNames, counters);
   }
 
+  // The op timeline of two layers of the first non-empty micro-batch, forward then backward (one
+  // device each), as price_ops simulates them: what each chunk task of the iteration trace is made
+  // of. Written beside the iteration's trace as NAME.layer.json.
+  Status write_layer_trace(const std::filesystem::path& path) {
+    for (const PlanMicroBatch& mb : *replicas_.lists[0]) {
+      if (mb.lengths.empty()) continue;
+      AttentionCost attn;
+      if (mb.cp > 1) {
+        auto a = attention_.get(mb);
+        if (!a) return a.errors();
+        attn = *a;
+      }
+      const LayerOps ops = lower_layer(cost_, model_, L_, mb, mb.cp > 1 ? &attn : nullptr);
+      TaskGraph g;
+      append_ops(g, cost_, ops.forward, 2, 0);
+      append_ops(g, cost_, ops.backward, 2, 1);
+      auto sim = simulate_checked(g);
+      if (!sim) return sim.errors();
+      std::filesystem::path layer_path = path;
+      layer_path.replace_extension(".layer.json");
+      return write_chrome_trace(g, *sim, {"2 layers forward", "2 layers backward"}, layer_path, kLayerStreamNames);
+    }
+    return ok_status();
+  }
+
   const TaskGraph& graph() const { return graph_; }
 
  private:
@@ -473,8 +498,10 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
   g.add_optimizer();
   auto sim = simulate_checked(g.graph());
   if (!sim) return sim.errors();
-  if (!trace_path.empty())
+  if (!trace_path.empty()) {
     if (auto s = g.write_trace(*sim, trace_path); !s) return s.errors();
+    if (auto s = g.write_layer_trace(trace_path); !s) return s.errors();
+  }
   return g.result(*sim);
 }
 

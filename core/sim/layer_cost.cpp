@@ -315,6 +315,9 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
 }
 
 void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent) {
+  // comm_sm_fraction 0: communication does not run on the compute device (the CPU executor moves
+  // data inside its waits), so it takes neither SMs nor memory bandwidth from the kernels.
+  if (cost.params().comm_sm_fraction <= 0) return;
   task.sm_share = cost.params().comm_sm_fraction;
   const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
   if (task.duration_s > 0 && hbm_Bps > 0)

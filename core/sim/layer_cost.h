@@ -99,7 +99,8 @@ inline const std::vector<std::string> kLayerStreamNames = {"compute", "tp", "cp"
 // The shares of the GPU a communication kernel holds while it runs (TaskSpec::sm_share,
 // hbm_share): the stack's comm_sm_fraction of the SMs, and of HBM what it reads and writes —
 // twice what it sends (its send buffer read, the equal volume it receives written) over its
-// duration, against the achievable HBM bandwidth.
+// duration, against the achievable HBM bandwidth. None when comm_sm_fraction is 0 (communication
+// off the compute device, as the CPU executor's).
 void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent);
 
 // Both passes priced once (tests and tools).

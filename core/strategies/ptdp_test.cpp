@@ -160,6 +160,34 @@ TEST_F(PtdpTest, TraceTracksAreNamedAndTheirSlicesDoNotOverlap) {
   EXPECT_GE(highest, out.metrics.at("weights_optimizer_gib"));
   EXPECT_LE(highest, out.metrics.at("weights_optimizer_gib") + out.metrics.at("activation_memory_gib") + 1e-6);
   std::filesystem::remove(path);
+
+  // Beside it, one layer's ops (two layers forward on device 0, backward on device 1): GEMMs and
+  // element-wise kernels on compute, the blocking TP collectives between them on tp, the host
+  // issuing them; on each track the slices follow one another.
+  auto layer_path = path;
+  layer_path.replace_extension(".layer.json");
+  auto layer = load_json_file(layer_path);
+  ASSERT_TRUE(layer.ok()) << layer.error_str();
+  std::map<std::pair<int, int>, std::vector<std::pair<long long, long long>>> ops;
+  std::map<std::pair<int, int>, std::string> track_name;
+  std::set<std::string> op_names;
+  for (const json& e : (*layer)["traceEvents"]) {
+    const std::pair<int, int> track{e["pid"], e["tid"]};
+    if (e["ph"] == "M" && e["name"] == "thread_name") track_name[track] = e["args"]["name"];
+    if (e["ph"] != "X") continue;
+    ops[track].push_back({std::llround(e["ts"].get<double>() * 1000), std::llround(e["dur"].get<double>() * 1000)});
+    op_names.insert(e["name"].get<std::string>());
+  }
+  std::set<std::string> used;
+  for (auto& [track, xs] : ops) {
+    used.insert(track_name.at(track));
+    std::sort(xs.begin(), xs.end());
+    for (size_t i = 0; i + 1 < xs.size(); ++i) EXPECT_LE(xs[i].first + xs[i].second, xs[i + 1].first);
+  }
+  EXPECT_EQ(used, (std::set<std::string>{"compute", "tp", "host"}));
+  for (const char* op : {"qkv", "attention", "fc2", "tp all-reduce", "fc1 dgrad", "fc1 wgrad", "attention bwd"})
+    EXPECT_TRUE(op_names.count(op)) << op;
+  std::filesystem::remove(layer_path);
 }
 
 TEST_F(PtdpTest, PipelineBubbleShrinksWithMoreMicroBatches) {
