@@ -160,8 +160,8 @@ void merge_out(Entry& e, const AttnSlice& sub, int64_t d, const float* o, const 
 
 class Rank {
  public:
-  Rank(const AttentionPlan& p, Communicator& c, const AttentionInputs& in, const kernels::FlashConfig& cfg)
-      : p_(p), comm_(c), in_(in), cfg_(cfg), offsets_(packed_offsets(p)), me_(c.rank()) {}
+  Rank(const AttentionPlan& p, Communicator& c, AttentionKernels& k, const AttentionInputs& in)
+      : p_(p), comm_(c), kernels_(k), in_(in), offsets_(packed_offsets(p)), me_(c.rank()) {}
 
   Status forward(ExecutionReport& rep);
   Status backward(ExecutionReport& rep);
@@ -351,8 +351,7 @@ class Rank {
       return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
     std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
     auto t0 = Clock::now();
-    kernels::flash_tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(),
-                                 dv.data(), cfg_);
+    kernels_.tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(), dv.data());
     rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
     if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
         !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
@@ -383,7 +382,7 @@ class Rank {
         block.q = in.q + r0 * row_floats;
         block.ranges = in.ranges + r0;
         auto t0 = Clock::now();
-        kernels::PartialOutput part = kernels::flash_tile_forward(block, cfg_);
+        kernels::PartialOutput part = kernels_.tile_forward(block);
         rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
         AttnSlice rows = tile.q;
         rows.tok_begin += r0;
@@ -398,8 +397,8 @@ class Rank {
 
   const AttentionPlan& p_;
   Communicator& comm_;
+  AttentionKernels& kernels_;
   const AttentionInputs& in_;
-  kernels::FlashConfig cfg_;
   std::vector<int64_t> offsets_;
   int32_t me_;
   std::vector<Entry> stores_[6];
@@ -528,14 +527,29 @@ std::vector<int64_t> packed_offsets(const AttentionPlan& plan) {
   return off;
 }
 
+kernels::PartialOutput CpuAttentionKernels::tile_forward(const kernels::TileInput& tile) {
+  return kernels::flash_tile_forward(tile, config_);
+}
+
+void CpuAttentionKernels::tile_backward(const kernels::TileInput& tile, const float* out, const float* lse,
+                                        int64_t lse_stride, const float* dout, float* dq, float* dk, float* dv) {
+  kernels::flash_tile_backward(tile, out, lse, lse_stride, dout, dq, dk, dv, config_);
+}
+
 Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, const AttentionInputs& in,
                                             bool backward, const kernels::FlashConfig& config) {
+  CpuAttentionKernels cpu(config);
+  return execute_attention(plan, comm, cpu, in, backward);
+}
+
+Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, AttentionKernels& kernels,
+                                            const AttentionInputs& in, bool backward) {
   if (comm.size() != plan.ranks)
     return Error{"", "", "the plan needs " + std::to_string(plan.ranks) + " ranks, the communicator has " +
                              std::to_string(comm.size()) + " (run under mpirun -np " + std::to_string(plan.ranks) + ")"};
   const double sent0 = static_cast<double>(comm.bytes_sent()), recv0 = static_cast<double>(comm.bytes_received());
   ExecutionReport rep;
-  Rank rank(plan, comm, in, config);
+  Rank rank(plan, comm, kernels, in);
   if (auto s = rank.forward(rep); !s) return s.errors();
   if (backward)
     if (auto s = rank.backward(rep); !s) return s.errors();

@@ -5,6 +5,9 @@
 // generated from a seed), of which it reads only what it holds. Decides nothing: the plan does.
 // Note: what moves is exactly forward_transfers and the backward_phases of the plan, one message per
 // transfer, so the Communicator's byte counters must equal plan_bytes (tests check it).
+// The walker calls two small interfaces: Communicator (transfers: MPI today, NCCL next) and
+// AttentionKernels (the tile kernels: CPU today, CUDA next); a device backend is one more
+// implementation of each, the plan walk stays the same.
 #pragma once
 
 #include <span>
@@ -37,6 +40,32 @@ struct ExecutionReport {
   double bytes_sent = 0, bytes_received = 0;  // payload, as counted by the Communicator
 };
 
+// The tile kernels a rank runs, on its rank-local buffers (fp32, packed as kernels/cpu documents).
+class AttentionKernels {
+ public:
+  virtual ~AttentionKernels() = default;
+  // Forward of a tile (or a block of its query rows): normalised output and LSE over its keys.
+  virtual kernels::PartialOutput tile_forward(const kernels::TileInput& tile) = 0;
+  // Gradients of a tile added into dq, dk, dv, from the final out and lse of its query rows.
+  virtual void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
+                             const float* dout, float* dq, float* dk, float* dv) = 0;
+};
+
+// kernels/cpu's tiled flash attention.
+class CpuAttentionKernels final : public AttentionKernels {
+ public:
+  explicit CpuAttentionKernels(const kernels::FlashConfig& config = {}) : config_(config) {}
+  kernels::PartialOutput tile_forward(const kernels::TileInput& tile) override;
+  void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
+                     const float* dout, float* dq, float* dk, float* dv) override;
+
+ private:
+  kernels::FlashConfig config_;
+};
+
+Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, AttentionKernels& kernels,
+                                            const AttentionInputs& in, bool backward);
+// The same on kernels/cpu.
 Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, const AttentionInputs& in,
                                             bool backward, const kernels::FlashConfig& config = {});
 

@@ -111,6 +111,60 @@ TEST(Executor, LongTilesRunInRowBlocks) {
   for (const char* layout : {"ring", "zigzag", "all_gather"}) run_case(layout, causal, 2, {1100, 37});
 }
 
+// The walker reaches kernels only through AttentionKernels: a backend that counts its calls sees
+// every backward tile of the rank's stages once and at least one forward call per forward tile,
+// and the results are the CPU backend's, bit for bit.
+class CountingKernels final : public AttentionKernels {
+ public:
+  kernels::PartialOutput tile_forward(const kernels::TileInput& tile) override {
+    ++forward;
+    return cpu.tile_forward(tile);
+  }
+  void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
+                     const float* dout, float* dq, float* dk, float* dv) override {
+    ++backward;
+    cpu.tile_backward(tile, out, lse, lse_stride, dout, dq, dk, dv);
+  }
+  CpuAttentionKernels cpu;
+  int forward = 0, backward = 0;
+};
+
+TEST(Executor, RunsThroughTheKernelBackendInterface) {
+  MpiCommunicator& w = world();
+  ASSERT_GE(w.size(), 2);
+  auto sub = w.split(w.rank() / 2, w.rank());
+  ASSERT_TRUE(sub.ok()) << sub.error_str();
+  CpLayoutRequest req;
+  req.layout = "zigzag";
+  req.cp = 2;
+  req.seq_lengths = {37, 100, 64};
+  req.mask = MaskSpec{MaskKind::causal};
+  req.heads_q = 4;
+  req.heads_kv = 2;
+  req.head_dim = 16;
+  req.pad = true;
+  auto plan = plan_cp_layout(req);
+  ASSERT_TRUE(plan.ok()) << plan.error_str();
+  OwnedInputs in = make_attention_inputs(*plan, 7);
+  CountingKernels counting;
+  auto counted = execute_attention(*plan, **sub, counting, in.view(), true);
+  auto plain = execute_attention(*plan, **sub, in.view(), true);
+  ASSERT_TRUE(counted.ok() && plain.ok());
+  const int me = (*sub)->rank();
+  int fwd_tiles = 0;
+  for (const auto& stage : plan->stages) fwd_tiles += static_cast<int>(stage.tiles[me].size());
+  const int bwd_tiles = fwd_tiles;  // the backward runs each forward tile once
+  EXPECT_GE(counting.forward, fwd_tiles);
+  EXPECT_GT(fwd_tiles, 0);
+  EXPECT_EQ(counting.backward, bwd_tiles);
+  ASSERT_EQ(counted->home.size(), plain->home.size());
+  for (size_t i = 0; i < plain->home.size(); ++i) {
+    EXPECT_EQ(counted->home[i].out, plain->home[i].out);
+    EXPECT_EQ(counted->home[i].dq, plain->home[i].dq);
+    EXPECT_EQ(counted->home[i].dk, plain->home[i].dk);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Layouts,
                          ::testing::Values("single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"),
                          [](const auto& info) {
