@@ -143,9 +143,18 @@ std::vector<double> nelder_mead(const std::function<double(const std::vector<dou
                                 std::vector<double> x0, double step, int max_evals) {
   const size_t n = x0.size();
   std::vector<std::vector<double>> simplex(n + 1, x0);
-  for (size_t i = 0; i < n; ++i) simplex[i + 1][i] += step;
   std::vector<double> fx(n + 1);
-  for (size_t i = 0; i <= n; ++i) fx[i] = f(simplex[i]);
+  fx[0] = f(x0);
+  for (size_t i = 0; i < n; ++i) {
+    // A step that changes nothing (x0 at a bound the caller clamps to) would make the simplex
+    // flat and stop the search at once: step the other way.
+    simplex[i + 1][i] += step;
+    fx[i + 1] = f(simplex[i + 1]);
+    if (fx[i + 1] == fx[0]) {
+      simplex[i + 1][i] = x0[i] - step;
+      fx[i + 1] = f(simplex[i + 1]);
+    }
+  }
   int evals = int(n) + 1;
   auto along = [&](const std::vector<double>& c, const std::vector<double>& w, double t) {
     std::vector<double> x(n);

@@ -127,6 +127,23 @@ TEST(Calibrate, ConstantsWithoutMeasurementsKeepValueAndSource) {
   EXPECT_EQ(e["nvlink_step_latency_us"], (*preset)["efficiency"]["nvlink_step_latency_us"]);
 }
 
+// A constant whose starting value sits on its bound (a fraction of 1.0, as cpu_local's backward
+// peak fraction once was) is still fitted: the search steps into the allowed range instead of
+// stopping on a flat first step.
+TEST(Calibrate, AConstantStartingAtItsBoundIsFitted) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok());
+  auto preset = load_json_file(kStack);
+  ASSERT_TRUE(preset.ok());
+  (*preset)["efficiency"]["pcie_efficiency"]["value"] = 1.0;  // the upper bound
+  std::vector<OpMeasurement> measurements;
+  for (double bytes : {1e8, 1e9, 1e10})
+    measurements.push_back({"p2p_pcie", {{"bytes", bytes}}, bytes / (32e9 * 0.6)});
+  auto fitted = calibrate_stack(*cluster, *preset, measurements, "pcie.csv");
+  ASSERT_TRUE(fitted.ok()) << fitted.error_str();
+  EXPECT_NEAR((*fitted)["efficiency"]["pcie_efficiency"]["value"].get<double>(), 0.6, 0.01);
+}
+
 TEST(Calibrate, SendRecvAloneFitsItsBandwidthAndTheLatency) {
   auto cluster = load_hardware(kPreset);
   ASSERT_TRUE(cluster.ok());
