@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -105,6 +106,58 @@ TEST_F(CliTest, RunWritesResultsAndShowPrintsThem) {
   EXPECT_EQ(show.code, 0);
   EXPECT_NE(show.out.find("flops_per_iteration"), std::string::npos) << show.out;
   EXPECT_EQ(cpbench("show " + f.string()).code, 2);  // a spec is not a results file
+}
+
+TEST_F(CliTest, DamagedResultsFileIsBadInputForShowAndResume) {
+  // Wrong types where --resume and show read: exit 2 naming the file and pointer, never an abort,
+  // and --resume leaves the damaged file as it was.
+  auto f = write_spec("dmg", small_spec(2));
+  fs::path out = dir_ / "out", results = out / "dmg" / "results.json";
+  ASSERT_EQ(cpbench("run " + f.string() + " --out " + out.string()).code, 0);
+  const json good = *load_json_file(results);
+  struct Damage {
+    std::string pointer, expected;
+    std::function<void(json&)> apply;
+  };
+  std::vector<Damage> damages = {
+      {"/points/0/status", "expected one of", [](json& j) { j["points"][0]["status"] = nullptr; }},
+      {"/points/1/id", "expected a string", [](json& j) { j["points"][1]["id"] = 3; }},
+      {"/points/0", "expected an object", [](json& j) { j["points"] = {1, 2}; }},
+      {"/points/0/metrics/params_b", "expected a number or null", [](json& j) { j["points"][0]["metrics"]["params_b"] = "x"; }},
+      {"/comparisons", "expected an array", [](json& j) { j["comparisons"] = 5; }},
+      {"/provenance/seed", "expected a non-negative integer", [](json& j) { j["provenance"]["seed"] = -1; }},
+  };
+  for (const Damage& d : damages) {
+    json bad = good;
+    d.apply(bad);
+    std::ofstream(results) << bad.dump(2);
+    const std::string where = results.string() + ": " + d.pointer + ": " + d.expected;
+    auto show = cpbench("show " + (out / "dmg").string());
+    EXPECT_EQ(show.code, 2) << d.pointer << "\n" << show.out;
+    EXPECT_NE(show.out.find(where), std::string::npos) << show.out;
+    auto resume = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
+    EXPECT_EQ(resume.code, 2) << d.pointer << "\n" << resume.out;
+    EXPECT_NE(resume.out.find(where), std::string::npos) << resume.out;
+    EXPECT_EQ(*load_json_file(results), bad) << "--resume rewrote a file it refused";
+  }
+}
+
+TEST_F(CliTest, ExecRangeChecksNumericFlags) {
+  const std::string shape = " --layout single --lengths 64 --heads 2 --kv-heads 2 --head-dim 16";
+  for (const char* t : {"0", "-1", "nan", "inf", "1e300"}) {
+    auto r = cpbench(std::string("exec --timeout ") + t + shape);
+    EXPECT_EQ(r.code, 2) << t << "\n" << r.out;
+    EXPECT_NE(r.out.find("--timeout"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cpbench("exec --timeout 30" + shape).code, 0);
+  for (const char* bad : {"--lengths 3000000000", "--lengths 0", "--heads 0", "--head-dim -4", "--lengths 64,-1"}) {
+    auto r = cpbench(std::string("exec --layout single --heads 2 --kv-heads 2 --head-dim 16 --lengths 64 ") + bad);
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.out;
+  }
+  // In range for the flag, too large for any machine's memory: refused before allocating.
+  auto huge = cpbench("exec --layout single --lengths 2000000000,2000000000 --heads 64 --kv-heads 64 --head-dim 256");
+  EXPECT_EQ(huge.code, 2) << huge.out;
+  EXPECT_NE(huge.out.find("host memory"), std::string::npos) << huge.out;
 }
 
 TEST_F(CliTest, Table1ParamsReproduced) {

@@ -2,9 +2,11 @@
 // Requires: CLI11; MPI when launched under mpirun (points of `run` are spread over the ranks).
 // Note: exit codes — 0 success; 1 a point ended in "error" or an I/O failure; 2 bad input (an
 // invalid spec, an unknown experiment, a bad flag), in which case nothing is written.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "core/experiment/runner.h"
 #include "core/experiment/show.h"
 #include "core/experiment/spec.h"
+#include "core/runtime/mpi_communicator.h"
 #include "core/strategies/strategy.h"
 
 namespace {
@@ -28,6 +31,10 @@ namespace fs = std::filesystem;
 using namespace cpbench;
 
 constexpr int kExitOk = 0, kExitFailed = 1, kExitBadInput = 2;
+// exec/validate bounds: a sequence (or token budget) a 32-bit token index can address, and a week
+// of waiting for a peer (the watchdog's deadline is then far from any clock overflow).
+constexpr int64_t kMaxExecLength = (int64_t{1} << 31) - 1;
+constexpr double kMaxTimeout_s = 7 * 24 * 3600;
 
 // True when a launcher (mpirun, srun) started this process; MPI is initialised only then, so a
 // plain `cpbench run` needs no MPI runtime.
@@ -42,6 +49,23 @@ int mpi_rank() {
   MPI_Initialized(&on);
   if (on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
+}
+
+// A numeric flag's value: finite and within [lo, hi]. CLI::Range alone lets "nan" through (every
+// comparison with nan is false), and a timeout of "inf" or 1e300 overflows the arithmetic on it.
+CLI::Validator finite_range(double lo, double hi) {
+  std::ostringstream desc;
+  desc << "NUMBER in [" << lo << " - " << hi << "]";
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x)) return "expected a number, got " + text;
+        if (std::isfinite(x) && x >= lo && x <= hi) return "";
+        std::ostringstream why;
+        why << "expected a finite number in [" << lo << ", " << hi << "], got " << text;
+        return why.str();
+      },
+      desc.str());
 }
 
 int report_errors(const Errors& errors) {
@@ -94,11 +118,16 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, a.resume, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
+  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
+  if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
+    auto finished = load_finished_points(fs::path(a.out) / spec->name / "results.json", *spec);
+    if (!finished) return report_errors(finished.errors());
+    run.finished = std::move(*finished);
+  }
   auto results = run_experiment(*spec, run);
   if (!results) {
     if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
-    return results.errors().list.front().pointer == "/spec" ? kExitBadInput : kExitFailed;
+    return kExitFailed;
   }
   if (mpi_rank() != 0) return kExitOk;
   size_t errors = 0;
@@ -299,7 +328,7 @@ int run_cli(int argc, char** argv) {
                 "print each resolved point's plan and predicted step time; no results are written");
   run->add_option("--cpu-budget", ra.cpu_budget_s,
                   "cpu backend: seconds a plan may be predicted to take here before it is skipped")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(finite_range(0.0, 1e6))
       ->capture_default_str();
   run->add_option("--backend", ra.backend,
                   "where plans are evaluated: sim (the cluster model) or cpu (the plans' CP attention executed on "
@@ -336,14 +365,20 @@ int run_cli(int argc, char** argv) {
   auto add_exec_options = [&ea](CLI::App* sub) {
     sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p")->capture_default_str();
     sub->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
-    sub->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")->delimiter(',');
+    sub->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")
+        ->delimiter(',')
+        ->check(CLI::Range(int64_t{1}, kMaxExecLength));
     sub->add_option("--dataset", ea.dataset, "or: a dataset preset to sample sequences from");
-    sub->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")->capture_default_str();
+    sub->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")
+        ->check(CLI::Range(int64_t{1}, kMaxExecLength))
+        ->capture_default_str();
     sub->add_option("--seed", ea.seed, "seed of the sampled lengths and of the inputs")->capture_default_str();
-    sub->add_option("--heads", ea.heads, "query heads")->capture_default_str();
-    sub->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->capture_default_str();
-    sub->add_option("--head-dim", ea.head_dim, "head dimension")->capture_default_str();
-    sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")->capture_default_str();
+    sub->add_option("--heads", ea.heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
+    sub->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->check(CLI::Range(1, 1024))->capture_default_str();
+    sub->add_option("--head-dim", ea.head_dim, "head dimension")->check(CLI::Range(1, 1024))->capture_default_str();
+    sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
     sub->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");
     sub->add_flag("--backward", ea.backward, "also run the backward pass");
     sub->add_option("--dtype", ea.dtype, "values on the wire: bf16 (as training runs) or fp32")
@@ -353,6 +388,7 @@ int run_cli(int argc, char** argv) {
                   "one kernel call per tile and the backward exchanged before and after all tiles, instead of the "
                   "experiments' TransformerEngine style (fused stages, pipelined backward)");
     sub->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")
+        ->check(finite_range(1e-3, kMaxTimeout_s))
         ->capture_default_str();
   };
   auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
@@ -362,7 +398,8 @@ int run_cli(int argc, char** argv) {
                  "schedule the lengths with Megatron's Dynamic-CP over the job's ranks and run every round, each "
                  "group as one --layout (padded) on its ranks");
   exec->add_option("--max-seqlen-per-rank", ea.max_seqlen_per_rank,
-                   "--dynamic-cp: tokens one rank may hold (max_seqlen_per_dp_cp_rank)");
+                   "--dynamic-cp: tokens one rank may hold (max_seqlen_per_dp_cp_rank)")
+      ->check(CLI::Range(int64_t{1}, kMaxExecLength));
   std::string validate_preset = "cpu_local";
   auto* validate = app.add_subcommand("validate", "execute a CP layout here and simulate the same plan with a preset: "
                                                   "measured against predicted time");
@@ -420,7 +457,18 @@ int main(int argc, char** argv) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   }
-  int code = run_cli(argc, argv);
+  int code = kExitFailed;
+  // Library code reports bad input as values; an exception that still escapes (a bug, or memory
+  // running out) becomes a message and exit 1 rather than std::terminate's abort (exit 134). Under
+  // a launcher the other ranks may be waiting for this one: the job is aborted, naming the rank.
+  try {
+    code = run_cli(argc, argv);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    if (mpi) MpiCommunicator::abort_job("unexpected error: " + what, kExitFailed);
+    std::cerr << "cpbench: error: unexpected: " << what << "\n";
+    return kExitFailed;
+  }
   if (mpi) {
     // Every rank agrees on the exit code, so mpirun reports the failure once.
     int worst = code;

@@ -1,7 +1,10 @@
 #include "apps/exec.h"
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+
+#include <unistd.h>
 
 #include "baselines/cp_layouts.h"
 #include "core/cost/cost_model.h"
@@ -40,6 +43,25 @@ Expected<std::vector<int64_t>> lengths_from_args(const ExecArgs& a, const std::f
                                       a.seed}).lengths;
 }
 
+// Every rank holds the whole batch's Q, K, V and dO and computes the reference beside its own
+// results (about three copies of the inputs), so a batch too large for this machine's memory is
+// refused up front instead of ending in std::bad_alloc part-way through.
+Status check_host_memory(const ExecArgs& a, const std::vector<int64_t>& lengths) {
+  double tokens = 0;
+  for (int64_t L : lengths) tokens += static_cast<double>(L);
+  const double bytes = 3.0 * tokens * 2.0 * (a.heads + a.kv_heads) * a.head_dim * sizeof(float);
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (physical > 0 && bytes > physical) {
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "%.0f tokens with --heads %d --kv-heads %d --head-dim %d need about %.1f GiB of host memory per "
+                  "rank; this machine has %.1f GiB",
+                  tokens, a.heads, a.kv_heads, a.head_dim, bytes / (1u << 30), physical / (1u << 30));
+    return Error{"--lengths", "", why};
+  }
+  return ok_status();
+}
+
 // The plan of the batch `a` describes, on comm.size() ranks; prints why not on rank 0.
 Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::filesystem::path& experiments_dir) {
   CpLayoutRequest req;
@@ -55,6 +77,7 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   req.mask = *mask;
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return lengths.errors();
+  if (auto fits = check_host_memory(a, *lengths); !fits) return fits.errors();
   req.seq_lengths = *lengths;
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
@@ -74,8 +97,9 @@ std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::mi
   return std::move(*world);
 }
 
+// --timeout is range-checked by the command line (finite, at most a week), so the product fits.
 std::chrono::milliseconds timeout_of(const ExecArgs& a) {
-  return std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(a.timeout_s * 1000)));
 }
 
 }  // namespace
@@ -210,6 +234,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   if (a.max_seqlen_per_rank < 1) return refuse("give --max-seqlen-per-rank N (tokens per rank, N ≥ 1)");
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return refuse(lengths.error_str());
+  if (auto fits = check_host_memory(a, *lengths); !fits) return refuse(fits.error_str());
   auto schedule = schedule_dynamic_cp_main(*lengths, comm.size(), a.max_seqlen_per_rank);
   if (!schedule) return refuse(schedule.error_str());
   std::vector<std::vector<AttentionPlan>> round_plans;

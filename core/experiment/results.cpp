@@ -123,7 +123,97 @@ bool fitted_on(const Spec& spec, const Selector& select, const std::string& metr
   return false;
 }
 
+// A map of metric or timing name -> number, or null (a non-finite value written as null).
+void check_number_map(JsonObject& parent, const std::string& key, bool required) {
+  const json* v = parent.raw(key);
+  if (!v) {
+    if (required) parent.error(key, "missing required key \"" + key + "\"");
+    return;
+  }
+  if (!v->is_object()) {
+    parent.error(key, "expected an object of name -> number, got " + json_type_name(*v));
+    return;
+  }
+  for (const auto& [name, x] : v->items())
+    if (!x.is_number() && !x.is_null())
+      parent.diag().error(json_pointer_append(parent.pointer_of(key), name),
+                          "expected a number or null, got " + json_type_name(x));
+}
+
+// An optional value that is either of `type_name`'s type (checked by `is`) or null.
+template <class Is>
+void check_or_null(JsonObject& o, const std::string& key, bool required, Is is, const std::string& type_name) {
+  const json* v = o.raw(key);
+  if (!v) {
+    if (required) o.error(key, "missing required key \"" + key + "\"");
+    return;
+  }
+  if (!v->is_null() && !is(*v)) o.error(key, "expected " + type_name + " or null, got " + json_type_name(*v));
+}
+
 }  // namespace
+
+Status validate_results_json(const json& j, const std::string& file) {
+  Diagnostics diag(file);
+  JsonObject top(j, "", diag);
+  if (!diag.ok()) return diag.errors();
+  top.integer("schema_version", kResultsSchemaVersion, kResultsSchemaVersion);
+  top.string("experiment");
+  // The resolved spec was validated when it ran; show reads its description and metrics.
+  JsonObject spec = top.object("spec");
+  spec.string_or("description", "");
+  if (const json* metrics = spec.raw("metrics")) {
+    if (!metrics->is_array()) spec.error("metrics", "expected an array of metric names, got " + json_type_name(*metrics));
+    else
+      for (size_t i = 0; i < metrics->size(); ++i)
+        if (!(*metrics)[i].is_string())
+          diag.error(json_pointer_append(spec.pointer_of("metrics"), i),
+                     "expected a metric name (a string), got " + json_type_name((*metrics)[i]));
+  }
+  JsonObject prov = top.object("provenance");
+  for (const char* key : {"git_commit", "build_type", "host", "started_utc", "cpbench_version"}) prov.string(key);
+  prov.boolean("dirty");
+  if (const json* seed = prov.raw("seed"); !seed || !seed->is_number_unsigned())
+    prov.error("seed", seed ? "expected a non-negative integer, got " + json_type_name(*seed) + " " + seed->dump()
+                            : "missing required key \"seed\"");
+  prov.finish();
+
+  const json& points = top.array("points");
+  for (size_t i = 0; i < points.size(); ++i) {
+    JsonObject p(points[i], json_pointer_append("/points", i), diag);
+    p.string("id");
+    p.string_or("case", "");
+    p.object("params");
+    p.string("strategy");
+    p.choice("status", {"ok", "infeasible", "error"});
+    p.string_or("reason", "");
+    check_number_map(p, "metrics", true);
+    check_number_map(p, "timings", false);
+    p.finish();
+  }
+  if (top.has("comparisons")) {
+    const json& comps = top.array("comparisons");
+    for (size_t i = 0; i < comps.size(); ++i) {
+      JsonObject c(comps[i], json_pointer_append("/comparisons", i), diag);
+      for (const char* key : {"label", "metric", "kind"}) c.string(key);
+      auto is_number = [](const json& v) { return v.is_number(); };
+      for (const char* key : {"published", "reproduced", "rel_error"}) check_or_null(c, key, true, is_number, "a number");
+      check_or_null(c, "pass", true, [](const json& v) { return v.is_boolean(); }, "true or false");
+      c.boolean_or("calibration", false);
+      c.object("select");
+      c.string_or("note", "");
+      c.choice_or("expect", "", {"above_one", "below_one"});
+      // A value's point, copied from its selector to the top level for readers.
+      c.string_or("case", "");
+      c.string_or("strategy", "");
+      c.object_opt("params");
+      c.finish();
+    }
+  }
+  top.finish();
+  if (!diag.ok()) return diag.errors();
+  return ok_status();
+}
 
 Provenance current_provenance(uint64_t seed) {
   Provenance p;
@@ -261,14 +351,15 @@ Expected<PointResults> load_finished_points(const std::filesystem::path& results
   if (!std::filesystem::exists(results_json)) return out;
   auto j = load_json_file(results_json);
   if (!j) return j.errors();
+  if (auto valid = validate_results_json(*j, results_json.string()); !valid) return valid.errors();
   if (!j->contains("spec") || (*j)["spec"] != spec.resolved)
     return Error{results_json.string(), "/spec",
                  "--resume: this results file was written for a different spec (or other --set values); "
                  "run without --resume to replace it, or choose another --out"};
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < spec.points.size(); ++i) index[spec.points[i].id] = i;
-  for (const auto& pj : j->value("points", json::array())) {
-    auto it = index.find(pj.value("id", ""));
+  for (const auto& pj : (*j)["points"]) {
+    auto it = index.find(pj["id"].get<std::string>());
     std::string status = pj.value("status", "");
     if (it == index.end() || (status != "ok" && status != "infeasible")) continue;  // errors re-run
     PointResult r{it->first, status, pj.value("reason", ""), {}, {}};

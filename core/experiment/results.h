@@ -70,6 +70,11 @@ std::string results_to_csv(const Spec& spec, const PointResults& results);
 Status write_results(const std::filesystem::path& dir, const Spec& spec, const Provenance& prov,
                      const PointResults& results);
 
+// Checks that `j` has the shape results_to_json writes (schema_version 1): every field --resume
+// and `show` read back has the writer's type, so a damaged or hand-edited file is reported like a
+// bad spec (the file, the JSON pointer, what was expected), never read with the wrong type.
+Status validate_results_json(const json& j, const std::string& file);
+
 // Finished points (ok or infeasible) of an earlier results.json for the same resolved spec;
 // an error when the file belongs to a different spec (nothing is overwritten then).
 Expected<PointResults> load_finished_points(const std::filesystem::path& results_json, const Spec& spec);

@@ -164,13 +164,8 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
   const fs::path dir = options.out_dir / spec.name;
-  PointResults results(spec.points.size());
-  // Every rank reads the same file, so all agree on which points remain.
-  if (options.resume) {
-    auto loaded = load_finished_points(dir / "results.json", spec);
-    if (!loaded) return loaded.errors();
-    results = *loaded;
-  }
+  // Every rank read the same file, so all agree on which points remain.
+  PointResults results = options.finished.empty() ? PointResults(spec.points.size()) : options.finished;
   std::vector<size_t> todo;
   for (size_t i = 0; i < results.size(); ++i)
     if (!results[i]) todo.push_back(i);

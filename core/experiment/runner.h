@@ -16,7 +16,9 @@ namespace cpbench {
 struct RunOptions {
   std::filesystem::path out_dir;  // results go to out_dir/<spec name>/
   int jobs = 1;                   // worker threads per process
-  bool resume = false;            // skip points an earlier run of the same spec finished
+  // --resume: the points an earlier run of the same spec finished (load_finished_points, read by
+  // the caller so that an unusable file is bad input), kept and not run again; empty = none.
+  PointResults finished;
   bool trace = false;             // write a timeline per point under out_dir/<name>/traces/
   std::string backend = "sim";    // where plans are evaluated (core/evaluate/evaluate.h)
   std::filesystem::path experiments_dir;  // presets (the cpu backend's hardware/cpu_local.json)
@@ -34,7 +36,7 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
 std::string describe_point(const PointConfig& point);
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
-// ranks return their own share. Errors are I/O or --resume mismatches, never a failing point.
+// ranks return their own share. Errors are I/O failures, never a failing point.
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options);
 
 }  // namespace cpbench

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/experiment/results.h"
+
 namespace cpbench {
 namespace {
 
@@ -52,8 +54,9 @@ std::string table(const std::vector<std::string>& header, const std::vector<std:
 }  // namespace
 
 Expected<std::string> format_results(const json& j, const std::string& file) {
-  if (!j.is_object() || j.value("schema_version", 0) != 1)
+  if (!j.is_object() || !j.contains("schema_version"))
     return Error{file, "/schema_version", "expected a cpbench results file with schema_version 1"};
+  if (auto valid = validate_results_json(j, file); !valid) return valid.errors();
   std::ostringstream out;
   const json& spec = j.value("spec", json::object());
   out << "# " << j.value("experiment", "?") << " — " << spec.value("description", "") << "\n";

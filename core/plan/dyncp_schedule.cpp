@@ -1,14 +1,13 @@
 #include "core/plan/dyncp_schedule.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace cpbench {
 
 int64_t dyncp_pad_multiple(int64_t pool, int64_t sequence_parallel_size) {
   int64_t largest_pow2 = 1;
   while (2 * largest_pow2 <= pool) largest_pow2 *= 2;
-  return 2 * std::lcm(std::max<int64_t>(1, pool), largest_pow2) * std::max<int64_t>(1, sequence_parallel_size);
+  return 2 * largest_pow2 * std::max<int64_t>(1, sequence_parallel_size);
 }
 
 std::string dyncp_group_name(size_t index, const DynCpGroup& g) {

@@ -35,9 +35,10 @@ struct DynCpSchedule {
 std::string check_dyncp_round(const DynCpRound& round, int64_t world_ranks, int64_t sequences);
 
 // What every sequence of a Dynamic-CP batch is padded to a multiple of: any sample may land on any
-// group of the pool, so 2·(a multiple of every group size) — 2·pool for a power-of-two pool
-// (references/context_parallel.md: 2·dp·cp), 2·lcm(pool, largest power of two ≤ pool) otherwise —
-// times the sequence-parallel size (tp with SP, else 1).
+// group of the pool, and groups are power-of-two slices, so 2·(the largest power of two ≤ pool) —
+// 2·pool for a power-of-two pool (references/context_parallel.md: 2·dp·cp) — times the
+// sequence-parallel size (tp with SP, else 1). Not the pool itself when it is no power of two: no
+// group has that size, and 2·lcm(pool, 2^k) padded every sequence to 32,000 tokens at 250 ranks.
 int64_t dyncp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
 
 // "group i (ranks [a, b))", as every message about a round names a group.

@@ -1,6 +1,7 @@
 // watchdog.cpp — deadline polling loop with a spin, yield, sleep back-off.
 #include "core/runtime/watchdog.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace cpbench {
@@ -15,7 +16,12 @@ Status run_with_timeout(const std::function<Expected<bool>()>& poll,
   constexpr auto kYieldPeriod = std::chrono::milliseconds(1);
   constexpr auto kSleep = std::chrono::microseconds(50);
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + timeout;
+  // start + timeout overflows the clock's signed count for a huge timeout (and a caller's
+  // milliseconds::max() means "no deadline"): saturate at the clock's end instead. A timeout of
+  // zero or less times out at the first unfinished poll.
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - start);
+  const Clock::time_point deadline =
+      timeout >= room ? Clock::time_point::max() : start + std::max(timeout, std::chrono::milliseconds(0));
   for (long polls = 0;; ++polls) {
     Expected<bool> done = poll();
     if (!done) return done.errors();

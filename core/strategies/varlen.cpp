@@ -93,7 +93,8 @@ Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<i
     if (!r.groups.empty()) kept.rounds.push_back(r);
   const DynCpSchedule& schedule_used = kept;
   plan.layout.cp = 1;  // the CP size is chosen per micro-batch
-  const int64_t pad_to = dyncp_pad_multiple(pool, layout.sequence_parallel ? layout.tp : 1);
+  const int64_t sp = layout.sequence_parallel ? layout.tp : 1;
+  const int64_t pad_to = dyncp_pad_multiple(pool, sp);
   int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
   plan.pipeline_schedule = schedule_kind(plan.layout, &m);
   plan.round_barrier = round_barrier;
@@ -104,7 +105,10 @@ Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<i
       for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
       mb.cp = g.size;
       mb.first_rank = g.first_rank;
-      mb.pad_to = pad_to;
+      // A group of the whole pool when the pool is no power of two (Megatron dev's fallback) splits
+      // its sequences into 2·size chunks: its micro-batch is padded to that multiple instead (a
+      // multiple of both, lcm, was 65,280 tokens per sequence on 255 ranks).
+      mb.pad_to = pad_to % (2 * g.size) == 0 ? pad_to : 2 * g.size * sp;
       for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) plan.micro_batches[r][k] = mb;
     }
   return plan;
@@ -118,11 +122,22 @@ namespace {
 
 using Scheduler = Expected<DynCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
 
+// The lengths a Dynamic-CP scheduler places: each padded to dyncp_pad_multiple, as the data loader
+// pads a sample before any scheduler sees it (it may land on any group). Placing the unpadded
+// lengths let padding break the per-rank token cap: on a 256-rank pool a one-rank group of 64
+// sequences of 256 tokens held 64·512 padded tokens, and activations per GPU grew with the pool.
+std::vector<int64_t> dyncp_scheduled_lengths(const std::vector<int64_t>& lengths, const ParallelConfig& L) {
+  const int64_t pad_to = dyncp_pad_multiple(L.dp() * L.cp, L.sequence_parallel ? L.tp : 1);
+  std::vector<int64_t> out(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) out[i] = (lengths[i] + pad_to - 1) / pad_to * pad_to;
+  return out;
+}
+
 PlanOutcome plan_scheduler(const StrategyInput& in, Scheduler scheduler, bool round_barrier) {
   const ParallelConfig& L = in.parallel;
   if (auto why = needs_max_seqlen(L); !why.empty()) return PlanOutcome::infeasible(why);
   if (auto why = check_model_split(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
-  auto schedule = scheduler(in.batch.lengths, L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
+  auto schedule = scheduler(dyncp_scheduled_lengths(in.batch.lengths, L), L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
   if (!schedule) return PlanOutcome::infeasible(schedule.error_str());
   return finish(in, plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier));
 }
@@ -146,7 +161,7 @@ PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in) {
   opt.pp = L.pp;
   opt.vp = L.vp;
   opt.full_recompute = L.recompute == "full";
-  auto solved = solve_dynamic_cp(in.batch.lengths, in.model, opt);
+  auto solved = solve_dynamic_cp(dyncp_scheduled_lengths(in.batch.lengths, L), in.model, opt);
   if (!solved) return PlanOutcome::infeasible(solved.error_str());
   return finish(in, plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false));
 }
