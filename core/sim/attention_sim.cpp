@@ -71,7 +71,8 @@ struct Lowering {
         task.device = r;
         task.stream = 0;
         task.kind = 'c';
-        task.duration_s = attention_tiles_s(plan, tiles[r], cost, backward);
+        task.duration_s = attention_tiles_s(plan, tiles[r], cost, backward) +
+                          attention_merge_s(plan, tiles[r], cost, backward);
         task.deps = barrier[r];
         task.name = label + (backward ? " bwd " : " fwd ") + std::to_string(tiles[r].size()) + " tiles";
         compute_s[r] += task.duration_s;
@@ -82,7 +83,7 @@ struct Lowering {
           task.device = r;
           task.stream = 0;
           task.kind = 'c';
-          task.duration_s = attention_tile_s(plan, *tile, cost, backward);
+          task.duration_s = attention_tile_s(plan, *tile, cost, backward) + attention_merge_s(plan, {tile}, cost, backward);
           // Only the first tile waits for the previous wait point; the rest follow stream order.
           if (last < 0) task.deps = barrier[r];
           task.name = label + (backward ? " bwd q " : " fwd q ") + str(tile->q) + " kv " + str(tile->kv);
@@ -230,6 +231,19 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
   const double mean_len = 2 * pairs / rows;
   return backward ? cost.flash_attention_bwd_s(call_pairs, heads, plan.head_dim, mean_len)
                   : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
+}
+
+double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
+                         bool backward) {
+  const double per_value = plan.value_bytes + 8.0;  // the partial read, the fp32 accumulator read and written
+  double bytes = 0;
+  for (const AttnTile* tile : tiles) {
+    const double q = static_cast<double>(tile->q.tokens()) * tile->q.heads();
+    const double kv = static_cast<double>(tile->kv.tokens()) * tile->kv.heads();
+    bytes += backward ? (q + 2 * kv) * plan.head_dim * per_value   // dQ; dK and dV
+                      : q * plan.head_dim * per_value + q * 12.0;  // O; LSE in fp32
+  }
+  return cost.memory_bound_s(bytes);
 }
 
 std::vector<int> uniform_nodes(int32_t ranks, Link link) {

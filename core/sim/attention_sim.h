@@ -36,11 +36,18 @@ double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const C
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward);
 
+// The seconds of merging `tiles`' partial results into the rank's accumulators, one memory-bound
+// kernel over all of them (TransformerEngine's per-step output/LSE correction; the CPU executor's
+// merge_out and spread): forward, each tile's partial O (plan.value_bytes) and LSE (fp32) read
+// and its fp32 accumulators read and written; backward, its partial dQ, dK, dV the same way.
+double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
+                         bool backward);
+
 // Ranks on one node, or each on a node of its own: `link` nvlink or network for every transfer.
 std::vector<int> uniform_nodes(int32_t ranks, Link link);
 
 // The task graph of the plan, one device per rank: stream 0 the tiles (kind 'c'; one task per
-// stage and rank with plan.fused_stages), stream 1 the rank's sends (kind 'm',
+// stage and rank with plan.fused_stages; each task's kernels followed by their merge), stream 1 the rank's sends (kind 'm',
 // cost.p2p_s(transfer_bytes, link), on link = the sender's rank: a rank's sends serialize, its
 // receives do not occupy its own link).
 Expected<TaskGraph> lower_attention_plan(const AttentionPlan& plan, const CostModel& cost, bool backward,

@@ -71,14 +71,29 @@ TEST(AttentionSim, TileCostIsTheCostModelOnTheTilesAllowedPairs) {
   EXPECT_EQ(attention_tile_s(plan, masked, cost, false), 0.0);
 }
 
+// The merge moves, per tile, its partial output (value_bytes) and its fp32 accumulator twice, plus
+// the fp32 LSE (forward); dQ, dK and dV the same way (backward). One kernel for a fused stage.
+TEST(AttentionSim, MergeIsTheMemoryBoundTrafficOfThePartials) {
+  AttentionPlan plan = layout("single", 1, {4096});
+  plan.value_bytes = 2;
+  const CostModel cost = ideal_model();
+  const AttnTile a{{0, 0, 1024, 0, 32}, {0, 0, 1024, 0, 8}}, b{{0, 1024, 2048, 0, 32}, {0, 0, 2048, 0, 8}};
+  const double q = 1024.0 * 32 * 128, lse = 1024.0 * 32;
+  EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a}, cost, false), cost.memory_bound_s(q * 10 + lse * 12));
+  EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a}, cost, true), cost.memory_bound_s((q + 2 * 1024.0 * 8 * 128) * 10));
+  EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a, &b}, cost, false), cost.memory_bound_s(2 * (q * 10 + lse * 12)));
+  EXPECT_EQ(attention_merge_s(plan, {}, cost, false), 0.0);
+}
+
 TEST(AttentionSim, OneRankIsTheSumOfItsTiles) {
   const AttentionPlan plan = layout("single", 1, {3000, 1000, 517});
   const CostModel cost = preset_model("h100_dgx");
   double fwd = 0, bwd = 0;
   for (const auto& stage : plan.stages)
     for (const AttnTile& t : stage.tiles[0]) {
-      fwd += attention_tile_s(plan, t, cost, false);
-      bwd += attention_tile_s(plan, t, cost, true);
+      // Each tile's kernel, then the merge of its partial result into the rank's accumulators.
+      fwd += attention_tile_s(plan, t, cost, false) + attention_merge_s(plan, {&t}, cost, false);
+      bwd += attention_tile_s(plan, t, cost, true) + attention_merge_s(plan, {&t}, cost, true);
     }
   ASSERT_GT(fwd, 0);
   const AttentionSimResult f = sim(plan, cost, false), fb = sim(plan, cost, true);
@@ -90,7 +105,8 @@ TEST(AttentionSim, OneRankIsTheSumOfItsTiles) {
   EXPECT_EQ(fb.bytes_sent, std::vector<double>{0.0});
 }
 
-// Ring on 2 ranks, full mask: every tile costs a, every KV (and dKV) transfer c. Forward: stage 0
+// Ring on 2 ranks, full mask: every tile costs a (its kernel and its merge), every KV (and dKV)
+// transfer c. Forward: stage 0
 // tiles run while stage 1's KV is in flight, so a + max(a, c). Backward: KV of the other rank
 // again (c), two tiles (2b), dKV home (c).
 TEST(AttentionSim, TwoRankRingMatchesTheHandTimeline) {
@@ -100,7 +116,8 @@ TEST(AttentionSim, TwoRankRingMatchesTheHandTimeline) {
     const CostModel cost = ideal_model(nvlink_GBps);
     const Link link = Link::nvlink;
     const AttnTile& tile = plan.stages[0].tiles[0][0];
-    const double a = attention_tile_s(plan, tile, cost, false), b = attention_tile_s(plan, tile, cost, true);
+    const double a = attention_tile_s(plan, tile, cost, false) + attention_merge_s(plan, {&tile}, cost, false);
+    const double b = attention_tile_s(plan, tile, cost, true) + attention_merge_s(plan, {&tile}, cost, true);
     const AttnTransfer& kv = plan.stages[1].transfers[0];
     const double c = cost.p2p_s(transfer_bytes(plan, kv), link);
     ASSERT_GT(a, 0);
