@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include <unistd.h>
@@ -120,6 +122,11 @@ int64_t JsonObject::integer_or(const std::string& key, int64_t fallback, int64_t
   if (!v->is_number_integer()) {
     error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                    "], got " + json_type_name(*v) + (v->is_number() ? " " + v->dump() : ""));
+    return fallback;
+  }
+  // An unsigned value above INT64_MAX (2^63) would wrap to a negative int64_t: report it as written.
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    error(key, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v->dump());
     return fallback;
   }
   int64_t x = v->get<int64_t>();
@@ -244,8 +251,53 @@ Expected<json> load_json_file(const std::filesystem::path& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   std::string text = buf.str();
+  // JSON allows an object to repeat a key and nlohmann keeps the last value silently; a repeated
+  // key in a spec or preset is almost always an edit that did not take effect, so it is an error.
+  // The callback tracks the JSON pointer of the container being parsed to name the second copy.
+  struct Frame {
+    bool array = false;
+    size_t next_index = 0;
+    std::string pointer, key;
+    std::set<std::string> keys;
+  };
+  std::vector<Frame> frames;
+  std::optional<Error> duplicate;
+  auto element_pointer = [&frames]() {
+    if (frames.empty()) return std::string();
+    Frame& parent = frames.back();
+    return parent.array ? json_pointer_append(parent.pointer, parent.next_index++)
+                        : json_pointer_append(parent.pointer, parent.key);
+  };
+  json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string pointer = element_pointer();
+        frames.push_back({event == json::parse_event_t::array_start, 0, std::move(pointer), {}, {}});
+        break;
+      }
+      case json::parse_event_t::key: {
+        Frame& f = frames.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second && !duplicate)
+          duplicate = Error{path.string(), json_pointer_append(f.pointer, f.key),
+                            "duplicate key \"" + f.key + "\" (only one of its values would be read; remove the other)"};
+        break;
+      }
+      case json::parse_event_t::value:
+        if (!frames.empty() && frames.back().array) ++frames.back().next_index;
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        frames.pop_back();
+        break;
+    }
+    return true;
+  };
   try {
-    return json::parse(text);
+    json j = json::parse(text, check);
+    if (duplicate) return *duplicate;
+    return j;
   } catch (const json::parse_error& e) {
     // Turn the byte offset into a line and column a user can find.
     size_t line = 1, col = 1;
