@@ -39,6 +39,8 @@
 #include "core/strategies/dyncp_solver.h"
 
 #include <algorithm>
+#include <limits>
+#include <queue>
 #include <set>
 #include <string>
 #include <utility>
@@ -76,6 +78,31 @@ std::string sample_name(const Sample& s) {
   return "sequence " + std::to_string(s.id) + " (" + std::to_string(s.length) + " tokens)";
 }
 
+// Min over ranks of (key, rank), each leaf settable; kOff switches a leaf off.
+constexpr double kOff = std::numeric_limits<double>::infinity();
+class RankTree {
+ public:
+  explicit RankTree(int64_t n) {
+    while (size_ < n) size_ *= 2;
+    node_.assign(2 * static_cast<size_t>(size_), {kOff, -1});
+  }
+  void set(int64_t i, double key) {
+    size_t p = static_cast<size_t>(i + size_);
+    node_[p] = {key, key == kOff ? -1 : i};
+    for (p /= 2; p >= 1; p /= 2) node_[p] = better(node_[2 * p], node_[2 * p + 1]);
+  }
+  int64_t min_index() const { return node_[1].second; }  // −1 when every leaf is off
+
+ private:
+  static std::pair<double, int64_t> better(const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+    if (a.second < 0) return b;
+    if (b.second < 0) return a;
+    return a < b ? a : b;
+  }
+  int64_t size_ = 1;
+  std::vector<std::pair<double, int64_t>> node_;
+};
+
 // Plans the batch for one micro-batch count m ([S3]–[S6]).
 class RoundPlanner {
  public:
@@ -89,6 +116,13 @@ class RoundPlanner {
     owner_.assign(static_cast<size_t>(m * ranks), -1);
     rank_work_.assign(static_cast<size_t>(ranks), 0.0);
     round_max_.assign(static_cast<size_t>(m), 0.0);
+    rank_room_.assign(static_cast<size_t>(ranks), opt_.max_seqlen_per_dp_cp_rank);
+    leaves_ = 1;
+    while (leaves_ < ranks) leaves_ *= 2;
+    work_max_.assign(2 * static_cast<size_t>(leaves_), 0.0);
+    block_groups_.assign(2 * static_cast<size_t>(leaves_), {});
+    block_room_.assign(2 * static_cast<size_t>(leaves_), 0);
+    cp_blocks_.clear();
     groups_.clear();
     const double slots = static_cast<double>(m * ranks);
     const double long_forward = kLongSampleFactor * total_forward_ / slots;  // [S3]
@@ -141,15 +175,62 @@ class RoundPlanner {
     group.work += per_rank;
     for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
       rank_work_[static_cast<size_t>(k)] += per_rank;
+      update_work_max(k);
     }
     double& round_max = round_max_[static_cast<size_t>(group.round)];
     round_max = std::max(round_max, group.work);
+    if (group.size == 1) update_room(group.first_rank);
+    else update_block_room(block_of(group));
+  }
+
+  // CP groups are aligned power-of-two slices of ranks, so each is a node of a binary tree over
+  // the ranks (a "block"): work_max_ holds each node's busiest rank, the load cp_group_with_room
+  // compares, the same for every round's group on that block.
+  size_t block_of(const Group& g) const { return static_cast<size_t>(leaves_ / g.size + g.first_rank / g.size); }
+  void update_work_max(int64_t rank) {
+    size_t p = static_cast<size_t>(leaves_ + rank);
+    work_max_[p] = rank_work_[static_cast<size_t>(rank)];
+    for (p /= 2; p >= 1; p /= 2) work_max_[p] = std::max(work_max_[2 * p], work_max_[2 * p + 1]);
+  }
+  // The most tokens one of the block's CP groups can still take.
+  void update_block_room(size_t block) {
+    int64_t room = 0;
+    for (size_t g : block_groups_[block]) {
+      const Group& group = groups_[g];
+      room = std::max(room, group.size * opt_.max_seqlen_per_dp_cp_rank - group.tokens);
+    }
+    block_room_[block] = room;
+  }
+
+  // rank_room_[rank]: the most tokens one of its rounds can still take as a one-rank bucket (a free
+  // slot: the cap; its one-rank group: the cap less what it holds; a CP group's slot: none). It
+  // only shrinks, and lets pack_short skip a full rank without scanning its m rounds — 100k
+  // sequences on 512 ranks took 48 s with the scan (bench/planner_bench.cpp).
+  void update_room(int64_t rank) {
+    int64_t room = 0;
+    for (int64_t r = 0; r < m_; ++r) {
+      const int64_t g = owner(r, rank);
+      if (g < 0) {
+        room = opt_.max_seqlen_per_dp_cp_rank;
+        break;
+      }
+      const Group& group = groups_[static_cast<size_t>(g)];
+      if (group.size == 1) room = std::max(room, opt_.max_seqlen_per_dp_cp_rank - group.tokens);
+    }
+    rank_room_[static_cast<size_t>(rank)] = room;
   }
 
   size_t open_group(int64_t round, int64_t first_rank, int64_t size) {
     groups_.push_back(Group{round, first_rank, size, {}, 0, 0.0});
     const int64_t index = static_cast<int64_t>(groups_.size()) - 1;
     for (int64_t k = first_rank; k < first_rank + size; ++k) owner(round, k) = index;
+    for (int64_t k = first_rank; k < first_rank + size; ++k) update_room(k);
+    if (size > 1) {
+      const size_t block = block_of(groups_.back());
+      if (block_groups_[block].empty()) cp_blocks_.push_back(block);
+      block_groups_[block].push_back(static_cast<size_t>(index));
+      update_block_room(block);
+    }
     return static_cast<size_t>(index);
   }
 
@@ -197,14 +278,37 @@ class RoundPlanner {
 
   // [S5]
   Status pack_short(const std::vector<const Sample*>& samples) {
-    std::set<std::pair<double, int64_t>> by_load;  // (accumulated cost, rank)
-    for (int64_t k = 0; k < opt_.ranks; ++k) by_load.emplace(rank_work_[static_cast<size_t>(k)], k);
-    for (const Sample* s : samples) {
-      int64_t rank = -1, round = -1;
-      for (auto it = by_load.begin(); it != by_load.end() && round < 0; ++it) {
-        rank = it->second;
-        round = best_slot(rank, *s);
+    // The least-loaded rank (ties: the lowest) among those with a round that has room for the
+    // sample: a min-tree over ranks of (accumulated cost, rank), a rank's leaf switched off while
+    // its room (update_room) is under the sample's length. Samples come in decreasing cost, so
+    // lengths only fall: a switched-off rank waits in `waiting` (by room) until the length drops
+    // to its room. Scanning ranks by load instead cost O(ranks) per sample: 48 s for 100k
+    // sequences on 512 ranks (bench/planner_bench.cpp), under 1 s now.
+    const int64_t ranks = opt_.ranks;
+    RankTree tree(ranks);
+    std::priority_queue<std::pair<int64_t, int64_t>> waiting;  // (room when queued, rank), largest room first
+    auto refresh = [&](int64_t k, int64_t length) {
+      const int64_t room = rank_room_[static_cast<size_t>(k)];
+      if (room >= length) {
+        tree.set(k, rank_work_[static_cast<size_t>(k)]);
+      } else {
+        tree.set(k, kOff);
+        waiting.emplace(room, k);
       }
+    };
+    int64_t length = std::numeric_limits<int64_t>::max();
+    for (int64_t k = 0; k < ranks; ++k) refresh(k, length);
+    for (const Sample* s : samples) {
+      if (s->length > length)  // not in decreasing order after all: re-evaluate every rank
+        for (int64_t k = 0; k < ranks; ++k) refresh(k, s->length);
+      length = s->length;
+      while (!waiting.empty() && waiting.top().first >= length) {
+        const auto [room, k] = waiting.top();
+        waiting.pop();
+        if (room == rank_room_[static_cast<size_t>(k)]) tree.set(k, rank_work_[static_cast<size_t>(k)]);  // else stale
+      }
+      const int64_t rank = tree.min_index();
+      const int64_t round = rank >= 0 ? best_slot(rank, *s) : -1;
       size_t g = 0;
       if (round >= 0) {
         const int64_t held = owner(round, rank);
@@ -218,14 +322,9 @@ class RoundPlanner {
         }
         g = static_cast<size_t>(joined);
       }
-      const Group& group = groups_[g];
-      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
-        by_load.erase({rank_work_[static_cast<size_t>(k)], k});
-      }
       add_to_group(g, *s);
-      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
-        by_load.emplace(rank_work_[static_cast<size_t>(k)], k);
-      }
+      const Group& group = groups_[g];
+      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) refresh(k, length);
     }
     return ok_status();
   }
@@ -233,17 +332,22 @@ class RoundPlanner {
   // [S5] fallback: the CP group with room for s's tokens whose busiest rank ends least loaded
   // (ties: the earliest opened), so that s runs at a CP size above its cp_min; −1 when none.
   int64_t cp_group_with_room(const Sample& s) const {
+    // Per block: every group on it has the same load (the block's busiest rank); the earliest
+    // opened one with room stands for it. Scanning every group instead cost O(groups) per
+    // sample: most of 100k sequences on 512 ranks land here (bench/planner_bench.cpp).
     int64_t best = -1;
     double best_load = 0;
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const Group& group = groups_[g];
-      if (group.size == 1 || group.tokens + s.length > group.size * opt_.max_seqlen_per_dp_cp_rank) continue;
-      double load = 0;
-      for (int64_t k = group.first_rank; k < group.first_rank + group.size; ++k) {
-        load = std::max(load, rank_work_[static_cast<size_t>(k)]);
+    for (size_t block : cp_blocks_) {
+      if (block_room_[block] < s.length) continue;
+      const Group& first = groups_[block_groups_[block].front()];
+      const double load = work_max_[block] + s.cost / static_cast<double>(first.size);
+      if (best >= 0 && load > best_load) continue;
+      for (size_t g : block_groups_[block]) {
+        const Group& group = groups_[g];
+        if (group.tokens + s.length > group.size * opt_.max_seqlen_per_dp_cp_rank) continue;
+        if (best < 0 || load < best_load || static_cast<int64_t>(g) < best) best = static_cast<int64_t>(g), best_load = load;
+        break;
       }
-      load += s.cost / static_cast<double>(group.size);
-      if (best < 0 || load < best_load) best = static_cast<int64_t>(g), best_load = load;
     }
     return best;
   }
@@ -278,6 +382,12 @@ class RoundPlanner {
   std::vector<int64_t> owner_;  // [round · ranks + rank] → group index, −1 when free
   std::vector<double> rank_work_;
   std::vector<double> round_max_;  // per round: the largest per-rank cost of any group
+  std::vector<int64_t> rank_room_;  // per rank: see update_room
+  int64_t leaves_ = 1;              // ranks rounded up to a power of two: the block tree's leaves
+  std::vector<double> work_max_;    // [tree node] the busiest rank's accumulated cost below it
+  std::vector<std::vector<size_t>> block_groups_;  // [tree node] its CP groups, in opening order
+  std::vector<int64_t> block_room_;  // [tree node] see update_block_room
+  std::vector<size_t> cp_blocks_;    // nodes with at least one CP group
   std::vector<Group> groups_;
 };
 
