@@ -63,6 +63,7 @@ std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::v
   std::vector<std::byte> msg(x.size() * vb + y.size() * (lse ? 4 : vb));
   std::byte* at = msg.data();
   auto put = [&](const std::vector<float>& a, size_t bytes) {
+    if (a.empty()) return;  // memcpy from an empty vector's null data() is undefined behaviour
     if (bytes == 4) {
       std::memcpy(at, a.data(), a.size() * 4);
     } else {
@@ -87,6 +88,7 @@ std::vector<float> decode(const AttentionPlan& p, AttnTensor t, const std::vecto
   std::vector<float> out(x_values + y_values);
   const std::byte* at = msg.data();
   auto get = [&](float* a, size_t n, size_t bytes) {
+    if (n == 0) return;  // an empty part: no pointer to copy to or from
     if (bytes == 4) {
       std::memcpy(a, at, n * 4);
     } else {
