@@ -252,34 +252,53 @@ TEST_F(CliTest, CalibrateLocalThenValidate) {
   EXPECT_NE(val.out.find("simulated"), std::string::npos) << val.out;
 }
 
+// The journal's point lines (the header, line 1, left out), each as written.
+std::vector<json> journal_points(const fs::path& journal) {
+  std::vector<json> out;
+  std::ifstream in(journal);
+  std::string line;
+  for (bool header = true; std::getline(in, line); header = false)
+    if (!header) {
+      json j = json::parse(line, nullptr, false);
+      if (!j.is_discarded()) out.push_back(j);
+    }
+  return out;
+}
+
 TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
   // Enough points that the run is still going when it is killed.
   auto f = write_spec("long", small_spec(1500));
-  fs::path out = dir_ / "out", results = out / "long" / "results.json";
+  fs::path out = dir_ / "out", results = out / "long" / "results.json", journal = out / "long" / "results.journal.jsonl";
   pid_t pid = fork();
   if (pid == 0) {
     execl(CPBENCH_BINARY, CPBENCH_BINARY, "run", f.c_str(), "--out", out.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  size_t seen = 0;
-  for (int i = 0; i < 2000 && seen < 20; ++i) {
+  for (int i = 0; i < 2000 && journal_points(journal).size() < 20; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    auto j = load_json_file(results);  // every state on disk parses: writes are atomic
-    if (j.ok()) seen = (*j)["points"].size();
-  }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+  // Finished points are appended to the journal; results.json was written once, at the start, and
+  // not rewritten after every point (which made a sweep's cost grow with the square of its points).
+  const std::vector<json> kept = journal_points(journal);
+  ASSERT_GE(kept.size(), 20u);
+  ASSERT_LT(kept.size(), 1500u) << "the run finished before it was killed; make it longer";
   auto killed = load_json_file(results);
   ASSERT_TRUE(killed.ok()) << killed.error_str();
-  size_t finished = (*killed)["points"].size();
-  ASSERT_GT(finished, 0u);
-  ASSERT_LT(finished, 1500u) << "the run finished before it was killed; make it longer";
+  EXPECT_EQ((*killed)["points"].size(), 0u);
 
   auto resumed = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
   ASSERT_EQ(resumed.code, 0) << resumed.out;
   auto after = load_json_file(results);
   ASSERT_EQ((*after)["points"].size(), 1500u);
-  for (size_t i = 0; i < finished; ++i) EXPECT_EQ((*after)["points"][i], (*killed)["points"][i]);
+  // Every journalled point kept as it was, not run again (its wall-clock planner time is the same).
+  for (const json& k : kept) {
+    const json& p = (*after)["points"][k["index"].get<size_t>()];
+    EXPECT_EQ(p["id"], k["id"]);
+    EXPECT_EQ(p["metrics"], k["metrics"]);
+    EXPECT_EQ(p["timings"], k["timings"]);
+  }
+  EXPECT_FALSE(fs::exists(journal)) << "a completed run leaves results.json and results.csv only";
 
   // A fresh run gives the same points: same spec and seed, same results (wall-clock timings aside).
   ASSERT_EQ(cpbench("run " + f.string() + " --out " + (dir_ / "fresh").string()).code, 0);
@@ -289,6 +308,52 @@ TEST_F(CliTest, KilledRunResumesWithoutLosingAFinishedPoint) {
     return points;
   };
   EXPECT_EQ(without_timings((*fresh)["points"]), without_timings((*after)["points"]));
+}
+
+TEST_F(CliTest, ResumeRejectsADamagedOrForeignJournal) {
+  auto f = write_spec("s", small_spec(3));
+  fs::path out = dir_ / "out", journal = out / "s" / "results.journal.jsonl";
+  ASSERT_EQ(cpbench("run " + f.string() + " --out " + out.string()).code, 0);
+  auto results_before = load_json_file(out / "s" / "results.json");
+  // A journal line naming a point the spec does not have: file and line named, exit 2, nothing written.
+  auto header = load_json_file(out / "s" / "results.json");
+  std::ofstream(journal) << json{{"cpbench_journal", 1}, {"experiment", "s"}, {"spec", (*header)["spec"]}}.dump() << "\n"
+                         << R"({"index": 7, "id": "x", "status": "ok", "reason": "", "metrics": {}, "timings": {}})"
+                         << "\n";
+  auto r = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(journal.string() + ":2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/index"), std::string::npos) << r.out;
+  EXPECT_EQ(*load_json_file(out / "s" / "results.json"), *results_before);
+  // Another spec's journal.
+  std::ofstream(journal) << json{{"cpbench_journal", 1}, {"experiment", "s"}, {"spec", json::object()}}.dump() << "\n";
+  r = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("different spec"), std::string::npos) << r.out;
+  // A last line cut short by a kill is not an error: that point runs again.
+  std::ofstream(journal) << json{{"cpbench_journal", 1}, {"experiment", "s"}, {"spec", (*header)["spec"]}}.dump()
+                         << "\n{\"index\": 0, \"id";
+  r = cpbench("run " + f.string() + " --out " + out.string() + " --resume");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ((*load_json_file(out / "s" / "results.json"))["points"].size(), 3u);
+}
+
+// Wall-clock seconds of one `cpbench ARGS` (which must succeed).
+double seconds_to_run(const std::string& args) {
+  const auto start = std::chrono::steady_clock::now();
+  auto r = cpbench(args);
+  EXPECT_EQ(r.code, 0) << r.out.substr(0, 2000);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST_F(CliTest, SweepCostIsLinearInItsPoints) {
+  // Points of equal cost (one per seed): four times the points must cost about four times as
+  // much. Rewriting results.json after every point made it sixteen (docs/performance.md: 500 and
+  // 2000 points took 3.2 s and 63 s); 8 leaves room for a loaded machine.
+  const std::string spec = std::string(CPBENCH_SOURCE_DIR) + "/apps/testdata/sweep_4000.json";
+  const double t500 = seconds_to_run("run " + spec + " --first 500 --out " + (dir_ / "a").string());
+  const double t2000 = seconds_to_run("run " + spec + " --first 2000 --out " + (dir_ / "b").string());
+  EXPECT_LT(t2000 / t500, 8.0) << "500 points: " << t500 << " s, 2000 points: " << t2000 << " s";
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "core/cost/calibrate.h"
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/fit.h"
+#include "core/experiment/journal.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
 #include "core/experiment/show.h"
@@ -119,9 +120,12 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     return kExitOk;
   }
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
+  const fs::path dir = fs::path(a.out) / spec->name;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
-    auto finished = load_finished_points(fs::path(a.out) / spec->name / "results.json", *spec);
+    auto finished = load_finished_points(dir / "results.json", *spec);
     if (!finished) return report_errors(finished.errors());
+    // A killed run's points since its start are in the journal only.
+    if (auto s = load_journal(journal_path(dir), *spec, *finished); !s) return report_errors(s.errors());
     run.finished = std::move(*finished);
   }
   auto results = run_experiment(*spec, run);
@@ -136,7 +140,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
       ++errors;
       std::cerr << "cpbench: point " << r->id << " failed: " << r->reason << "\n";
     }
-  std::cerr << "cpbench: wrote " << (fs::path(a.out) / spec->name / "results.json").string() << "\n";
+  std::cerr << "cpbench: wrote " << (dir / "results.json").string() << "\n";
   return errors ? kExitFailed : kExitOk;
 }
 

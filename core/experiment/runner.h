@@ -1,5 +1,6 @@
 // runner.h — runs the points of a spec: threads within a process (--jobs), points spread over MPI
-// ranks when launched under mpirun, results written by rank 0 after every finished point.
+// ranks when launched under mpirun; rank 0 appends each finished point to the journal and writes
+// results.json at the start and the end (journal.h), so writing costs O(points) over a sweep.
 // Requires: MPI initialised by the caller when running under a launcher (apps/ does it).
 // Note: a strategy or backend that throws turns its point into status "error"; the sweep goes on.
 #pragma once
@@ -36,7 +37,7 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
 std::string describe_point(const PointConfig& point);
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
-// ranks return their own share. Errors are I/O failures, never a failing point.
+// ranks return their own share. Errors are I/O failures, never a failing point..
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options);
 
 }  // namespace cpbench
