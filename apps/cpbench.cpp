@@ -2,7 +2,9 @@
 // Requires: CLI11; MPI when launched under mpirun (points of `run` are spread over the ranks).
 // Note: exit codes — 0 success; 1 a point ended in "error" or an I/O failure; 2 bad input (an
 // invalid spec, an unknown experiment, a bad flag), in which case nothing is written.
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -87,6 +89,37 @@ std::vector<std::pair<std::string, std::string>> parse_sets(const std::vector<st
   return out;
 }
 
+// SIGINT/SIGTERM during `run`: the first sets the flag (the runner starts no new point, writes
+// results.json, and cmd_run says how to resume); SA_RESETHAND makes a second one end the process
+// at once, for a point that takes long to finish (the journal keeps every finished point).
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  static const char msg[] =
+      "\ncpbench: interrupted: finishing the points in progress (interrupt again to stop at once)\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// A word as a POSIX shell reads it back: quoted unless it is made of safe characters only.
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                              "_-+=/.,:@%") == std::string::npos)
+    return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 struct RunArgs {
   std::string experiment;
   std::string out = "results";
@@ -96,6 +129,7 @@ struct RunArgs {
   std::string backend = "sim";
   size_t first = 0;  // run only the first N points (0 = all)
   double cpu_budget_s = 60;
+  std::string resume_command;  // this command line with --resume, printed when a run is interrupted
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
@@ -119,7 +153,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
+  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal};
   const fs::path dir = fs::path(a.out) / spec->name;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
     auto finished = load_finished_points(dir / "results.json", *spec);
@@ -128,10 +162,21 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     if (auto s = load_journal(journal_path(dir), *spec, *finished); !s) return report_errors(s.errors());
     run.finished = std::move(*finished);
   }
+  install_stop_handlers();
   auto results = run_experiment(*spec, run);
   if (!results) {
     if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
     return kExitFailed;
+  }
+  if (const int sig = g_stop_signal.load(); sig != 0) {
+    if (mpi_rank() == 0) {
+      size_t kept = 0;
+      for (const auto& r : *results) kept += r && r->status != "error";
+      std::cerr << "cpbench: interrupted by " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": " << kept << " of "
+                << results->size() << " points kept in " << (dir / "results.json").string()
+                << "; to run the rest:\n  " << a.resume_command << "\n";
+    }
+    return 128 + sig;  // as a shell reports a process ended by the signal: 130 (SIGINT), 143 (SIGTERM)
   }
   if (mpi_rank() != 0) return kExitOk;
   size_t errors = 0;
@@ -421,7 +466,11 @@ int run_cli(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitBadInput;
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
-  if (*run) return cmd_run(ra, experiments_dir);
+  if (*run) {
+    for (int i = 0; i < argc; ++i) ra.resume_command += (i ? " " : "") + shell_quote(argv[i]);
+    if (!ra.resume) ra.resume_command += " --resume";
+    return cmd_run(ra, experiments_dir);
+  }
   if (*exec || *validate) {
     if (ea.lengths.empty() && ea.dataset.empty()) {
       std::cerr << "cpbench: give --lengths or --dataset\n";

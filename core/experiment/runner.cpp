@@ -187,6 +187,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (auto s = write_results(dir, spec, prov, results); !s) return s.errors();
     if (auto s = journal.open(dir, spec); !s) return s.errors();
   }
+  auto stopped = [&] { return options.stop && options.stop->load() != 0; };
 
   // Worker threads evaluate this rank's points; only the main thread touches MPI and the files.
   std::mutex mu;
@@ -197,7 +198,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     return run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
   };
   auto worker = [&] {
-    for (size_t k; (k = next++) < mine.size();) {
+    for (size_t k; !stopped() && (k = next++) < mine.size();) {
       size_t i = mine[k];
       PointResult r = run_index(i);
       std::lock_guard<std::mutex> lock(mu);
@@ -210,7 +211,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     progress->point_done(spec.points[i].id, r.status);
     results[i] = std::move(r);
   };
-  // The end of the run: results.json gets every finished point, and the
+  // The end of a run, finished or stopped: results.json gets every finished point, and the
   // journal, now redundant, goes (a failed write leaves it for --resume).
   auto finish = [&]() -> Expected<PointResults> {
     if (rank == 0 && io_status) io_status = write_results(dir, spec, prov, results);
@@ -220,6 +221,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   };
   if (together) {
     for (size_t i : mine) {
+      if (stopped()) break;
       PointResult r = run_index(i);
       if (rank == 0) record(i, std::move(r));
       else results[i] = std::move(r);
@@ -233,6 +235,8 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   size_t local_left = mine.size();
   size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
   while (local_left > 0 || remote_left > 0) {
+    // Stopped: the workers start no new point; what they are running is recorded after the join.
+    if (stopped()) break;
     bool idle = true;
     std::deque<std::pair<size_t, PointResult>> batch;
     {
@@ -267,6 +271,10 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   for (auto& t : threads) t.join();
+  for (auto& [i, r] : finished) {  // points that finished while a stop was handled
+    if (rank == 0) record(i, std::move(r));
+    else results[i] = std::move(r);
+  }
   return finish();
 }
 

@@ -5,6 +5,7 @@
 // Note: a strategy or backend that throws turns its point into status "error"; the sweep goes on.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -24,6 +25,9 @@ struct RunOptions {
   std::string backend = "sim";    // where plans are evaluated (core/evaluate/evaluate.h)
   std::filesystem::path experiments_dir;  // presets (the cpu backend's hardware/cpu_local.json)
   double cpu_budget_s = 60;       // cpu backend: plans predicted slower than this are not run
+  // Set (to a signal number) by the caller's SIGINT/SIGTERM handler: no new point is started, the
+  // points in progress finish, and results.json is written with every finished point.
+  const std::atomic<int>* stop = nullptr;
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
@@ -37,7 +41,8 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
 std::string describe_point(const PointConfig& point);
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
-// ranks return their own share. Errors are I/O failures, never a failing point..
+// ranks return their own share. Errors are I/O failures, never a failing point. After a stop,
+// the points not run are empty slots (rank 0 has written the others).
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options);
 
 }  // namespace cpbench
