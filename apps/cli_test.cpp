@@ -209,6 +209,46 @@ TEST_F(CliTest, CalibrateWritesAFittedPresetThatLoads) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// `cd DIR && BINARY ARGS`, stdout and stderr together.
+Run cpbench_in(const fs::path& dir, const fs::path& binary, const std::string& args) {
+  std::string cmd = "cd '" + dir.string() + "' && '" + binary.string() + "' " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST_F(CliTest, ExperimentsFolderIsFoundAtRunTimeNotBakedIn) {
+  // A copy of the binary outside any checkout finds no experiments/: exit 2, naming where it looked.
+  fs::create_directories(dir_ / "bin");
+  fs::copy_file(CPBENCH_BINARY, dir_ / "bin" / "cpbench");
+  auto lost = cpbench_in(dir_, dir_ / "bin" / "cpbench", "list");
+  EXPECT_EQ(lost.code, 2) << lost.out;
+  EXPECT_NE(lost.out.find((dir_ / "bin" / "experiments").string()), std::string::npos) << lost.out;
+  EXPECT_NE(lost.out.find((dir_ / "experiments").string()), std::string::npos) << lost.out;
+  EXPECT_NE(lost.out.find("--experiments"), std::string::npos) << lost.out;
+  // Inside a project with its own experiments/, from a folder below it: that folder's specs.
+  fs::create_directories(dir_ / "proj" / "experiments" / "hardware");
+  fs::create_directories(dir_ / "proj" / "experiments" / "mine");
+  fs::create_directories(dir_ / "proj" / "sub");
+  std::ofstream(dir_ / "proj" / "experiments" / "mine" / "only.json") << small_spec(1).dump(2);
+  auto own = cpbench_in(dir_ / "proj" / "sub", dir_ / "bin" / "cpbench", "list");
+  EXPECT_EQ(own.code, 0) << own.out;
+  EXPECT_NE(own.out.find("mine/only"), std::string::npos) << own.out;
+  EXPECT_EQ(own.out.find("megatron_ptdp/table1"), std::string::npos) << own.out;
+  // The build's binary run from outside the checkout: the checkout's experiments/, its parent's.
+  auto built = cpbench_in(dir_, CPBENCH_BINARY, "list");
+  EXPECT_EQ(built.code, 0) << built.out;
+  EXPECT_NE(built.out.find("megatron_ptdp/table1"), std::string::npos) << built.out;
+  // show reads a results file only: it needs no experiments/ folder.
+  ASSERT_EQ(cpbench("run " + write_spec("s", small_spec(1)).string() + " --out " + (dir_ / "out").string()).code, 0);
+  auto show = cpbench_in(dir_, dir_ / "bin" / "cpbench", "show " + (dir_ / "out" / "s").string());
+  EXPECT_EQ(show.code, 0) << show.out;
+}
+
 TEST_F(CliTest, ExecChecksAPlanAndRefusesABadBatch) {
   // One rank (no mpirun): the zigzag layout at cp = 1 still pads, runs and is checked.
   auto ok = cpbench("exec --layout zigzag --mask causal --lengths 37,100,5 --pad --backward --heads 4 --kv-heads 2 "

@@ -357,8 +357,10 @@ int run_cli(int argc, char** argv) {
   CLI::App app{"cpbench — reproduce and compare parallelism strategies for LLM training on variable-length data"};
   app.set_version_flag("--version", std::string("cpbench ") + CPBENCH_VERSION + " (" + CPBENCH_BUILD_TYPE + ")");
   app.require_subcommand(1);
-  std::string experiments_dir = default_experiments_dir().string();
-  app.add_option("--experiments", experiments_dir, "folder of experiment specs and presets")->capture_default_str();
+  std::string experiments_dir;
+  app.add_option("--experiments", experiments_dir,
+                 "folder of experiment specs and presets (default: the first experiments/ upward from the current "
+                 "directory, else beside the executable or in its parent folder)");
 
   bool show_strategies = false;
   auto* list = app.add_subcommand("list", "list the registered experiments (or strategies)");
@@ -464,6 +466,12 @@ int run_cli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitBadInput;
+  }
+  if (!*show && experiments_dir.empty()) {  // `show` reads a results file only
+    std::error_code ec;
+    auto found = find_experiments_dir(fs::current_path(ec), fs::read_symlink("/proc/self/exe", ec));
+    if (!found) return report_errors(found.errors());
+    experiments_dir = found->string();
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
   if (*run) {
