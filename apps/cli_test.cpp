@@ -209,6 +209,29 @@ TEST_F(CliTest, CalibrateWritesAFittedPresetThatLoads) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+TEST_F(CliTest, CalibrateWarnsOfAConstantPinnedAtItsBound) {
+  // GEMMs "measured" a thousand times slower than an A100 runs them: the fitted rate would be below
+  // the 0.01 of peak the model allows, so it ends on that bound and the fit says so.
+  fs::path csv = dir_ / "slow.csv", out = dir_ / "slow.json";
+  std::ofstream(csv) << "op,shape,time_s\n"
+                        "gemm,m=8192;n=8192;k=8192,4.8\n"
+                        "gemm,m=16384;n=16384;k=16384,38\n"
+                        "gemm,m=4096;n=4096;k=4096,0.6\n";
+  auto r = cpbench("calibrate " + csv.string() + " --preset a100_80gb_dgx --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;  // the stack is written: a warning, not an error
+  EXPECT_NE(r.out.find("warning: " + out.string() + ": /efficiency/gemm_peak_fraction = 0.01 is at the lower bound"),
+            std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("gemm_tile_overhead_k"), std::string::npos) << r.out;  // only what is pinned
+  // GEMMs 10% slower than the model's: a fraction inside its range, no warning.
+  std::ofstream(csv) << "op,shape,time_s\n"
+                        "gemm,m=8192;n=8192;k=8192,0.00530\n"
+                        "gemm,m=16384;n=16384;k=16384,0.0418\n"
+                        "gemm,m=4096;n=4096;k=4096,0.00072\n";
+  r = cpbench("calibrate " + csv.string() + " --preset a100_80gb_dgx --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+}
+
 // `cd DIR && BINARY ARGS`, stdout and stderr together.
 Run cpbench_in(const fs::path& dir, const fs::path& binary, const std::string& args) {
   std::string cmd = "cd '" + dir.string() + "' && '" + binary.string() + "' " + args + " 2>&1";

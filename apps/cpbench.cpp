@@ -47,10 +47,12 @@ bool under_mpi_launcher() {
   return false;
 }
 
+// 0 outside MPI, and after MPI_Finalize (calibrate --local opens and closes MPI itself).
 int mpi_rank() {
-  int on = 0, rank = 0;
+  int on = 0, done = 0, rank = 0;
   MPI_Initialized(&on);
-  if (on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Finalized(&done);
+  if (on && !done) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
@@ -225,6 +227,14 @@ Expected<StackToFit> stack_to_fit(const std::string& preset, const std::string& 
   return out;
 }
 
+// A fitted constant pinned at a bound of its range is written (the stack stays usable), but said.
+// `source_prefix`: how the sources of the constants this fit wrote begin.
+void warn_constants_at_bounds(const json& efficiency, const std::string& source_prefix, const std::string& file) {
+  if (mpi_rank() != 0) return;
+  for (const std::string& why : fitted_constants_at_bounds(efficiency, source_prefix))
+    std::cerr << "cpbench: warning: " << file << ": /efficiency/" << why << "\n";
+}
+
 // A stack written to `out` is named after its file, as every stack preset is.
 Status write_stack(const std::string& out, json stack) {
   stack["name"] = fs::path(out).stem().string();
@@ -246,6 +256,7 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << " (" << rows->size() << " measurements)\n";
+  warn_constants_at_bounds((*fitted)["efficiency"], fitted_source_prefix(measurements), out);
   return kExitOk;
 }
 
@@ -288,6 +299,8 @@ int cmd_calibrate_experiment(const std::string& experiment, const std::string& s
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << "\n";
+  // As core/experiment/fit.cpp writes the sources of the constants it fitted.
+  warn_constants_at_bounds(fit->stack["efficiency"], "fitted by cpbench calibrate --experiment " + spec->name + " ", out);
   return kExitOk;
 }
 
@@ -337,6 +350,9 @@ int cmd_calibrate_local_presets(const std::string& stack_out, const std::string&
       return kExitFailed;
     }
   std::cerr << "cpbench: wrote " << hardware_out << " (the machine) and " << stack_out << " (its stack)\n";
+  // core/runtime/local_measure fits to the measurements it wrote beside the stack.
+  warn_constants_at_bounds(stack["efficiency"], fitted_source_prefix(fs::path(stack_out).replace_extension(".csv").string()),
+                           stack_out);
   return kExitOk;
 }
 
