@@ -412,7 +412,7 @@ double seconds_to_run(const std::string& args) {
 TEST_F(CliTest, SweepCostIsLinearInItsPoints) {
   // Points of equal cost (one per seed): four times the points must cost about four times as
   // much. Rewriting results.json after every point made it sixteen (docs/performance.md: 500 and
-  // 2000 points took 3.2 s and 63 s); 8 leaves room for a loaded machine.
+  // 2000 points took 3.2 s and 58 s); 8 leaves room for a loaded machine.
   const std::string spec = std::string(CPBENCH_SOURCE_DIR) + "/apps/testdata/sweep_4000.json";
   const double t500 = seconds_to_run("run " + spec + " --first 500 --out " + (dir_ / "a").string());
   const double t2000 = seconds_to_run("run " + spec + " --first 2000 --out " + (dir_ / "b").string());
