@@ -2,7 +2,9 @@
 // Requires: CLI11; MPI when launched under mpirun (points of `run` are spread over the ranks).
 // Note: exit codes — 0 success; 1 a point ended in "error" or an I/O failure; 2 bad input (an
 // invalid spec, an unknown experiment, a bad flag), in which case nothing is written.
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -18,6 +20,7 @@
 #include "core/cost/calibrate.h"
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/fit.h"
+#include "core/experiment/journal.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
 #include "core/experiment/show.h"
@@ -44,10 +47,12 @@ bool under_mpi_launcher() {
   return false;
 }
 
+// 0 outside MPI, and after MPI_Finalize (calibrate --local opens and closes MPI itself).
 int mpi_rank() {
-  int on = 0, rank = 0;
+  int on = 0, done = 0, rank = 0;
   MPI_Initialized(&on);
-  if (on) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Finalized(&done);
+  if (on && !done) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
 }
 
@@ -86,6 +91,37 @@ std::vector<std::pair<std::string, std::string>> parse_sets(const std::vector<st
   return out;
 }
 
+// SIGINT/SIGTERM during `run`: the first sets the flag (the runner starts no new point, writes
+// results.json, and cmd_run says how to resume); SA_RESETHAND makes a second one end the process
+// at once, for a point that takes long to finish (the journal keeps every finished point).
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  static const char msg[] =
+      "\ncpbench: interrupted: finishing the points in progress (interrupt again to stop at once)\n";
+  [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// A word as a POSIX shell reads it back: quoted unless it is made of safe characters only.
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                              "_-+=/.,:@%") == std::string::npos)
+    return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 struct RunArgs {
   std::string experiment;
   std::string out = "results";
@@ -95,6 +131,7 @@ struct RunArgs {
   std::string backend = "sim";
   size_t first = 0;  // run only the first N points (0 = all)
   double cpu_budget_s = 60;
+  std::string resume_command;  // this command line with --resume, printed when a run is interrupted
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
@@ -118,16 +155,30 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s};
+  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal};
+  const fs::path dir = fs::path(a.out) / spec->name;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
-    auto finished = load_finished_points(fs::path(a.out) / spec->name / "results.json", *spec);
+    auto finished = load_finished_points(dir / "results.json", *spec);
     if (!finished) return report_errors(finished.errors());
+    // A killed run's points since its start are in the journal only.
+    if (auto s = load_journal(journal_path(dir), *spec, *finished); !s) return report_errors(s.errors());
     run.finished = std::move(*finished);
   }
+  install_stop_handlers();
   auto results = run_experiment(*spec, run);
   if (!results) {
     if (mpi_rank() == 0) std::cerr << "cpbench: error:\n" << results.error_str() << "\n";
     return kExitFailed;
+  }
+  if (const int sig = g_stop_signal.load(); sig != 0) {
+    if (mpi_rank() == 0) {
+      size_t kept = 0;
+      for (const auto& r : *results) kept += r && r->status != "error";
+      std::cerr << "cpbench: interrupted by " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": " << kept << " of "
+                << results->size() << " points kept in " << (dir / "results.json").string()
+                << "; to run the rest:\n  " << a.resume_command << "\n";
+    }
+    return 128 + sig;  // as a shell reports a process ended by the signal: 130 (SIGINT), 143 (SIGTERM)
   }
   if (mpi_rank() != 0) return kExitOk;
   size_t errors = 0;
@@ -136,7 +187,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
       ++errors;
       std::cerr << "cpbench: point " << r->id << " failed: " << r->reason << "\n";
     }
-  std::cerr << "cpbench: wrote " << (fs::path(a.out) / spec->name / "results.json").string() << "\n";
+  std::cerr << "cpbench: wrote " << (dir / "results.json").string() << "\n";
   return errors ? kExitFailed : kExitOk;
 }
 
@@ -176,6 +227,14 @@ Expected<StackToFit> stack_to_fit(const std::string& preset, const std::string& 
   return out;
 }
 
+// A fitted constant pinned at a bound of its range is written (the stack stays usable), but said.
+// `source_prefix`: how the sources of the constants this fit wrote begin.
+void warn_constants_at_bounds(const json& efficiency, const std::string& source_prefix, const std::string& file) {
+  if (mpi_rank() != 0) return;
+  for (const std::string& why : fitted_constants_at_bounds(efficiency, source_prefix))
+    std::cerr << "cpbench: warning: " << file << ": /efficiency/" << why << "\n";
+}
+
 // A stack written to `out` is named after its file, as every stack preset is.
 Status write_stack(const std::string& out, json stack) {
   stack["name"] = fs::path(out).stem().string();
@@ -197,6 +256,7 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << " (" << rows->size() << " measurements)\n";
+  warn_constants_at_bounds((*fitted)["efficiency"], fitted_source_prefix(measurements), out);
   return kExitOk;
 }
 
@@ -239,6 +299,8 @@ int cmd_calibrate_experiment(const std::string& experiment, const std::string& s
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << "\n";
+  // As core/experiment/fit.cpp writes the sources of the constants it fitted.
+  warn_constants_at_bounds(fit->stack["efficiency"], "fitted by cpbench calibrate --experiment " + spec->name + " ", out);
   return kExitOk;
 }
 
@@ -288,6 +350,9 @@ int cmd_calibrate_local_presets(const std::string& stack_out, const std::string&
       return kExitFailed;
     }
   std::cerr << "cpbench: wrote " << hardware_out << " (the machine) and " << stack_out << " (its stack)\n";
+  // core/runtime/local_measure fits to the measurements it wrote beside the stack.
+  warn_constants_at_bounds(stack["efficiency"], fitted_source_prefix(fs::path(stack_out).replace_extension(".csv").string()),
+                           stack_out);
   return kExitOk;
 }
 
@@ -308,8 +373,10 @@ int run_cli(int argc, char** argv) {
   CLI::App app{"cpbench — reproduce and compare parallelism strategies for LLM training on variable-length data"};
   app.set_version_flag("--version", std::string("cpbench ") + CPBENCH_VERSION + " (" + CPBENCH_BUILD_TYPE + ")");
   app.require_subcommand(1);
-  std::string experiments_dir = default_experiments_dir().string();
-  app.add_option("--experiments", experiments_dir, "folder of experiment specs and presets")->capture_default_str();
+  std::string experiments_dir;
+  app.add_option("--experiments", experiments_dir,
+                 "folder of experiment specs and presets (default: the first experiments/ upward from the current "
+                 "directory, else beside the executable or in its parent folder)");
 
   bool show_strategies = false;
   auto* list = app.add_subcommand("list", "list the registered experiments (or strategies)");
@@ -416,8 +483,18 @@ int run_cli(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitBadInput;
   }
+  if (!*show && experiments_dir.empty()) {  // `show` reads a results file only
+    std::error_code ec;
+    auto found = find_experiments_dir(fs::current_path(ec), fs::read_symlink("/proc/self/exe", ec));
+    if (!found) return report_errors(found.errors());
+    experiments_dir = found->string();
+  }
   if (*list) return cmd_list(show_strategies, experiments_dir);
-  if (*run) return cmd_run(ra, experiments_dir);
+  if (*run) {
+    for (int i = 0; i < argc; ++i) ra.resume_command += (i ? " " : "") + shell_quote(argv[i]);
+    if (!ra.resume) ra.resume_command += " --resume";
+    return cmd_run(ra, experiments_dir);
+  }
   if (*exec || *validate) {
     if (ea.lengths.empty() && ea.dataset.empty()) {
       std::cerr << "cpbench: give --lengths or --dataset\n";

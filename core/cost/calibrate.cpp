@@ -353,13 +353,41 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
       params = with(u);
       const double rms = std::sqrt(loss(u));
       for (const auto* info : fit.free)
-        params.sources[info->key] = "fitted by cpbench calibrate from " + measurements_file + " (" +
+        params.sources[info->key] = fitted_source_prefix(measurements_file) +
                                     std::to_string(fit.data.size()) + " measurements, rms log error " +
                                     format_g(rms) + ")";
     }
   }
   json out = stack;
   out["efficiency"] = efficiency_to_json(params);
+  return out;
+}
+
+std::string fitted_source_prefix(const std::string& measurements_file) {
+  return "fitted by cpbench calibrate from " + measurements_file + " (";
+}
+
+std::vector<std::string> fitted_constants_at_bounds(const json& efficiency, const std::string& source_prefix) {
+  std::vector<std::string> out;
+  if (!efficiency.is_object()) return out;
+  for (const EfficiencyParamInfo& info : efficiency_param_table()) {
+    const auto it = efficiency.find(info.key);
+    if (it == efficiency.end() || !it->is_object()) continue;
+    const json value = it->value("value", json()), source = it->value("source", json());
+    if (!value.is_number() || !source.is_string() || source.get<std::string>().rfind(source_prefix, 0) != 0)
+      continue;
+    // Fitting runs in log space clamped to the range: a constant pushed past a positive bound is
+    // clamped onto it, one pushed towards a bound of 0 only approaches it (1e-13 µs of overhead),
+    // so that bound is taken as a billionth of the range.
+    const double v = value.get<double>();
+    const bool at_lo = info.lo > 0 ? v <= info.lo * (1 + 1e-6) : v <= 1e-9 * info.hi;
+    const bool at_hi = v >= info.hi * (1 - 1e-6);
+    if (!at_lo && !at_hi) continue;
+    out.push_back(std::string(info.key) + " = " + format_g(v) + " is at the " + (at_lo ? "lower" : "upper") +
+                  " bound of its range [" + format_g(info.lo) + ", " + format_g(info.hi) + "] (" + info.meaning +
+                  "): the fit pushed it there, the measurements asking for a value beyond, so it is not a measured "
+                  "value; check the measurements' units and shapes, or measure ops whose time depends on it");
+  }
   return out;
 }
 

@@ -57,6 +57,17 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
                                const std::vector<OpMeasurement>& measurements,
                                const std::string& measurements_file = "measurements");
 
+// How the source of a constant fitted to `measurements_file` begins (calibrate_stack writes it).
+std::string fitted_source_prefix(const std::string& measurements_file);
+
+// Fitted constants that ended at a bound of their range (efficiency_param_table()): the data asked
+// for a value the model does not allow (a GEMM rate of 0.01 of peak, an overhead of 1e-13 µs), so
+// the constant is not a measurement and the data or the op family's other constants want a look.
+// Reads an "efficiency" object as efficiency_to_json writes it and checks the constants whose
+// source begins with `source_prefix` (those this fit wrote, not ones an earlier fit left). One
+// message per constant: key, value, which bound, the range.
+std::vector<std::string> fitted_constants_at_bounds(const json& efficiency, const std::string& source_prefix);
+
 // The same for a machine and its stack written as one object: a hardware preset's machine facts
 // with "memory" and "efficiency" beside them (core/runtime/local_measure builds cpu_local so);
 // returns the object with the fitted "efficiency". Errors in the stack part name pointers of the

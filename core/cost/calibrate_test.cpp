@@ -207,6 +207,22 @@ std::filesystem::path write_temp(const std::string& name, const std::string& tex
   return path;
 }
 
+TEST(Calibrate, ConstantsThisFitPinnedAtABoundAreNamed) {
+  const std::string mine = fitted_source_prefix("m.csv");
+  const json efficiency = {
+      {"gemm_peak_fraction", {{"value", 1.0}, {"source", mine + "3 measurements)"}}},          // upper bound
+      {"kernel_overhead_us", {{"value", 8.6e-14}, {"source", mine + "3 measurements)"}}},      // towards 0
+      {"hbm_efficiency", {{"value", 0.01}, {"source", mine + "3 measurements)"}}},             // lower bound
+      {"sfu_exp_rate_Tps", {{"value", 0.24}, {"source", mine + "3 measurements)"}}},           // inside
+      {"pcie_efficiency", {{"value", 1.0}, {"source", "datasheet"}}},                           // not fitted
+      {"nvlink_busbw_efficiency", {{"value", 1.0}, {"source", fitted_source_prefix("old.csv")}}}};  // earlier fit
+  const auto why = fitted_constants_at_bounds(efficiency, mine);
+  ASSERT_EQ(why.size(), 3u);
+  EXPECT_EQ(why[0].rfind("gemm_peak_fraction = 1 is at the upper bound of its range [0.01, 1]", 0), 0u) << why[0];
+  EXPECT_EQ(why[1].rfind("kernel_overhead_us = 8.6e-14 is at the lower bound", 0), 0u) << why[1];
+  EXPECT_EQ(why[2].rfind("hbm_efficiency = 0.01 is at the lower bound", 0), 0u) << why[2];
+}
+
 TEST(Measurements, CsvParses) {
   const auto path = write_temp("cpbench_measurements_ok.csv",
                                "op,shape,time_s\n"

@@ -15,6 +15,31 @@ bool is_preset_folder(const fs::path& rel) {
 
 fs::path default_experiments_dir() { return fs::path(CPBENCH_SOURCE_DIR) / "experiments"; }
 
+Expected<fs::path> find_experiments_dir(const fs::path& cwd, const fs::path& executable) {
+  std::vector<fs::path> searched;
+  // hardware/ inside tells cpbench's folder from any other folder called experiments.
+  auto holds_presets = [&](const fs::path& candidate) {
+    searched.push_back(candidate);
+    std::error_code ec;
+    return fs::is_directory(candidate / "hardware", ec);
+  };
+  for (fs::path dir = cwd;; dir = dir.parent_path()) {
+    if (holds_presets(dir / "experiments")) return dir / "experiments";
+    if (dir == dir.parent_path() || dir.empty()) break;
+  }
+  if (!executable.empty()) {
+    const fs::path bin = executable.parent_path();
+    for (const fs::path& candidate : {bin / "experiments", bin.parent_path() / "experiments",
+                                      bin.parent_path() / "share" / "cpbench" / "experiments"})
+      if (holds_presets(candidate)) return candidate;
+  }
+  std::string where;
+  for (const fs::path& p : searched) where += "\n  " + p.string();
+  return Error{"--experiments", "",
+               "no experiments/ folder (one holding hardware/) found; searched upward from the current directory, "
+               "then beside the executable:" + where + "\ngive --experiments DIR, or run from inside a checkout"};
+}
+
 std::vector<std::string> list_experiments(const fs::path& dir) {
   std::vector<std::string> names;
   std::error_code ec;

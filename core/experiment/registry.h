@@ -11,8 +11,17 @@
 
 namespace cpbench {
 
-// The experiments/ folder of the source tree this binary was built from.
+// The experiments/ folder of the source tree this binary was built from (tests and benchmarks,
+// which run from the build tree; the CLI searches at run time with find_experiments_dir).
 std::filesystem::path default_experiments_dir();
+
+// The experiments/ folder `cpbench` reads when --experiments is not given, found at run time so
+// that a copied or installed binary never reads the stale source folder it was built from: a
+// folder named experiments/ holding hardware/, first upward from `cwd` (a checkout, from any of its
+// folders), then beside `executable`, in its parent (build/cpbench in a checkout) and in
+// ../share/cpbench/ (an installed binary). Not found: an error naming every place searched.
+Expected<std::filesystem::path> find_experiments_dir(const std::filesystem::path& cwd,
+                                                     const std::filesystem::path& executable);
 
 // Registered experiment names, sorted.
 std::vector<std::string> list_experiments(const std::filesystem::path& experiments_dir);

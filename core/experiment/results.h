@@ -1,5 +1,6 @@
 // results.h — the results contract (DESIGN.md, schema_version 1): one record per point, written
-// as results.json and results.csv from the same structs, atomically after every finished point.
+// as results.json and results.csv from the same structs, atomically (the runner writes them at a
+// run's start and end, finished points going to the journal between: journal.h).
 // Requires: spec.h. Points are always written in the spec's expansion order, whatever order
 // they finished in, so the same spec and seed give the same file (provenance timestamps aside).
 // Note: --resume reads back the finished points of an earlier run of the same resolved spec.

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/evaluate/evaluate.h"
+#include "core/experiment/journal.h"
 #include "core/experiment/metrics.h"
 #include "core/strategies/strategy.h"
 
@@ -178,10 +179,15 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
 
   Provenance prov = current_provenance(spec.seed);
   std::optional<Progress> progress;
+  Journal journal;
   if (rank == 0) {
     progress.emplace(spec.name, spec.points.size(), spec.points.size() - todo.size());
+    // results.json first (with what --resume kept), then a fresh journal: whatever a kill
+    // interrupts, every finished point is in one of the two.
     if (auto s = write_results(dir, spec, prov, results); !s) return s.errors();
+    if (auto s = journal.open(dir, spec); !s) return s.errors();
   }
+  auto stopped = [&] { return options.stop && options.stop->load() != 0; };
 
   // Worker threads evaluate this rank's points; only the main thread touches MPI and the files.
   std::mutex mu;
@@ -192,7 +198,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     return run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
   };
   auto worker = [&] {
-    for (size_t k; (k = next++) < mine.size();) {
+    for (size_t k; !stopped() && (k = next++) < mine.size();) {
       size_t i = mine[k];
       PointResult r = run_index(i);
       std::lock_guard<std::mutex> lock(mu);
@@ -201,19 +207,26 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   };
   Status io_status = ok_status();
   auto record = [&](size_t i, PointResult r) {
-    std::string status = r.status;
+    if (io_status) io_status = journal.append(i, r);
+    progress->point_done(spec.points[i].id, r.status);
     results[i] = std::move(r);
-    if (io_status) io_status = write_results(dir, spec, prov, results);
-    progress->point_done(spec.points[i].id, status);
+  };
+  // The end of a run, finished or stopped: results.json gets every finished point, and the
+  // journal, now redundant, goes (a failed write leaves it for --resume).
+  auto finish = [&]() -> Expected<PointResults> {
+    if (rank == 0 && io_status) io_status = write_results(dir, spec, prov, results);
+    if (rank == 0 && io_status) io_status = journal.remove();
+    if (!io_status) return io_status.errors();
+    return results;
   };
   if (together) {
     for (size_t i : mine) {
+      if (stopped()) break;
       PointResult r = run_index(i);
       if (rank == 0) record(i, std::move(r));
       else results[i] = std::move(r);
     }
-    if (!io_status) return io_status.errors();
-    return results;
+    return finish();
   }
   int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
   std::vector<std::thread> threads;
@@ -222,6 +235,8 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   size_t local_left = mine.size();
   size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
   while (local_left > 0 || remote_left > 0) {
+    // Stopped: the workers start no new point; what they are running is recorded after the join.
+    if (stopped()) break;
     bool idle = true;
     std::deque<std::pair<size_t, PointResult>> batch;
     {
@@ -256,8 +271,11 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   for (auto& t : threads) t.join();
-  if (!io_status) return io_status.errors();
-  return results;
+  for (auto& [i, r] : finished) {  // points that finished while a stop was handled
+    if (rank == 0) record(i, std::move(r));
+    else results[i] = std::move(r);
+  }
+  return finish();
 }
 
 }  // namespace cpbench

@@ -1,9 +1,11 @@
 // runner.h — runs the points of a spec: threads within a process (--jobs), points spread over MPI
-// ranks when launched under mpirun, results written by rank 0 after every finished point.
+// ranks when launched under mpirun; rank 0 appends each finished point to the journal and writes
+// results.json at the start and the end (journal.h), so writing costs O(points) over a sweep.
 // Requires: MPI initialised by the caller when running under a launcher (apps/ does it).
 // Note: a strategy or backend that throws turns its point into status "error"; the sweep goes on.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -23,6 +25,9 @@ struct RunOptions {
   std::string backend = "sim";    // where plans are evaluated (core/evaluate/evaluate.h)
   std::filesystem::path experiments_dir;  // presets (the cpu backend's hardware/cpu_local.json)
   double cpu_budget_s = 60;       // cpu backend: plans predicted slower than this are not run
+  // Set (to a signal number) by the caller's SIGINT/SIGTERM handler: no new point is started, the
+  // points in progress finish, and results.json is written with every finished point.
+  const std::atomic<int>* stop = nullptr;
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
@@ -36,7 +41,8 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
 std::string describe_point(const PointConfig& point);
 
 // Runs every unfinished point. On rank 0 returns all results (also written to disk); other MPI
-// ranks return their own share. Errors are I/O failures, never a failing point.
+// ranks return their own share. Errors are I/O failures, never a failing point. After a stop,
+// the points not run are empty slots (rank 0 has written the others).
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options);
 
 }  // namespace cpbench

@@ -147,6 +147,22 @@ TEST_F(SpecTest, StackChosenPerCaseOrByDefault) {
   EXPECT_NE(e.find(in.string() + ": /stack/efficiency/pcie_latency_us: missing required key"), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, InlineHardwareWithABadInlineStackNamesTheSpec) {
+  // The machine and its stack both written in the spec: an out-of-range constant is reported at
+  // the spec file and the pointer inside it, before any point runs (not as the cost model's
+  // "hardware preset \"h100_dgx\"", which names no file).
+  auto hardware = load_json_file(default_experiments_dir() / "hardware" / "h100_dgx.json");
+  auto stack = load_json_file(default_experiments_dir() / "stacks" / "mcore_te_fa3_h100.json");
+  ASSERT_TRUE(hardware.ok() && stack.ok());
+  (*stack)["efficiency"]["hbm_efficiency"]["value"] = -1;
+  (*hardware)["default_stack"] = *stack;
+  auto f = write([&](json& j) { j["hardware"] = *hardware; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /hardware/default_stack/efficiency/hbm_efficiency/value: expected a number in"),
+            std::string::npos) << e;
+  EXPECT_EQ(e.find("hardware preset"), std::string::npos) << e;
+}
+
 TEST_F(SpecTest, UnknownPresetInACase) {
   auto f = write([](json& j) { j["cases"][0]["model"] = "gpt_9b"; });
   auto e = error_of(load(f));
