@@ -629,19 +629,23 @@ def plot_metric(results, metric):
     return fig
 
 
-def describe_keys(lay, keys):
+def describe_keys(dims, keys):
     """Series keys in few words: 'A = 1, 2 × x, y' when they are every combination of their
-    values, else each key's label."""
-    values = [list(dict.fromkeys(k[i] for k in keys)) for i in range(len(lay.series_dims))]
-    if len(keys) == 1 or len(keys) != math.prod(len(v) for v in values):
-        return "; ".join(lay.series_label(k) for k in keys)
-    parts = []
-    for d, v in zip(lay.series_dims, values):
-        if d in ("case", "strategy"):
-            parts.append(", ".join(map(str, v)))
-        else:
-            parts.append(value_label(d, v[0]) + "".join(f", {fmt(x)}" for x in v[1:]))
-    return " × ".join(parts)
+    values, else grouped by the last dimension: 'x: A = 1, 2; y: A = 1'."""
+    values = [list(dict.fromkeys(k[i] for k in keys)) for i in range(len(dims))]
+    if len(keys) == math.prod(len(v) for v in values):
+        parts = []
+        for d, v in zip(dims, values):
+            if d in ("case", "strategy"):
+                parts.append(", ".join(map(str, v)))
+            else:
+                parts.append(value_label(d, v[0]) + "".join(f", {fmt(x)}" for x in v[1:]))
+        return (", " if len(keys) == 1 else " × ").join(parts)
+    groups = {}
+    for k in keys:
+        groups.setdefault(k[-1], []).append(k[:-1])
+    return "; ".join(f"{value_label(dims[-1], v)}: {describe_keys(dims[:-1], rest)}"
+                     for v, rest in groups.items())
 
 
 def first_of_each_slot(panels, keys):

@@ -138,7 +138,7 @@ def speedup_figure(results, metric, baseline):
                      "so there is no ratio")
     if s.left_out:
         notes.append(f"Not drawn, no point with a ratio to {baseline}: "
-                     + plot.describe_keys(lay, s.left_out) + ".")
+                     + plot.describe_keys(lay.series_dims, s.left_out) + ".")
     if not s.series:
         fig = plt.figure(figsize=(7.5, 4.2))
         ax = fig.add_subplot(1, 1, 1)
