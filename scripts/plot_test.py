@@ -24,6 +24,11 @@ import plot_speedup  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def legend_texts(fig):
+    """The entries of the figure's legends (plot.py puts them under the panels)."""
+    return [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+
+
 def write_results(folder, results):
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "results.json")
@@ -59,6 +64,7 @@ CASES = {
          "published": 1.48, "reproduced": 1.45, "rel_error": -0.02027, "pass": None}]}
 
 AXIS = "workload.max_sequence_tokens"
+CP = "parallel.cp"
 GRID = {
     "schema_version": 1, "experiment": "dynamic_cp/github",
     "spec": {"description": "Dynamic-CP vs static CP (synthetic).",
@@ -89,9 +95,6 @@ EMPTY = {
     "points": [{"id": "strategy=ptdp", "params": {}, "strategy": "ptdp", "status": "infeasible",
                 "reason": "sizes do not divide", "metrics": {}}],
     "comparisons": []}
-
-
-CP = "parallel.cp"
 
 
 def speedup_point(n, cp, s, status, t):
@@ -134,6 +137,29 @@ SPEEDUP = {
                    {"strategy": "packing", "params": {AXIS: 4096, CP: 4}}), expect="above_one"),
         ratio("no x", 0.8, {"strategy": "static_cp", "params": {CP: 4}},
               {"strategy": "packing", "params": {CP: 4}})]}
+
+
+# Memory: an A100-80GB preset, one point out of memory with the need stated as cpbench states it.
+MEMORY = json.loads(json.dumps(GRID))
+MEMORY["spec"]["hardware"] = "a100"
+MEMORY["spec"]["presets"] = {"hardware": {"a100": {"gpu": {"hbm_gib": {"value": 80}}}}}
+MEMORY["points"][-1]["reason"] = ("out of memory: 91.2 GiB per GPU needed (weights+optimizer "
+                                  "20.4, activations 68.8), 80 GiB on the GPU")
+
+# 2 cases x 4 communication types x 3 strategies = 24 series over CP sizes on x.
+COMM = "parallel.cp_comm_type"
+MANY = {
+    "schema_version": 1, "experiment": "dynamic_cp/many",
+    "spec": {"metrics": ["tflops_per_gpu"],
+             "grid": {CP: [2, 4, 8], COMM: ["p2p", "a2a", "ag", "mix"]},
+             "cases": [{"name": "GitHub"}, {"name": "CommonCrawl"}],
+             "strategies": [strategy(s, s) for s in ("ffd", "dp", "flops")],
+             "plot": {"x": CP}},
+    "points": [{"case": c, "params": {CP: cp, COMM: t}, "strategy": s, "status": "ok",
+                "metrics": {"tflops_per_gpu": 100.0 + cp + i}}
+               for c in ("GitHub", "CommonCrawl") for cp in (2, 4, 8)
+               for t in ("p2p", "a2a", "ag", "mix") for i, s in enumerate(("ffd", "dp", "flops"))],
+    "comparisons": []}
 
 
 def run(script, *args):
@@ -182,26 +208,77 @@ class PlotAndReportTest(unittest.TestCase):
     def test_grid_figure_is_a_line_plot_with_gap_and_published_markers(self):
         fig = plot.plot_metric(GRID, "step_time_s")
         ax = fig.axes[0]
-        self.assertEqual(ax.get_title(), "dynamic_cp/github: step_time_s [s]")
-        self.assertEqual(ax.get_xlabel(), AXIS)
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        self.assertEqual(legend, ["dynamic_cp", "static_cp (cp=8)", "published", "infeasible (1)"])
+        self.assertEqual(fig.get_suptitle(), "dynamic_cp/github: step time [s]")
+        self.assertEqual(fig.axes[-1].get_xlabel(), "max sequence [tokens]", "readable, not a path")
+        self.assertEqual(ax.get_ylabel(), "step time [s]")
+        self.assertEqual(legend_texts(fig), ["dynamic_cp", "static_cp (cp=8)", "published",
+                                             "infeasible (1): no value, marked at the top"])
         static = [ln for ln in ax.get_lines() if ln.get_label() == "static_cp (cp=8)"][0]
         ys = list(static.get_ydata())
         self.assertEqual(ys[:2], [1.2, 2.5])
         self.assertNotEqual(ys[2], ys[2], "the infeasible point is a NaN gap")
         marks = [tuple(map(float, o.get_offsets()[0])) for o in ax.collections]
         self.assertEqual(sorted(marks), [(16384.0, 2.1), (65536.0, 5.0)])
+        infeasible = [ln for ln in ax.get_lines() if ln.get_marker() == "x"]
+        self.assertEqual([list(ln.get_ydata()) for ln in infeasible], [[0.96]],
+                         "an infeasible point is marked at the top of the panel, not at a value")
         self.assertEqual(ax.get_xscale(), "log")
+        # One panel with published values: a second row with their errors in %.
+        self.assertEqual(len(fig.axes), 2)
+        errors = sorted(float(y) for ln in fig.axes[1].get_lines() for y in ln.get_ydata()
+                        if ln.get_marker() != "None")
+        self.assertEqual([round(e, 3) for e in errors], [-20.0, -4.762])
         texts = " ".join(t.get_text() for t in fig.texts)
         self.assertIn("infeasible", texts)
         self.assertIn("out of memory", texts)
 
+    def test_memory_plot_has_the_hbm_line_and_draws_out_of_memory_at_its_need(self):
+        fig = plot.plot_metric(MEMORY, "peak_memory_gib")
+        ax = fig.axes[0]
+        hbm = [ln for ln in ax.get_lines() if list(ln.get_ydata()) == [80, 80]]
+        self.assertEqual(len(hbm), 1, "a horizontal line at the preset's 80 GiB")
+        hollow = [ln for ln in ax.get_lines() if ln.get_markerfacecolor() == "none"]
+        self.assertEqual([list(ln.get_ydata()) for ln in hollow], [[91.2]])
+        self.assertEqual([list(ln.get_xdata()) for ln in hollow], [[65536]])
+        self.assertGreater(ax.get_ylim()[1], 91.2)
+        texts = legend_texts(fig)
+        self.assertIn("HBM capacity (80 GiB)", texts)
+        self.assertIn("out of memory (1): memory it would need", texts)
+
+    def test_too_many_series_become_one_panel_per_communication_type(self):
+        fig = plot.plot_metric(MANY, "tflops_per_gpu")
+        titles = [ax.get_title() for ax in fig.axes]
+        self.assertEqual(titles, ["CP communication = p2p", "CP communication = a2a",
+                                  "CP communication = ag", "CP communication = mix"])
+        for ax in fig.axes:
+            self.assertEqual(len([ln for ln in ax.get_lines()
+                                  if not ln.get_label().startswith("_")]), 6)
+            colors = [ln.get_color() for ln in ax.get_lines()]
+            self.assertEqual(len(set(colors)), len(colors), "distinct colours within a panel")
+        self.assertEqual(legend_texts(fig)[:2], ["GitHub, ffd", "GitHub, dp"])
+        self.assertEqual(fig.axes[2].get_xlabel(), "CP size")
+        texts = " ".join(t.get_text() for t in fig.texts)
+        self.assertIn("One panel per CP communication", texts.replace("\n", " "))
+        self.assertIn("results.csv", texts)
+
+    def test_labels_are_readable(self):
+        self.assertEqual(plot.dim_name("parallel.tp"), "TP size")
+        self.assertEqual(plot.dim_name("workload.some_new_axis"), "some new axis")
+        self.assertEqual(plot.metric_label("peak_memory_gib"), "peak memory [GiB]")
+        self.assertEqual(plot.metric_label("exposed_cp_comm_s"), "exposed CP communication [s]")
+        for m in ("step_time_s", "bubble_fraction", "exposed_cp_comm_s", "peak_memory_gib",
+                  "padding_fraction", "compute_imbalance"):
+            self.assertTrue(plot.lower_is_better(m), m)
+        for m in ("tflops_per_gpu", "tokens_per_s_per_gpu", "mfu", "aggregate_pflops"):
+            self.assertFalse(plot.lower_is_better(m), m)
+
     def test_cases_figure_is_a_bar_plot_with_ratio_note(self):
         fig = plot.plot_metric(CASES, "tflops_per_gpu")
         ax = fig.axes[0]
-        self.assertEqual(ax.get_title(), "ptdp/weak_scaling: tflops_per_gpu [TFLOP/s per GPU]")
-        self.assertEqual([t.get_text() for t in ax.get_xticklabels()], ["1.7B", "18.4B"])
+        self.assertEqual(fig.get_suptitle(), "ptdp/weak_scaling: TFLOP/s per GPU")
+        self.assertEqual(fig.axes[-1].get_xlabel(), "case")
+        self.assertIn("±10%", fig.axes[1].get_ylabel(), "the tolerance band of the errors")
+        self.assertEqual([t.get_text() for t in fig.axes[-1].get_xticklabels()], ["1.7B", "18.4B"])
         self.assertEqual([p.get_height() for p in ax.patches], [137.5, 150.0])
         texts = " ".join(t.get_text() for t in fig.texts)
         self.assertIn("18.4B over 1.7B: published 1.48×, reproduced 1.45×", texts)
@@ -269,10 +346,13 @@ class SpeedupTest(unittest.TestCase):
     def test_series_are_exact_ratios_over_the_baseline_at_the_same_grid_point(self):
         s = plot_speedup.speedup_series(SPEEDUP, "step_time_s", "packing")
         self.assertEqual(s.x_values, [4096, 16384])
+        # Step time: lower is better, so the speedup is baseline / strategy.
+        self.assertTrue(s.inverted)
         self.assertEqual(s.by_label(), {
-            "cp=2, dynamic_cp": [1.0 / 2.0, 4.0 / 8.0], "cp=2, static_cp": [None, 10.0 / 8.0],
-            "cp=4, dynamic_cp": [3.0 / 4.0, None], "cp=4, static_cp": [5.0 / 4.0, None]})
-        self.assertEqual(list(s.by_label()["cp=4, static_cp"]), [1.25, None])
+            "CP size = 2, dynamic_cp": [2.0 / 1.0, 8.0 / 4.0],
+            "CP size = 2, static_cp": [None, 8.0 / 10.0],
+            "CP size = 4, dynamic_cp": [4.0 / 3.0, None],
+            "CP size = 4, static_cp": [4.0 / 5.0, None]})
         self.assertEqual(s.skipped, 3)
 
     def test_strategy_on_x_leaves_the_baseline_out(self):
@@ -281,30 +361,48 @@ class SpeedupTest(unittest.TestCase):
             "points": [{"params": {}, "strategy": s, "status": "ok", "metrics": {"m": v}}
                        for s, v in [("a", 4.0), ("b", 2.0), ("c", 6.0)]]}
         s = plot_speedup.speedup_series(results, "m", "a")
+        # "m" is not lower-is-better: strategy / baseline.
         self.assertEqual((s.lay.x, s.x_values, s.by_label()), ("strategy", ["b", "c"],
-                                                                 {"value": [0.5, 1.5]}))
+                                                                 {"": [0.5, 1.5]}))
         ax = plot_speedup.speedup_figure(results, "m", "a").axes[0]
         self.assertEqual([p.get_height() for p in ax.patches], [0.5, 1.5])
 
     def test_figure_draws_ratios_unity_line_and_matching_published_ratios(self):
         fig = plot_speedup.speedup_figure(SPEEDUP, "step_time_s", "packing")
         ax = fig.axes[0]
-        self.assertEqual(ax.get_ylabel(), "step_time_s speedup over packing")
+        self.assertEqual(ax.get_ylabel(),
+                         "speedup over packing\n(packing / strategy, > 1 is better)")
         self.assertEqual(ax.get_xlabel(), "max sequence [tokens]")
         lines = {ln.get_label(): list(ln.get_ydata()) for ln in ax.get_lines()}
-        self.assertEqual(lines["cp=2, dynamic_cp"], [0.5, 0.5])
-        self.assertEqual(lines["cp=2, static_cp"][1], 1.25)
-        self.assertNotEqual(lines["cp=2, static_cp"][0], lines["cp=2, static_cp"][0], "NaN gap")
+        self.assertEqual(lines["CP size = 2, dynamic_cp"], [2.0, 2.0])
+        self.assertEqual(lines["CP size = 2, static_cp"][1], 0.8)
+        self.assertNotEqual(lines["CP size = 2, static_cp"][0], lines["CP size = 2, static_cp"][0],
+                            "NaN gap")
         unity = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"
                  and list(ln.get_ydata()) == [1.0, 1.0]]
         self.assertEqual(len(unity), 1)
         marks = [tuple(map(float, o.get_offsets()[0])) for o in ax.collections]
-        self.assertEqual(marks, [(16384.0, 0.6)], "only the ratio over packing at one point")
-        self.assertIn("published", [t.get_text() for t in ax.get_legend().get_texts()])
+        self.assertEqual([(x, round(y, 6)) for x, y in marks], [(16384.0, round(1 / 0.6, 6))],
+                         "only the ratio over packing at one point, inverted as the series are")
+        self.assertIn("published", legend_texts(fig))
         texts = " ".join(t.get_text() for t in fig.texts)
         self.assertIn("3 points skipped", texts)
         self.assertIn("no x: published 0.8×", texts)
         self.assertNotIn("other denominator", texts)
+
+    def test_legend_lists_only_the_series_it_draws(self):
+        # dynamic_cp has no ratio at cp = 4 once its 4096 point fails too.
+        results = json.loads(json.dumps(SPEEDUP))
+        for p in results["points"]:
+            if p["strategy"] == "dynamic_cp" and p["params"][CP] == 4:
+                p["status"], p["metrics"] = "infeasible", {}
+        fig = plot_speedup.speedup_figure(results, "step_time_s", "packing")
+        drawn = [ln.get_label() for ln in fig.axes[0].get_lines()
+                 if not ln.get_label().startswith("_")]
+        self.assertNotIn("CP size = 4, dynamic_cp", drawn)
+        self.assertEqual([t for t in legend_texts(fig) if t != "published"], drawn)
+        texts = " ".join(t.get_text() for t in fig.texts).replace("\n", " ")
+        self.assertIn("Not drawn, no point with a ratio to packing: CP size = 4, dynamic_cp", texts)
 
     def test_x_label_hint_names_the_main_figure_axis(self):
         ax = plot.plot_metric(SPEEDUP, "step_time_s").axes[0]
