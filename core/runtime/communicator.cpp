@@ -1,6 +1,7 @@
 // communicator.cpp — validation, byte counting and error wording shared by every Communicator.
 #include "core/runtime/communicator.h"
 
+#include <chrono>
 #include <utility>
 
 #include "core/runtime/collective_args.h"
@@ -128,9 +129,19 @@ Status Communicator::wait(Request& request, std::chrono::milliseconds timeout) {
 }
 
 Status Communicator::wait_all(std::span<Request> requests) {
+  // One deadline for the whole set: waiting for each request with the full timeout would let a
+  // stopped peer hold this rank for (number of requests) x timeout before it reports. After the
+  // first failure the rest are polled once (a receive withdrawn, a send abandoned), not waited for.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
   Status first = ok_status();
   for (Request& r : requests) {
-    Status s = wait(r);
+    std::chrono::milliseconds left{0};
+    if (first) {
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      left = timeout_ > spent ? timeout_ - spent : std::chrono::milliseconds(0);
+    }
+    Status s = wait(r, left);
     if (!s && first) first = s;
   }
   return first;

@@ -4,6 +4,9 @@
 #include "core/runtime/communicator.h"
 
 #include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -162,6 +165,72 @@ TEST(Communicator, ValidationErrorsNameOperationAndPeer) {
   EXPECT_EQ(s.error_str(), "reduce_scatter(sum): send holds 4 elements, needs 1 ranks x 2");
   // Bad arguments are the caller's mistake, not a broken group.
   EXPECT_TRUE(c.healthy());
+}
+
+// Two ranks whose peer never answers: every wait times out after the timeout it is given, which
+// the fake records instead of sleeping, and a timed-out receive is withdrawn.
+class StalledPeerCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  int world_rank_of(int rank) const override { return rank; }
+  std::vector<std::chrono::milliseconds> waited;
+
+ protected:
+  Expected<std::unique_ptr<RequestState>> do_isend(const void*, std::size_t, DataType, int,
+                                                   int) override {
+    return std::make_unique<RequestState>();
+  }
+  Expected<std::unique_ptr<RequestState>> do_irecv(void*, std::size_t, DataType, int,
+                                                   int) override {
+    return std::make_unique<RequestState>();
+  }
+  Status do_wait(RequestState&, std::chrono::milliseconds timeout, bool& withdrawn,
+                 std::size_t&) override {
+    waited.push_back(timeout);
+    withdrawn = true;
+    return Error{"", "", "timed out after " + std::to_string(timeout.count()) + " ms"};
+  }
+  Expected<bool> do_test(RequestState&, std::size_t&) override { return false; }
+  Status do_all_to_allv(const void*, const std::size_t*, const std::size_t*, void*,
+                        const std::size_t*, const std::size_t*, DataType) override {
+    return unsupported();
+  }
+  Status do_all_gatherv(const void*, std::size_t, void*, const std::size_t*, const std::size_t*,
+                        DataType) override {
+    return unsupported();
+  }
+  Status do_reduce_scatter(const void*, void*, std::size_t, DataType, ReduceOp) override {
+    return unsupported();
+  }
+  Status do_all_reduce(void*, std::size_t, DataType, ReduceOp) override { return unsupported(); }
+  Status do_barrier() override { return unsupported(); }
+  Expected<std::unique_ptr<Communicator>> do_split(int, int) override { return unsupported(); }
+
+ private:
+  static Error unsupported() { return Error{"", "", "not part of this fake"}; }
+};
+
+TEST(Communicator, WaitAllSharesOneDeadlineAndStopsWaitingAtTheFirstFailure) {
+  // A stopped peer used to hold a rank for (requests x timeout): each request waited the full
+  // timeout in turn. The set now has one deadline, and after the first failure the rest are only
+  // polled, so the rank reports within one timeout.
+  StalledPeerCommunicator c;
+  c.set_timeout(std::chrono::milliseconds(5000));
+  V a(4), b(4), d(4);
+  std::vector<Request> requests;
+  requests.push_back(std::move(*c.irecv(std::span<float>(a), 1, 1)));
+  requests.push_back(std::move(*c.isend(std::span<const float>(b), 1, 2)));
+  requests.push_back(std::move(*c.irecv(std::span<float>(d), 1, 3)));
+  Status s = c.wait_all(requests);
+  ASSERT_FALSE(s);
+  EXPECT_THAT(s.error_str(), HasSubstr("tag 1"));  // the first failure is the one reported
+  ASSERT_EQ(c.waited.size(), 3u);
+  EXPECT_LE(c.waited[0].count(), 5000);
+  EXPECT_GT(c.waited[0].count(), 4000);
+  EXPECT_EQ(c.waited[1].count(), 0);
+  EXPECT_EQ(c.waited[2].count(), 0);
+  for (const Request& r : requests) EXPECT_FALSE(r.pending());
 }
 
 TEST(CollectiveArgs, BlocksMustFitAndReceiveBlocksMustNotOverlap) {
