@@ -290,7 +290,14 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   return plan;
 }
 
-std::string attach_attention_plans(Plan* plan, const ModelShape& model) {
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences) {
+  // Per stage and rank: tiles (up to 4 per chunk pair of a sequence) and one transfer per piece.
+  const bool two_chunks = layout == "zigzag" || layout == "all_gather";
+  const int64_t pieces_per_rank = two_chunks ? 2 * sequences : sequences / std::max<int64_t>(cp, 1) + 2;
+  return 3 * cp * cp * pieces_per_rank;
+}
+
+std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape& model) {
   std::map<std::pair<std::vector<int64_t>, int64_t>, std::shared_ptr<const AttentionPlan>> made;
   for (auto& rank : plan->micro_batches)
     for (PlanMicroBatch& mb : rank) {
@@ -298,13 +305,23 @@ std::string attach_attention_plans(Plan* plan, const ModelShape& model) {
       auto key = std::make_pair(mb.padded_lengths(), mb.cp);
       auto it = made.find(key);
       if (it == made.end()) {
+        const std::string layout = cp_layout_for_comm_type(plan->layout.cp_comm_type);
+        const int64_t entries = cp_layout_plan_entries(layout, mb.cp, static_cast<int64_t>(mb.lengths.size()));
+        if (entries > kMaxAttentionPlanEntries) {
+          return AttachProblem{"cpbench limit: the " + layout + " plan of a CP group of " + std::to_string(mb.cp) +
+                                   " ranks over " + std::to_string(mb.lengths.size()) + " sequences would hold ~" +
+                                   std::to_string(entries / 1'000'000) + "M tiles and transfers (cpbench builds at most " +
+                                   std::to_string(kMaxAttentionPlanEntries / 1'000'000) +
+                                   "M); the configuration may run, cpbench cannot price it",
+                               true};
+        }
         auto a = plan_micro_batch_attention(mb, model, plan->layout);
-        if (!a) return a.error_str();
+        if (!a) return AttachProblem{a.error_str(), false};
         it = made.emplace(std::move(key), std::make_shared<const AttentionPlan>(std::move(*a))).first;
       }
       mb.attention = it->second;
     }
-  return "";
+  return std::nullopt;
 }
 
 int64_t static_cp_pad_multiple(const ParallelConfig& layout) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,10 +83,28 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
                                                    const ParallelConfig& layout);
 
+// Tiles plus transfers (forward) an upper bound for plan_cp_layout's plan of `sequences`
+// sequences on `cp` ranks, computed without building it. A plan lists per-sequence pieces, so
+// zigzag and all_gather, where every rank holds two chunks of every sequence, grow with
+// cp² · sequences; the contiguous layouts with cp · (sequences + cp).
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences);
+
+// The largest plan cpbench builds: about 64 bytes an entry, with its derived backward, ~4 GiB.
+// Beyond it (a Dynamic-CP group of 257 ranks over 2048 sequences would need 811M entries) the
+// plan is a limit of cpbench's per-sequence plan form, not of the configuration.
+constexpr int64_t kMaxAttentionPlanEntries = 30'000'000;
+
+// Why a micro-batch's attention cannot be planned: the configuration cannot run (infeasible), or
+// its plan is beyond what cpbench can hold (beyond_cpbench: the point is an error, not a verdict).
+struct AttachProblem {
+  std::string why;
+  bool beyond_cpbench = false;
+};
+
 // Gives every micro-batch of `plan` with cp > 1 its AttentionPlan (plan_micro_batch_attention
 // under plan->layout); equal micro-batches (same padded lengths and group size) share one plan
-// object, so the simulator's symmetry still sees them equal. "" or why a micro-batch cannot run.
-std::string attach_attention_plans(Plan* plan, const ModelShape& model);
+// object, so the simulator's symmetry still sees them equal. Nothing, or why a micro-batch has none.
+std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape& model);
 
 // The layout names plan_cp_layout accepts, in the order above.
 std::vector<std::string> cp_layout_names();

@@ -93,6 +93,29 @@ TEST(CpLayouts, EveryLayoutMaskAndCpGivesAWellFormedPlan) {
   EXPECT_EQ(plans, 5 * (1 + 4 * 4 + (4 + 4 + 3)));
 }
 
+// The size bound attach_attention_plans checks before building: never below the plan it stands
+// for (else a plan past the limit would be built), and not loose by more than a small factor on
+// the layouts that grow with cp² · sequences (else a plan cpbench can hold would be refused).
+TEST(CpLayouts, PlanEntriesBoundHoldsTheBuiltPlan) {
+  for (const std::string& layout : cp_layout_names()) {
+    for (int32_t cp : {1, 2, 4, 8}) {
+      if (layout == "single" && cp != 1) continue;
+      CpLayoutRequest r = request(layout, cp, MaskSpec{.kind = MaskKind::causal});
+      r.seq_lengths.assign(40, 64);
+      auto p = plan_cp_layout(r);
+      ASSERT_TRUE(p) << layout << " cp " << cp << ": " << p.error_str();
+      int64_t entries = static_cast<int64_t>(p->gather_out.size());
+      for (const AttnStage& st : p->stages) {
+        entries += static_cast<int64_t>(st.transfers.size());
+        for (const auto& tiles : st.tiles) entries += static_cast<int64_t>(tiles.size());
+      }
+      const int64_t bound = cp_layout_plan_entries(layout, cp, 40);
+      EXPECT_GE(bound, entries) << layout << " cp " << cp;
+      if ((layout == "zigzag" || layout == "all_gather") && cp >= 4) EXPECT_LE(bound, 4 * entries) << layout << " cp " << cp;
+    }
+  }
+}
+
 TEST(CpLayouts, PaddingFollowsEachLayoutsRule) {
   EXPECT_EQ(plan_cp_layout(request("ring", 4))->seq_lengths, (std::vector<int64_t>{37, 101, 9, 64, 5}));  // 214 → 216
   EXPECT_EQ(plan_cp_layout(request("zigzag", 4))->seq_lengths, (std::vector<int64_t>{40, 104, 16, 64, 8}));

@@ -52,7 +52,8 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
       mb.pad_to = pad_to;
       for (int64_t c = 0; c < cp; ++c) plan.micro_batches[r * cp + c].push_back(mb);
     }
-  if (auto why = attach_attention_plans(&plan, m); !why.empty()) return no(why);
+  if (auto problem = attach_attention_plans(&plan, m))
+    return problem->beyond_cpbench ? PlanOutcome::error(problem->why) : no(problem->why);
   return PlanOutcome::ok(std::move(plan));
 }
 

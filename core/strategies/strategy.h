@@ -27,11 +27,12 @@ struct StrategyInput {
 // The plan of one iteration, or status "infeasible" with the reason (sizes that do not divide, a
 // sequence no group can hold, heads a layout cannot split).
 struct PlanOutcome {
-  std::string status = "ok";  // "ok" | "infeasible"
+  std::string status = "ok";  // "ok" | "infeasible" | "error" (cpbench cannot plan it: a limit of cpbench)
   std::string reason;
   Plan plan;
 
   static PlanOutcome infeasible(std::string why) { return {"infeasible", std::move(why), {}}; }
+  static PlanOutcome error(std::string why) { return {"error", std::move(why), {}}; }
   static PlanOutcome ok(Plan p) { return {"ok", "", std::move(p)}; }
 };
 
