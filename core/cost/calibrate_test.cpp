@@ -82,7 +82,7 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   ASSERT_TRUE(fitted.ok()) << fitted.error_str();
 
   ClusterSpec fitted_cluster = *cluster;
-  fitted_cluster.efficiency = (*fitted)["efficiency"];
+  fitted_cluster.efficiency = shared_json((*fitted)["efficiency"]);
   auto recovered = CostModel::create(fitted_cluster, "fitted");
   ASSERT_TRUE(recovered.ok()) << recovered.error_str();
   const EfficiencyParams want = truth();

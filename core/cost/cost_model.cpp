@@ -34,7 +34,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 CostModel::CostModel(const ClusterSpec& cluster, const std::string& file) : cluster_(cluster) {
   Diagnostics diag(label_for(cluster, file));
-  JsonObject o(cluster.efficiency, "/efficiency", diag);
+  JsonObject o(*cluster.efficiency, "/efficiency", diag);
   params_ = parse_efficiency(o);
   if (!diag.ok()) status_ = diag.errors();
 }

@@ -71,7 +71,7 @@ class BadEfficiency : public ::testing::Test {
     }
     ClusterSpec cluster;
     cluster.name = "test_cluster";
-    cluster.efficiency = full;
+    cluster.efficiency = shared_json(full);
     CostModel model(cluster, "experiments/hardware/test_cluster.json");
     return model.status().ok() ? Errors{} : model.status().errors();
   }

@@ -39,16 +39,17 @@ Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack,
 
   // The preset's efficiency object with the free constants set from log-space coordinates u.
   auto efficiency_at = [&](const std::vector<double>& u) {
-    json eff = parsed.efficiency;
+    json eff = *parsed.efficiency;
     for (size_t i = 0; i < free.size(); ++i)
       eff[free[i]->key]["value"] = std::clamp(std::exp(u[i]), free[i]->lo, free[i]->hi);
     return eff;
   };
   auto evaluate = [&](const json& eff) {
     PointResults results(spec.points.size());
+    const SharedJson shared = shared_json(eff);
     for (size_t i = 0; i < spec.points.size(); ++i) {
       PointConfig p = spec.points[i];
-      p.cluster.efficiency = eff;
+      p.cluster.efficiency = shared;
       results[i] = run_point(p, {});
     }
     std::vector<FitRow> rows;
@@ -72,7 +73,7 @@ Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack,
     return n ? std::sqrt(sum / n) : 0.0;
   };
   std::vector<double> u;
-  for (const auto* info : free) u.push_back(std::log(parsed.efficiency.at(info->key).at("value").get<double>()));
+  for (const auto* info : free) u.push_back(std::log(parsed.efficiency->at(info->key).at("value").get<double>()));
   const std::vector<FitRow> start = evaluate(efficiency_at(u));
   size_t trained = 0;
   for (const FitRow& r : start) {
@@ -93,12 +94,12 @@ Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack,
   char residual[64], start_value[32];
   std::snprintf(residual, sizeof residual, "rms log error %.3g", out.train_rms_log);
   for (const auto* info : free) {
-    std::snprintf(start_value, sizeof start_value, "%.4g", parsed.efficiency.at(info->key).at("value").get<double>());
+    std::snprintf(start_value, sizeof start_value, "%.4g", parsed.efficiency->at(info->key).at("value").get<double>());
     out.stack["efficiency"][info->key]["source"] =
         "fitted by cpbench calibrate --experiment " + spec.name + " to its published " + metric + " (" +
         std::to_string(trained) + " values, " + residual + "; references/README.md allows calibrating presets against "
         "the reference figures; see \"fits\"); before the fit: " + start_value + ", " +
-        parsed.efficiency.at(info->key).at("source").get<std::string>();
+        parsed.efficiency->at(info->key).at("source").get<std::string>();
   }
   // The fit record: results mark comparisons of (experiment, metric) — of the trained labels when
   // some were held out — as calibration. It replaces an earlier record of the same pair.

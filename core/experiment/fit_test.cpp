@@ -34,7 +34,7 @@ class FitTest : public ::testing::Test {
     PointResults results(spec_.points.size());
     for (size_t i = 0; i < spec_.points.size(); ++i) {
       PointConfig p = spec_.points[i];
-      p.cluster.efficiency = preset["efficiency"];
+      p.cluster.efficiency = shared_json(preset["efficiency"]);
       results[i] = run_point(p, {});
     }
     double sum = 0;

@@ -181,12 +181,12 @@ class Presets {
     if (!cluster.stack_file.empty()) {
       if (!checked_.insert(cluster.stack_file).second) return;
       Diagnostics d(cluster.stack_file);
-      JsonObject e(cluster.efficiency, "/efficiency", d);
+      JsonObject e(*cluster.efficiency, "/efficiency", d);
       parse_efficiency(e);
       po.diag().add(d.errors());
       if (auto raw = load_json_file(cluster.stack_file); raw && d.ok()) used_["stacks"][cluster.stack] = *raw;
     } else {
-      JsonObject e(cluster.efficiency, json_pointer_append(base, "efficiency"), po.diag());
+      JsonObject e(*cluster.efficiency, json_pointer_append(base, "efficiency"), po.diag());
       parse_efficiency(e);
     }
   }

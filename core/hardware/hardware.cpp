@@ -141,7 +141,7 @@ StackSpec parse_stack(JsonObject& o) {
   }
   if (const json* e = o.raw("efficiency")) {
     if (e->is_object())
-      s.efficiency = *e;
+      s.efficiency = shared_json(*e);
     else
       o.error("efficiency", "expected an object of cost-model constants, got " + json_type_name(*e));
   } else {
@@ -152,7 +152,7 @@ StackSpec parse_stack(JsonObject& o) {
     const json& fits = o.array("fits");
     for (size_t i = 0; i < fits.size(); ++i) {
       JsonObject f(fits[i], json_pointer_append(o.pointer_of("fits"), i), o.diag());
-      s.fits.push_back(parse_fit(f, s.efficiency));
+      s.fits.push_back(parse_fit(f, *s.efficiency));
     }
   }
   o.finish();

@@ -34,7 +34,7 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     EXPECT_FALSE(c->default_stack.empty());
     EXPECT_EQ(c->stack, c->default_stack);
     EXPECT_EQ(std::filesystem::path(c->stack_file).filename(), c->stack + ".json");
-    EXPECT_EQ(c->efficiency.size(), 20u) << entry.path();
+    EXPECT_EQ(c->efficiency->size(), 20u) << entry.path();
     auto raw = load_json_file(entry.path());
     ASSERT_TRUE(raw.ok());
     EXPECT_FALSE(raw->contains("efficiency")) << entry.path();
@@ -63,7 +63,7 @@ TEST(Stack, EveryStackLoadsAndCitesItsSources) {
     EXPECT_EQ(s->name, entry.path().stem().string());
     EXPECT_GT(s->description.size(), 40u) << s->name;
     EXPECT_EQ(s->sources.size(), 2u);  // the memory overheads
-    for (const auto& [key, constant] : s->efficiency.items()) {
+    for (const auto& [key, constant] : s->efficiency->items()) {
       const std::string source = constant.at("source");
       EXPECT_EQ(source.find("from memory"), std::string::npos) << s->name << " " << key << ": " << source;
     }
@@ -78,7 +78,7 @@ TEST(Stack, EveryStackLoadsAndCitesItsSources) {
 TEST(Stack, PresetsNameTheirEra) {
   const ClusterSpec dgx = preset("a100_80gb_dgx");
   EXPECT_EQ(dgx.stack, "megatron_sc21_a100");
-  EXPECT_DOUBLE_EQ(dgx.efficiency["hbm_efficiency"]["value"].get<double>(), 0.597);
+  EXPECT_DOUBLE_EQ((*dgx.efficiency)["hbm_efficiency"]["value"].get<double>(), 0.597);
   ASSERT_EQ(dgx.fits.size(), 1u);
   EXPECT_EQ(dgx.fits[0].experiment, "megatron_ptdp/table1");
   EXPECT_EQ(dgx.fits[0].metric, "tflops_per_gpu");
@@ -93,8 +93,8 @@ TEST(Stack, PresetsNameTheirEra) {
   FitRecord held{"t/x", "tflops_per_gpu", {"hbm_efficiency"}, {"a tflops_per_gpu"}};
   EXPECT_TRUE(held.covers("t/x", "mfu", "a mfu"));
   EXPECT_FALSE(held.covers("t/x", "mfu", "b mfu"));
-  EXPECT_EQ(preset("h100_dgx").efficiency["attention_exp_overlap"]["value"], 1);
-  EXPECT_EQ(preset("h200_sxm").efficiency["attention_exp_overlap"]["value"], 0);
+  EXPECT_EQ((*preset("h100_dgx").efficiency)["attention_exp_overlap"]["value"], 1);
+  EXPECT_EQ((*preset("h200_sxm").efficiency)["attention_exp_overlap"]["value"], 0);
   for (const char* name : {"a100_40gb_p4d", "h100_dgx", "h200_sxm", "h800_kwai", "cpu_local"})
     EXPECT_TRUE(preset(name).fits.empty()) << name;
 }
@@ -104,7 +104,7 @@ TEST(Stack, AnotherStackReplacesTheDefault) {
   ASSERT_TRUE(c.ok()) << c.error_str();
   EXPECT_EQ(c->stack, "mcore_te_fa3_h100");
   EXPECT_EQ(c->gpu.hbm_gib, 141);  // still the H200 machine
-  EXPECT_EQ(c->efficiency["attention_exp_overlap"]["value"], 1);
+  EXPECT_EQ((*c->efficiency)["attention_exp_overlap"]["value"], 1);
   auto missing = load_hardware(kHardware / "h200_sxm.json", "no_such_stack");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error_str().find("no stack preset \"no_such_stack\""), std::string::npos) << missing.error_str();
@@ -221,7 +221,7 @@ TEST_F(BadHardwareFile, UnknownDefaultStackNamesTheHardwareFile) {
   auto inline_stack = load_edited([&](json& j) { j["default_stack"] = *stack; });
   ASSERT_TRUE(inline_stack.ok()) << inline_stack.error_str();
   EXPECT_EQ(inline_stack->stack_file, "");
-  EXPECT_EQ(inline_stack->efficiency, ok->efficiency);
+  EXPECT_EQ(*inline_stack->efficiency, *ok->efficiency);
 }
 
 // The stack's own errors name the stack file and the pointer inside it.
