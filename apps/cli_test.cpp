@@ -108,6 +108,20 @@ TEST_F(CliTest, RunWritesResultsAndShowPrintsThem) {
   EXPECT_EQ(cpbench("show " + f.string()).code, 2);  // a spec is not a results file
 }
 
+TEST_F(CliTest, LongPointsAreNamedWhileTheyRun) {
+  // The Dynamic-CP solver's point takes about a second here: with --progress-every 0.1 the run
+  // names it with its elapsed time before its progress line, and by default (10 s) it does not.
+  const std::string out = " --out " + (dir_ / "out").string();
+  auto r = cpbench("run dynamic_cp/github --progress-every 0.1" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t still = r.out.find("dynamic_cp/github: still running strategy=Dynamic-CP (solver) (");
+  ASSERT_NE(still, std::string::npos) << r.out;
+  EXPECT_LT(still, r.out.find("[4/4] strategy=Dynamic-CP (solver)")) << r.out;
+  auto quiet = cpbench("run dynamic_cp/github" + out + "2");
+  ASSERT_EQ(quiet.code, 0) << quiet.out;
+  EXPECT_EQ(quiet.out.find("still running"), std::string::npos) << quiet.out;
+}
+
 TEST_F(CliTest, DamagedResultsFileIsBadInputForShowAndResume) {
   // Wrong types where --resume and show read: exit 2 naming the file and pointer, never an abort,
   // and --resume leaves the damaged file as it was.

@@ -131,6 +131,7 @@ struct RunArgs {
   std::string backend = "sim";
   size_t first = 0;  // run only the first N points (0 = all)
   double cpu_budget_s = 60;
+  double progress_every_s = 10;
   std::string resume_command;  // this command line with --resume, printed when a run is interrupted
 };
 
@@ -155,7 +156,8 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     }
     return kExitOk;
   }
-  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal};
+  RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
+                 a.progress_every_s};
   const fs::path dir = fs::path(a.out) / spec->name;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
     auto finished = load_finished_points(dir / "results.json", *spec);
@@ -393,6 +395,11 @@ int run_cli(int argc, char** argv) {
   run->add_option("--first", ra.first, "run only the first N points of the spec (a quick check)");
   run->add_flag("--dry-run", ra.dry_run,
                 "print each resolved point's plan and predicted step time; no results are written");
+  run->add_option("--progress-every", ra.progress_every_s,
+                  "seconds without output after which the points still running are named with their elapsed "
+                  "time (0: never)")
+      ->check(finite_range(0.0, 1e6))
+      ->capture_default_str();
   run->add_option("--cpu-budget", ra.cpu_budget_s,
                   "cpu backend: seconds a plan may be predicted to take here before it is skipped")
       ->check(finite_range(0.0, 1e6))

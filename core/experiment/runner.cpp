@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -40,14 +42,49 @@ std::pair<size_t, PointResult> result_from_wire(const json& j) {
   return {j["index"].get<size_t>(), r};
 }
 
-// Progress on stderr: a bar with points done/total and ETA on a terminal, plain lines otherwise.
+// Progress on stderr: a bar with points done/total and ETA on a terminal, plain lines otherwise;
+// and, for points that run long, a line every `every_s` seconds naming them and how long they have
+// run (started/finished record them; heartbeat() is called from its own thread).
 class Progress {
  public:
-  Progress(std::string name, size_t total, size_t already_done)
+  Progress(std::string name, size_t total, size_t already_done, double every_s)
       : name_(std::move(name)), total_(total), done_(already_done), tty_(isatty(STDERR_FILENO)),
-        start_(std::chrono::steady_clock::now()), start_done_(already_done) {}
+        start_(std::chrono::steady_clock::now()), start_done_(already_done), every_s_(every_s),
+        last_line_(start_) {}
+
+  void started(size_t index, const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_[index] = {id, std::chrono::steady_clock::now()};
+  }
+  void finished(size_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(index);
+  }
+
+  // Names the points of this process running for every_s or longer, once nothing was printed for
+  // every_s.
+  void heartbeat() {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (running_.empty() || every_s_ <= 0 || std::chrono::duration<double>(now - last_line_).count() < every_s_) return;
+    std::string line;
+    for (const auto& [index, point] : running_) {
+      const double elapsed = std::chrono::duration<double>(now - point.second).count();
+      if (elapsed < every_s_) continue;
+      char text[32];
+      std::snprintf(text, sizeof text, " (%.1f s)", elapsed);
+      line += " " + point.first + text;
+    }
+    if (line.empty()) return;
+    line = name_ + ": still running" + line;
+    std::fprintf(stderr, "%s%s\n", tty_ ? "\r" : "", line.c_str());
+    std::fflush(stderr);
+    last_line_ = now;
+  }
 
   void point_done(const std::string& id, const std::string& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_line_ = std::chrono::steady_clock::now();
     ++done_;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     size_t ran = done_ - start_done_;
@@ -71,6 +108,37 @@ class Progress {
   bool tty_;
   std::chrono::steady_clock::time_point start_;
   size_t start_done_;
+  double every_s_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point last_line_;
+  std::map<size_t, std::pair<std::string, std::chrono::steady_clock::time_point>> running_;
+};
+
+// Calls progress.heartbeat() every 50 ms on its own thread while it lives.
+class HeartbeatThread {
+ public:
+  explicit HeartbeatThread(Progress* progress) {
+    if (!progress) return;
+    thread_ = std::thread([this, progress] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return stop_; })) progress->heartbeat();
+    });
+  }
+  ~HeartbeatThread() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 }  // namespace
@@ -181,7 +249,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   std::optional<Progress> progress;
   Journal journal;
   if (rank == 0) {
-    progress.emplace(spec.name, spec.points.size(), spec.points.size() - todo.size());
+    progress.emplace(spec.name, spec.points.size(), spec.points.size() - todo.size(), options.progress_every_s);
     // results.json first (with what --resume kept), then a fresh journal: whatever a kill
     // interrupts, every finished point is in one of the two.
     if (auto s = write_results(dir, spec, prov, results); !s) return s.errors();
@@ -195,8 +263,12 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   std::atomic<size_t> next{0};
   auto run_index = [&](size_t i) {
     fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
-    return run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+    if (progress) progress->started(i, spec.points[i].id);
+    PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+    if (progress) progress->finished(i);
+    return r;
   };
+  HeartbeatThread heartbeat(progress ? &*progress : nullptr);
   auto worker = [&] {
     for (size_t k; !stopped() && (k = next++) < mine.size();) {
       size_t i = mine[k];

@@ -28,6 +28,9 @@ struct RunOptions {
   // Set (to a signal number) by the caller's SIGINT/SIGTERM handler: no new point is started, the
   // points in progress finish, and results.json is written with every finished point.
   const std::atomic<int>* stop = nullptr;
+  // A point still running after this many seconds with nothing printed is named on stderr with
+  // its elapsed time, and again every as many seconds (rank 0's points); 0 = never.
+  double progress_every_s = 10;
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
