@@ -89,15 +89,17 @@ class Progress {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     size_t ran = done_ - start_done_;
     double eta = ran ? elapsed / ran * (total_ - done_) : 0;
+    double rate = elapsed > 0 ? ran / elapsed : 0;  // points per second of this run
     if (tty_) {
       constexpr int kWidth = 30;
       int filled = total_ ? static_cast<int>(kWidth * done_ / total_) : kWidth;
-      std::fprintf(stderr, "\r%s [%s%s] %zu/%zu  ETA %.0fs ", name_.c_str(), std::string(filled, '#').c_str(),
-                   std::string(kWidth - filled, '.').c_str(), done_, total_, eta);
+      std::fprintf(stderr, "\r%s [%s%s] %zu/%zu  %.3g points/s  ETA %.0fs ", name_.c_str(),
+                   std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(), done_, total_, rate,
+                   eta);
       if (done_ == total_) std::fprintf(stderr, "\n");
     } else {
-      std::fprintf(stderr, "%s: [%zu/%zu] %s %s (ETA %.0fs)\n", name_.c_str(), done_, total_, id.c_str(),
-                   status.c_str(), eta);
+      std::fprintf(stderr, "%s: [%zu/%zu] %s %s (%.3g points/s, ETA %.0fs)\n", name_.c_str(), done_, total_,
+                   id.c_str(), status.c_str(), rate, eta);
     }
     std::fflush(stderr);
   }
