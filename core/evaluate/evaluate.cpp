@@ -142,6 +142,8 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["compute_imbalance"] = sim->compute_imbalance;
   mt["micro_batches"] = static_cast<double>(plan.micro_batches.front().size());
   mt["peak_memory_gib"] = mem.total() / kGiB;
+  mt["peak_allocated_bytes"] = mem.allocated();
+  mt["offload_bytes_pcie"] = sim->offload_bytes;
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
   mt["fragmentation_memory_gib"] = mem.fragmentation_bytes / kGiB;

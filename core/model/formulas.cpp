@@ -69,9 +69,10 @@ double flops_per_iteration_sc21(const ModelShape& m, int64_t batch, int64_t seq_
 
 double flops_varlen(const ModelShape& m, double sum_tokens, double sum_sq_tokens,
                     Recompute recompute, bool causal) {
-  // Forward passes charged per layer: 1 forward + 2 (backward) + 1 if recomputed.
+  // Forward passes charged per layer: 1 forward + 2 (backward) + 1 if recomputed (balanced
+  // recomputes only element-wise ops: no FLOPs counted here).
   const double linear_passes = recompute == Recompute::full ? 4 : 3;
-  const double attention_passes = recompute == Recompute::none ? 3 : 4;
+  const double attention_passes = recompute == Recompute::selective || recompute == Recompute::full ? 4 : 3;
   const double per_layer = linear_passes * linear_flops_per_token_per_layer(m) * sum_tokens +
                            attention_passes * attention_flops_per_layer(m, sum_sq_tokens, causal);
   // The output layer sits outside the checkpointed layers: never recomputed.
@@ -106,6 +107,7 @@ double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int6
       // the TP regions and 10sbh (LayerNorms, dropouts, their inputs) is sharded only by SP.
       return sequence_parallel ? 34 * sbh / t : sbh * (10 + 24 / t);
     case Recompute::none:
+    case Recompute::balanced:  // not one of the paper's modes: read as none
       return sequence_parallel ? (sbh / t) * (34 + scores) : sbh * (10 + 24 / t + scores / t);
   }
   return 0;
@@ -119,8 +121,10 @@ double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivati
   const double sb = s * b;
   const double outside_tp_share = o.sequence_parallel ? 1 / t : 1;  // SP shards the rest over t
   if (o.recompute == Recompute::full) return 2 * sb * h * outside_tp_share;
-  // Outside the TP regions: norm inputs, QKV and MLP inputs, the two dropout masks.
-  const double outside = sb * h * (4 + 4 + (o.dropout ? 2 : 0));
+  // Outside the TP regions: norm inputs, QKV and MLP inputs (the norm outputs, recomputed under
+  // balanced), the two dropout masks.
+  const bool balanced = o.recompute == Recompute::balanced;
+  const double outside = sb * h * (4 + (balanced ? 0 : 4) + (o.dropout ? 2 : 0));
   // Inside attention: Q, K, V, the output O (the projection's input).
   double attention = 2 * sb * (a * d + 2 * g * d + a * d);
   if (o.flash) {
@@ -128,24 +132,26 @@ double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivati
   } else if (o.recompute == Recompute::none) {
     attention += a * s * s * b * (o.dropout ? 5 : 2);  // softmax output (+ dropout mask, output)
   }
-  const double mlp = 2 * sb * H * (!m.gated_mlp ? 2 : o.elementwise_fusion ? 3 : 4);
+  const double mlp = balanced ? 2 * sb * H * (m.gated_mlp ? 2 : 1)  // FC1's output only
+                              : 2 * sb * H * (!m.gated_mlp ? 2 : o.elementwise_fusion ? 3 : 4);
   return outside * outside_tp_share + (attention + mlp) / t;
 }
 
 double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch, int64_t seq_length,
-                                       int tp, int cp, KwaiCheckpointing checkpointing) {
+                                       int tp, int cp, Recompute checkpointing) {
   const double s = static_cast<double>(seq_length), b = static_cast<double>(micro_batch);
   const double h = static_cast<double>(m.hidden), H = static_cast<double>(m.ffn_hidden);
   const double gqa = static_cast<double>(m.kv_heads) / static_cast<double>(m.heads);
   const double shard = s * b * h / (static_cast<double>(tp) * static_cast<double>(cp));
   switch (checkpointing) {
-    case KwaiCheckpointing::none:
+    case Recompute::none:
+    case Recompute::selective:  // flash attention keeps no scores: nothing for selective to drop
       return (12 + 4 * gqa + 8 * H / h) * shard;
-    case KwaiCheckpointing::balanced:
+    case Recompute::balanced:
       // The element-wise outputs between GEMMs are recomputed, not kept: the two RMSNorm
       // outputs (4sh) and the SwiGLU intermediates (4sH).
       return (8 + 4 * gqa + 4 * H / h) * shard;
-    case KwaiCheckpointing::full:
+    case Recompute::full:
       return 2 * shard;
   }
   return 0;

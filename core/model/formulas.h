@@ -13,11 +13,10 @@ namespace cpbench {
 
 // What is recomputed in the backward pass. selective = Korthikanti et al.'s selective
 // recomputation: the attention core (QKᵀ, softmax, dropout, ·V) is recomputed, GEMM outputs kept.
-enum class Recompute { none, selective, full };
-
-// Kwai (ATC'24) checkpointing modes: balanced = "GEMM-last" recompute of the element-wise ops
-// between GEMMs (RMSNorm, SwiGLU), no GEMM or attention recomputed.
-enum class KwaiCheckpointing { none, balanced, full };
+// balanced = Kwai's (ATC'24) compute-memory balanced checkpointing, "GEMM-last": the element-wise
+// outputs between GEMMs (the two norm outputs, the MLP activation's output) are recomputed right
+// before the backward that needs them; no GEMM or attention is recomputed.
+enum class Recompute { none, selective, full, balanced };
 
 // ---- Parameters -------------------------------------------------------------------------
 
@@ -120,6 +119,9 @@ struct LayerActivationOptions {
 //   MLP:        GeLU input and output 2·2sbH; gated 3·2sbH fused (FC1 out 2H, act out H) or
 //               4·2sbH unfused (gate, up, act(gate), product)
 //   full recompute: the layer input 2sbh only (÷t with SP).
+//   balanced: without the two norm outputs (4sbh) and the MLP activation's outputs (fused
+//               SwiGLU: act H; unfused: act(gate) and product 2H; GeLU: its output H): the MLP
+//               keeps its FC1 output only (2sbH·2 gated, 2sbH not gated)
 double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivationOptions& o);
 
 // Kwai's per-layer activation bytes (Yuan et al., ATC'24; references/kwai.md): bf16,
@@ -127,9 +129,10 @@ double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivati
 //   none:     (12 + 4g/a + 8H/h)·s·b·h/(t·c)
 //   balanced: (8 + 4g/a + 4H/h)·s·b·h/(t·c)
 //   full:     2·s·b·h/(t·c) (the layer input only)
+// (recompute none, balanced or full; selective is not one of Kwai's modes and reads as none).
 double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch,
                                        int64_t seq_length, int tp, int cp,
-                                       KwaiCheckpointing checkpointing);
+                                       Recompute checkpointing);
 
 // Weights, gradients and Adam state with mixed precision (Korthikanti et al. §2; ZeRO):
 // 18 bytes per parameter (fp16 weight 2 + fp32 gradient 4 + fp32 master, momentum, variance

@@ -192,18 +192,18 @@ TEST(Memory, KorthikantiTable2RowsByHand) {
 // H/h = 22016/8192 = 2.6875.
 TEST(Memory, KwaiPerLayerByHand) {
   const ModelShape m = preset("llama_65b_kwai");
-  auto bytes = [&](KwaiCheckpointing k) {
+  auto bytes = [&](Recompute k) {
     return activation_bytes_per_layer_kwai(m, 1, 8192, 2, 2, k);
   };
-  EXPECT_EQ(bytes(KwaiCheckpointing::none), 629145600.0);      // (12 + 4 + 21.5) = 37.5
-  EXPECT_EQ(bytes(KwaiCheckpointing::balanced), 381681664.0);  // (8 + 4 + 10.75) = 22.75
-  EXPECT_EQ(bytes(KwaiCheckpointing::full), 33554432.0);       // 2
+  EXPECT_EQ(bytes(Recompute::none), 629145600.0);      // (12 + 4 + 21.5) = 37.5
+  EXPECT_EQ(bytes(Recompute::balanced), 381681664.0);  // (8 + 4 + 10.75) = 22.75
+  EXPECT_EQ(bytes(Recompute::full), 33554432.0);       // 2
   // Balanced checkpointing saves ~40% of activation memory (the paper's claim).
-  const double saved = 1 - bytes(KwaiCheckpointing::balanced) / bytes(KwaiCheckpointing::none);
+  const double saved = 1 - bytes(Recompute::balanced) / bytes(Recompute::none);
   EXPECT_NEAR(saved, 0.40, 0.02);
   // GQA shrinks only the K/V term: Llama-3-8B-DCP, g/a = 1/4, H/h = 3.5, t = 4, c = 1.
   EXPECT_EQ(activation_bytes_per_layer_kwai(preset("llama3_8b_dcp"), 1, 16384, 4, 1,
-                                            KwaiCheckpointing::none),
+                                            Recompute::none),
             (12 + 1 + 28) * 16384.0 * 4096 / 4);
 }
 
@@ -241,11 +241,20 @@ TEST(Memory, SavedActivationsReduceToKorthikantiAndKwai) {
     o.elementwise_fusion = false;
     const double lse = 4.0 * (s / c) * llama.heads / t;
     EXPECT_DOUBLE_EQ(saved_activation_bytes_per_layer(llama, o),
-                     activation_bytes_per_layer_kwai(llama, 1, s, t, c, KwaiCheckpointing::none) + lse)
+                     activation_bytes_per_layer_kwai(llama, 1, s, t, c, Recompute::none) + lse)
         << name;
+    // Balanced checkpointing: Kwai's closed form, fused SwiGLU or not (FC1's output is kept either way).
+    for (bool fused : {false, true}) {
+      LayerActivationOptions ob = o;
+      ob.recompute = Recompute::balanced;
+      ob.elementwise_fusion = fused;
+      EXPECT_DOUBLE_EQ(saved_activation_bytes_per_layer(llama, ob),
+                       activation_bytes_per_layer_kwai(llama, 1, s, t, c, Recompute::balanced) + lse)
+          << name << " fused " << fused;
+    }
     // Megatron's fused SwiGLU saves its input (2H) and output (H) instead of four H tensors.
     o.elementwise_fusion = true;
-    EXPECT_DOUBLE_EQ(activation_bytes_per_layer_kwai(llama, 1, s, t, c, KwaiCheckpointing::none) + lse -
+    EXPECT_DOUBLE_EQ(activation_bytes_per_layer_kwai(llama, 1, s, t, c, Recompute::none) + lse -
                          saved_activation_bytes_per_layer(llama, o),
                      2.0 * (s / c) * llama.ffn_hidden / t)
         << name;

@@ -5,6 +5,7 @@ namespace cpbench {
 Recompute parse_recompute(const std::string& mode) {
   if (mode == "full") return Recompute::full;
   if (mode == "selective") return Recompute::selective;
+  if (mode == "balanced") return Recompute::balanced;
   return Recompute::none;
 }
 

@@ -14,7 +14,8 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.first_stage_layers = o.integer_or("first_stage_layers", 0, 0, 1 << 20);
   p.last_stage_layers = o.integer_or("last_stage_layers", 0, 0, 1 << 20);
   p.sequence_parallel = o.boolean_or("sequence_parallel", false);
-  p.recompute = o.choice_or("recompute", "none", {"none", "selective", "full"});
+  p.recompute = o.choice_or("recompute", "none", {"none", "selective", "full", "balanced"});
+  p.activation_offload_ratio = o.number_or("activation_offload_ratio", 0, 0, 1);
   p.scatter_gather = o.boolean_or("scatter_gather", true);
   p.overlap_grad_reduce = o.boolean_or("overlap_grad_reduce", true);
   p.distributed_optimizer = o.boolean_or("distributed_optimizer", false);

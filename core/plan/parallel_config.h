@@ -26,7 +26,12 @@ struct ParallelConfig {
   int64_t first_stage_layers = 0;
   int64_t last_stage_layers = 0;
   bool sequence_parallel = false;    // Megatron SP: norms/dropout split over the TP group
-  std::string recompute = "none";    // "none" | "selective" | "full" (activation checkpointing)
+  std::string recompute = "none";    // "none" | "selective" | "full" | "balanced" (Kwai's GEMM-last)
+  // Kwai's pipeline-aware activation offloading (ATC'24, references/kwai.md): after each forward
+  // the largest fraction α of the saved bytes is copied to pinned host memory on a copy stream
+  // (device-to-host over the GPU's PCIe link) and copied back one op before the matching backward
+  // (host-to-device); the backward waits for it. 0 = none.
+  double activation_offload_ratio = 0;
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
   bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass
   bool distributed_optimizer = false;  // ZeRO-1 style optimizer-state sharding over DP

@@ -1,6 +1,7 @@
 #include "core/sim/iteration.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
@@ -20,7 +21,10 @@ constexpr int kDpStream = 3;     // data-parallel gradient reduction and paramet
 constexpr int kTpStream = 4;     // tensor-parallel collectives
 constexpr int kCpStream = 5;     // context-parallel transfers the attention waits for
 constexpr int kHostStream = 6;   // the host issuing kernels the compute stream waits for
-const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp", "tp", "cp", "host"};
+constexpr int kCopyOutStream = 7;  // activation offloading: device to host (a copy engine)
+constexpr int kCopyInStream = 8;   // and back, host to device (the other direction's engine)
+const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp",       "tp",
+                                               "cp",      "host",        "copy d2h",    "copy h2d"};
 
 // Per micro-batch and model chunk on one stage: its layers' ops priced (layer_cost.h), forward and
 // backward, the embedding on the first chunk and the output layer on the last.
@@ -167,7 +171,7 @@ class IterationGraph {
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
         attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
         host_s_(replicas.lists.size() * p_, 0), kernels_(replicas.lists.size() * p_, 0),
-        sent_(replicas.lists.size() * p_) {}
+        sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0) {}
 
   // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
   // collectives, CP waits, blocking sends) on their streams, then the DP gradient reduction.
@@ -186,6 +190,7 @@ class IterationGraph {
         }
       count_pipeline_sends(*replicas_.lists[r], first_device);
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
+      add_offload_copies(*replicas_.lists[r], first_device, pipelines_.back());
       for (int s = 0; s < p_; ++s) {
         names_.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
         add_gradient_reduction(pipelines_.back(), first_device, s);
@@ -301,10 +306,12 @@ class IterationGraph {
         out.kernels += w * kernels_[d];
         idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d] - host_s_[d]);
         out.comm_bytes += sent_[d] * w;
+        out.offload_bytes += w * offload_bytes_[d];
         devices += w;
       }
     }
     out.comm_bytes = out.comm_bytes * (1 / devices);
+    out.offload_bytes /= devices;
     out.exposed_comm_s = exposed / devices;
     out.exposed_host_s /= devices;
     out.contention_s /= devices;
@@ -417,6 +424,41 @@ class IterationGraph {
   }
 
   // The bytes each stage's pipeline sends put on their links, over the schedule.
+  // Activation offloading (layout.activation_offload_ratio α, offloaded_ops): the copy of α of a
+  // forward's saved bytes to the host after its compute, on the copy-out stream, and the copy
+  // back on the copy-in stream once the op before the backward may start (it runs during that
+  // op); the backward's compute waits for it. Copy engines hold no SMs: no contention term.
+  void add_offload_copies(const std::vector<PlanMicroBatch>& mbs, int first_device, const PipelineTasks& tasks) {
+    const double alpha = L_.activation_offload_ratio;
+    if (alpha <= 0) return;
+    for (int s = 0; s < p_; ++s) {
+      const std::vector<PipeOp>& ops = schedule_[s];
+      const std::vector<bool> offloaded = offloaded_ops(L_, ops);
+      const double layers = static_cast<double>(stage_layers(L_, model_.layers, s)) / v_;
+      const int device = first_device + s;
+      std::map<std::pair<int, int>, int> copied_out;  // (micro-batch, chunk) -> its copy-out task
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const auto key = std::make_pair(ops[i].micro_batch, ops[i].chunk);
+        const std::string name = std::to_string(ops[i].micro_batch) + "." + std::to_string(ops[i].chunk);
+        if (ops[i].forward && offloaded[i]) {
+          const double bytes = alpha * layers * micro_batch_layer_bytes(model_, L_, mbs[ops[i].micro_batch]);
+          copied_out[key] = graph_.add(TaskSpec{device, kCopyOutStream, cost_.p2p_s(bytes, Link::pcie),
+                                                {tasks.compute[s][i]}, -1, -1, "offload F" + name, 'm'});
+          offload_bytes_[device] += 2 * bytes;
+        } else if (!ops[i].forward) {
+          auto it = copied_out.find(key);
+          if (it == copied_out.end()) continue;
+          const int out = it->second;
+          std::vector<int> deps = {out};
+          if (i >= 2) deps.push_back(tasks.done[s][i - 2]);
+          const int in = graph_.add(TaskSpec{device, kCopyInStream, graph_.task(out).duration_s, deps, -1, -1,
+                                             "reload B" + name, 'm'});
+          graph_.add_dep(tasks.compute[s][i], in);
+        }
+      }
+    }
+  }
+
   void count_pipeline_sends(const std::vector<PlanMicroBatch>& mbs, int first_device) {
     for (int s = 0; s < p_; ++s)
       for (const PipeOp& op : schedule_[s])
@@ -478,6 +520,7 @@ class IterationGraph {
   std::vector<double> host_s_;                // [device] compute stream waiting for the host
   std::vector<double> kernels_;               // [device] GPU kernels its ops issue
   std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
+  std::vector<double> offload_bytes_;         // [device] activation bytes copied out and back over PCIe
   int collective_id_ = 0;
 };
 

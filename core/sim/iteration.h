@@ -34,6 +34,8 @@ struct IterationResult {
   // reduction (and parameter all-gather), by link, mean over GPUs (collective_sent_bytes: ring
   // volumes). CP attention transfers are not included (the evaluation adds them from the plan).
   LinkBytes comm_bytes;
+  // Activation bytes one GPU copies to the host and back per iteration (offloading), mean over GPUs.
+  double offload_bytes = 0;
   size_t tasks = 0;
   size_t simulated_pipelines = 0;  // distinct DP×CP rank lists simulated (symmetry)
 };

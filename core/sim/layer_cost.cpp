@@ -265,18 +265,25 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   OpBuilder bw(cost);
   int start = -1;
   if (layout.recompute == "full") start = bw.append(out.forward, "recompute ", -1);  // the layer's forward again
+  // Balanced checkpointing (Kwai's GEMM-last): the element-wise outputs a weight gradient reads —
+  // the MLP activation's for FC2, each norm's for FC1 and QKV — are recomputed right before it.
+  const bool balanced = layout.recompute == "balanced";
+  auto recomputed = [&](const std::string& name, double bytes, int in, int kernels) {
+    return balanced ? bw.elementwise("recompute " + name, bytes, {in}, kernels) : in;
+  };
   {
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes, {start}, bda_kernels);
-    const int f2 = row_bwd(bw, "fc2", fc2, g_bwd(bw, b2));
+    const int f2 = row_bwd(bw, "fc2", fc2, g_bwd(bw, recomputed("activation", act_bytes, b2, act_kernels)));
     const int act = bw.elementwise("activation bwd", 1.5 * act_bytes, {f2}, act_kernels);
-    const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes, {column_bwd(bw, "fc1", fc1, act)});
+    const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes,
+                                  {column_bwd(bw, "fc1", fc1, recomputed("norm2", norm_bytes, act, 1))});
     const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes, {n2, b2}, bda_kernels);
     int pr = row_bwd(bw, "proj", proj, g_bwd(bw, b1));
     // Selective recomputation (Korthikanti et al.): only the attention core's forward, right before
     // its backward.
     if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ");
     const int a = attention_ops(bw, cost, m, layout, mb, attention, true, pr);
-    bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, a)});
+    bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a, 1))});
   }
   out.backward = bw.take();
   return out;

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "core/cost/cost_test_util.h"
 #include "core/experiment/registry.h"
@@ -153,6 +155,22 @@ TEST(LayerOps, RecomputationRunsTheForwardAgainBeforeTheBackward) {
                                [](const LayerOp& op) { return op.name == "recompute attention"; });
   ASSERT_NE(it, selective.end());
   EXPECT_EQ(std::next(it)->name, "attention bwd");  // right before the core's backward
+
+  // Balanced (Kwai's GEMM-last): only the element-wise outputs a weight gradient reads come back
+  // — the MLP activation and the two norms, each a forward pass of its kernel — no GEMM, no
+  // attention; the backward grows by exactly their forward time.
+  layout.recompute = "balanced";
+  const OpList balanced = lower_layer(cost, m, layout, mb).backward;
+  const OpList forward = lower_layer(cost, m, layout, mb).forward;
+  double recomputed = 0, want = 0;
+  std::vector<std::string> names;
+  for (const LayerOp& op : balanced)
+    if (op.name.rfind("recompute ", 0) == 0) names.push_back(op.name), recomputed += op.duration_s;
+  for (const LayerOp& op : forward)
+    if (op.name == "activation" || op.name == "norm1" || op.name == "norm2") want += op.duration_s;
+  EXPECT_EQ(names, (std::vector<std::string>{"recompute activation", "recompute norm2", "recompute norm1"}));
+  EXPECT_NEAR(recomputed, want, 1e-12);
+  EXPECT_NEAR(layer_cost(cost, m, layout, mb).backward.compute_s - none.backward.compute_s, want, 1e-12);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "core/sim/memory.h"
 
 #include <algorithm>
+#include <map>
 
 #include "core/model/formulas.h"
 #include "core/model/model_flops.h"
@@ -48,24 +49,62 @@ double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L,
   return bytes;
 }
 
+namespace {
+
+// [op] the index of the forward of a backward op (of the same micro-batch and chunk), else −1.
+std::vector<int64_t> forward_index(const std::vector<PipeOp>& ops) {
+  std::map<std::pair<int, int>, int64_t> forwards;
+  std::vector<int64_t> out(ops.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto key = std::make_pair(ops[i].micro_batch, ops[i].chunk);
+    if (ops[i].forward) forwards[key] = static_cast<int64_t>(i);
+    else if (auto it = forwards.find(key); it != forwards.end()) out[i] = it->second;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<bool> offloaded_ops(const ParallelConfig& L, const std::vector<PipeOp>& ops) {
+  std::vector<bool> out(ops.size(), false);
+  if (L.activation_offload_ratio <= 0) return out;
+  const std::vector<int64_t> fwd = forward_index(ops);
+  for (size_t j = 0; j < ops.size(); ++j)
+    if (fwd[j] >= 0 && static_cast<int64_t>(j) >= fwd[j] + 3) out[fwd[j]] = true;
+  return out;
+}
+
 StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfig& L,
                                     const std::vector<PlanMicroBatch>& micro_batches, const PipelineSchedule& schedule,
                                     int stage) {
   StageMemory out;
+  const std::vector<PipeOp>& ops = schedule[stage];
   const double layers_per_chunk = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
-  const bool recompute = parse_recompute(L.recompute) != Recompute::none;
-  double held = 0;
-  for (const PipeOp& op : schedule[stage]) {
-    const PlanMicroBatch& mb = micro_batches[op.micro_batch];
-    if (op.forward) {
-      held += layers_per_chunk * micro_batch_layer_bytes(model, L, mb);
-      if (held > out.peak + out.peak_workspace) out.peak = held, out.peak_workspace = 0;
+  const double alpha = L.activation_offload_ratio;
+  const std::vector<bool> offloaded = offloaded_ops(L, ops);
+  const std::vector<int64_t> fwd = alpha > 0 ? forward_index(ops) : std::vector<int64_t>(ops.size(), -1);
+  auto saved = [&](size_t i) { return layers_per_chunk * micro_batch_layer_bytes(model, L, micro_batches[ops[i].micro_batch]); };
+  double held = 0;  // saved bytes on the device when op i starts
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const PlanMicroBatch& mb = micro_batches[ops[i].micro_batch];
+    // A reload for the next op, if it is the backward of offloaded activations, arrives during this one.
+    double arriving = 0;
+    if (i + 1 < ops.size() && fwd[i + 1] >= 0 && offloaded[fwd[i + 1]]) arriving = alpha * saved(fwd[i + 1]);
+    double during = held + arriving, workspace = 0;
+    if (ops[i].forward) {
+      during += saved(i);  // all of the forward's saved bytes exist at its end
     } else {
-      // Recomputing (or computing) one layer's backward needs its full activations at once.
-      const double workspace = recompute ? micro_batch_layer_bytes(model, L, mb, true) : 0;
-      if (held + workspace > out.peak + out.peak_workspace) out.peak = held, out.peak_workspace = workspace;
-      held -= layers_per_chunk * micro_batch_layer_bytes(model, L, mb);
+      // Backward of one layer at a time: what the mode dropped for that layer comes back while it
+      // runs (full: the whole layer; selective: the scores; balanced: the norm and MLP activation
+      // outputs).
+      workspace = micro_batch_layer_bytes(model, L, mb, true) - micro_batch_layer_bytes(model, L, mb);
     }
+    if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
+    // After op i: its own bytes; the offload copied during op i (of forward i − 1) has left; the
+    // reload for op i + 1 is in.
+    held += ops[i].forward ? saved(i) : -saved(i);
+    if (i > 0 && ops[i - 1].forward && offloaded[i - 1]) held -= alpha * saved(i - 1);
+    held += arriving;
     out.after_op.push_back(held);
   }
   return out;

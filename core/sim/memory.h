@@ -43,9 +43,16 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb,
                                bool recompute_none = false);
 
+// Which forward ops of one stage's schedule offload the fraction activation_offload_ratio of their
+// saved bytes to the host: each whose backward comes 3 or more ops later (the copy out runs during
+// the next op, the copy back during the op before the backward; closer, the bytes stay).
+std::vector<bool> offloaded_ops(const ParallelConfig& layout, const std::vector<PipeOp>& ops);
+
 // Activation bytes held by one stage after each op of its schedule (forward: + the chunk's saved
-// bytes; backward: − them), for one DP×CP rank's micro-batch list. peak_s: the largest value,
-// counting the backward's working set while it runs.
+// bytes; backward: − them), for one DP×CP rank's micro-batch list, in the order the stage's
+// compute stream runs them. With offloading (offloaded_ops), α of a forward's bytes leave at the
+// end of the next op and return during the op before the backward. peak: the largest value during
+// an op, with the backward's transient working set (what the recompute mode dropped, for one layer).
 struct StageMemory {
   std::vector<double> after_op;
   double peak = 0, peak_workspace = 0;  // activations and the workspace at the peak

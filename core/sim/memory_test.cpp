@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/experiment/registry.h"
 #include "core/model/formulas.h"
 
@@ -81,9 +83,8 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   const MemoryEstimate e = estimate_memory(gpt, plan, over);
   EXPECT_DOUBLE_EQ(e.reserved_bytes, 2.0 * 1024 * 1024 * 1024);
   EXPECT_NEAR(e.fragmentation_bytes, (e.activation_bytes + e.workspace_bytes) / 3, 1e-6 * e.fragmentation_bytes);
-  // Selective recompute rebuilds one layer's unfused scores: 5as²b/t beside its saved bytes.
-  EXPECT_NEAR(e.workspace_bytes - e.activation_bytes / gpt.layers, 5.0 * gpt.heads * 2048 * 2048 / 8,
-              1e-6 * e.workspace_bytes);
+  // Selective recompute rebuilds one layer's unfused scores, 5as²b/t, while its backward runs.
+  EXPECT_NEAR(e.workspace_bytes, 5.0 * gpt.heads * 2048 * 2048 / 8, 1e-6 * e.workspace_bytes);
   // Weights, gradients and Adam: 18 bytes per parameter of the stage, or 6 + 12/d sharded over d.
   const double params = params_per_gpu(gpt, plan.layout, 2048, e.stage);
   EXPECT_DOUBLE_EQ(e.weights_optimizer_bytes, 18 * params);
@@ -91,6 +92,42 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   plan.layout.distributed_optimizer = true;
   plan.micro_batches.assign(4, plan.micro_batches.front());
   EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (6 + 12.0 / 4) * params);
+}
+
+// Offloading along the schedule (Kwai): α of every forward's saved bytes leaves during the next op
+// and returns during the op before its backward. Hand count on 1F1B, p = 4, m = 8, stage 0, one
+// chunk's bytes = x: at α = 0 the peak is 4 chunks in flight; at α = 1 a forward meets only what
+// has not left — its own bytes, the previous forward's still being copied out — and a backward its
+// own reloaded bytes plus the next backward's arriving... so the peak is a few chunks, not p.
+TEST(MemoryTimeline, OffloadingFreesAlongTheScheduleAndAlphaZeroIsNone) {
+  const ModelShape gpt = preset("gpt_39.1b");
+  Plan plan = ptdp_plan(4, 1, 8, 2048);
+  plan.layout.recompute = "none";
+  plan.layout.attention_kernel = "flash";
+  const double x = 12 * micro_batch_layer_bytes(gpt, plan.layout, plan.micro_batches[0][0]);  // 48 layers / 4
+  auto peak = [&](double alpha) {
+    Plan p = plan;
+    p.layout.activation_offload_ratio = alpha;
+    return estimate_memory(gpt, p, {}).activation_bytes;
+  };
+  EXPECT_NEAR(peak(0), 4 * x, 1e-9 * x);
+  double previous = peak(0);
+  for (double alpha : {0.25, 0.5, 0.75, 1.0}) {
+    const double now = peak(alpha);
+    EXPECT_LT(now, previous) << alpha;
+    previous = now;
+  }
+  // Stage 0's 1F1B order: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7. F0..F3 and F4..F7 are
+  // three or more ops before their backwards, so all are offloaded. At α = 1 the largest set is at
+  // F3: F2 still copying out, F3's own bytes, B0's reload arriving (3x).
+  EXPECT_NEAR(peak(1), 3 * x, 1e-9 * x);
+  const auto schedule = pipeline_schedule("1f1b", 4, 8, 1);
+  ASSERT_TRUE(schedule.ok());
+  const std::vector<bool> offloaded = offloaded_ops(ParallelConfig{.activation_offload_ratio = 1}, (*schedule)[0]);
+  EXPECT_EQ(std::count(offloaded.begin(), offloaded.end(), true), 8);
+  // The last stage runs each backward right after its forward: nothing there is offloaded.
+  const std::vector<bool> last = offloaded_ops(ParallelConfig{.activation_offload_ratio = 1}, (*schedule)[3]);
+  EXPECT_EQ(std::count(last.begin(), last.end(), true), 0);
 }
 
 }  // namespace
