@@ -108,6 +108,32 @@ TEST_F(CliTest, RunWritesResultsAndShowPrintsThem) {
   EXPECT_EQ(cpbench("show " + f.string()).code, 2);  // a spec is not a results file
 }
 
+TEST_F(CliTest, DryRunPrintsEachPointsPlanAndPredictionAndWritesNothing) {
+  json spec = small_spec(3);
+  spec["grid"]["workload.global_batch_sequences"] = {8, 16, 24};  // dp 8: each has a plan
+  auto f = write_spec("dry", spec);
+  const std::string out = " --out " + (dir_ / "out").string();
+  auto r = cpbench("run " + f.string() + " --dry-run" + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  size_t predicted = 0;
+  for (size_t at = 0; (at = r.out.find("predicted (sim): step ", at)) != std::string::npos; ++at) ++predicted;
+  EXPECT_EQ(predicted, 3u) << r.out;
+  EXPECT_NE(r.out.find("workload.global_batch_sequences=24/strategy=ptdp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dry: 3 points"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  auto first = cpbench("run " + f.string() + " --dry-run --first 2" + out);
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_NE(first.out.find("dry: 2 points"), std::string::npos) << first.out;
+  // Points are printed as they are expanded; a bad value in a later one still ends the run as bad
+  // input, naming where it was written.
+  json bad = spec;
+  bad["grid"]["workload.global_batch_sequences"][2] = -5;
+  auto b = cpbench("run " + write_spec("bad", bad).string() + " --dry-run" + out);
+  EXPECT_EQ(b.code, 2) << b.out;
+  EXPECT_NE(b.out.find("/grid/workload.global_batch_sequences/2"), std::string::npos) << b.out;
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
 TEST_F(CliTest, LongPointsAreNamedWhileTheyRun) {
   // The Dynamic-CP solver's point takes about a second here: with --progress-every 0.1 the run
   // names it with its elapsed time before its progress line, and by default (10 s) it does not.

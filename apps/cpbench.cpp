@@ -139,23 +139,30 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   auto ref = resolve_experiment(a.experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
   Errors set_errors;
-  SpecOptions options{experiments_dir, parse_sets(a.sets, set_errors)};
+  SpecOptions options{experiments_dir, parse_sets(a.sets, set_errors), {}};
   if (!set_errors.list.empty()) return report_errors(set_errors);
+  if (a.dry_run) {
+    // Streamed: each point is printed as it is expanded and then dropped, so a sweep of any size
+    // runs in the memory of one point.
+    size_t shown = 0;
+    const bool root = mpi_rank() == 0;
+    options.stream_points = [&](const PointConfig& p) {
+      if (!root || (a.first > 0 && shown >= a.first)) return;
+      ++shown;
+      std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", " << p.workload.dataset_name
+                << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp" << p.parallel.cp << " gpus "
+                << p.parallel.num_gpus << "]\n"
+                << describe_point(p) << std::flush;
+    };
+    if (root) std::cout << ref->name << ":\n";
+    auto spec = load_spec(ref->file, ref->name, options);
+    if (!spec) return report_errors(spec.errors());
+    if (root) std::cout << ref->name << ": " << shown << " points\n";
+    return kExitOk;
+  }
   auto spec = load_spec(ref->file, ref->name, options);
   if (!spec) return report_errors(spec.errors());
   if (a.first > 0 && spec->points.size() > a.first) spec->points.resize(a.first);
-  if (a.dry_run) {
-    if (mpi_rank() == 0) {
-      std::cout << spec->name << ": " << spec->points.size() << " points\n";
-      for (const auto& p : spec->points) {
-        std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", "
-                  << p.workload.dataset_name << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp"
-                  << p.parallel.cp << " gpus " << p.parallel.num_gpus << "]\n"
-                  << describe_point(p);
-      }
-    }
-    return kExitOk;
-  }
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
                  a.progress_every_s};
   const fs::path dir = fs::path(a.out) / spec->name;
@@ -271,7 +278,7 @@ int cmd_calibrate_experiment(const std::string& experiment, const std::string& s
                              const fs::path& experiments_dir) {
   auto ref = resolve_experiment(experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
-  auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, {}});
+  auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, {}, {}});
   if (!spec) return report_errors(spec.errors());
   if (spec->points.empty()) return report_errors(Errors{{{ref->file.string(), "", "no points"}}});
   const ClusterSpec& first = spec->points.front().cluster;

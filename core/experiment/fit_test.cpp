@@ -19,7 +19,7 @@ class FitTest : public ::testing::Test {
   void SetUp() override {
     auto ref = resolve_experiment("megatron_ptdp/table1", default_experiments_dir());
     ASSERT_TRUE(ref.ok());
-    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}});
+    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}, {}});
     ASSERT_TRUE(spec.ok()) << spec.error_str();
     spec_ = *spec;
     auto preset = load_json_file(default_experiments_dir() / "stacks" / "megatron_sc21_a100.json");

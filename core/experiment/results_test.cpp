@@ -40,7 +40,7 @@ class ResultsTest : public ::testing::Test {
              {"numerator", {{"case", "b"}}}, {"denominator", {{"case", "a"}}}, {"tolerance", {{"rel", 0.001}}}}}}}},
     };
     std::ofstream(dir_ / "spec.json") << j.dump(2);
-    auto s = load_spec(dir_ / "spec.json", "t/spec", SpecOptions{default_experiments_dir(), {}});
+    auto s = load_spec(dir_ / "spec.json", "t/spec", SpecOptions{default_experiments_dir(), {}, {}});
     ASSERT_TRUE(s.ok()) << s.error_str();
     spec_ = *s;
   }
@@ -122,7 +122,7 @@ TEST_F(ResultsTest, FittedValuesAreMarkedAsCalibrationAndShownApart) {
            {"numerator", {{"case", "a"}}}, {"denominator", {{"case", "b"}}}}}}}},
   };
   std::ofstream(dir_ / "cal.json") << j.dump(2);
-  auto spec = load_spec(dir_ / "cal.json", "t/cal", SpecOptions{default_experiments_dir(), {}});
+  auto spec = load_spec(dir_ / "cal.json", "t/cal", SpecOptions{default_experiments_dir(), {}, {}});
   ASSERT_TRUE(spec.ok()) << spec.error_str();
   ASSERT_EQ(spec->points.size(), 2u);
   EXPECT_EQ(spec->points[0].cluster.stack, "fitted_here");

@@ -28,7 +28,7 @@ TEST(Sc21Memory, WhatThePaperRanFitsAndWhatItCouldNotDoesNot) {
   for (const char* name : kSpecs) {
     auto ref = resolve_experiment(name, dir);
     ASSERT_TRUE(ref.ok()) << ref.error_str();
-    auto spec = load_spec(ref->file, ref->name, SpecOptions{dir, {}});
+    auto spec = load_spec(ref->file, ref->name, SpecOptions{dir, {}, {}});
     ASSERT_TRUE(spec.ok()) << spec.error_str();
     for (const auto& point : spec->points) {
       const bool cannot_fit = point.parallel.recompute == "none" && point.parallel.pp == 16 &&

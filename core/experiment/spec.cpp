@@ -1,6 +1,7 @@
 #include "core/experiment/spec.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "core/cost/efficiency.h"
@@ -471,14 +472,13 @@ Status resolve_point(const json& point, const Origins& origins, const fs::path& 
 // Expands cases × grid × strategies, in that nesting order, into resolved points. A point is the
 // base point with its case, then its grid values, then its strategy's "set", then --set applied;
 // each applied value is traced back to where it was written. Returns the points, or the errors
-// of the first point that has any (the points after it would repeat them).
-Expected<std::vector<PointConfig>> expand_points(const fs::path& file, const json& base,
-                                                 const std::vector<CaseEntry>& cases, const GridAxes& axes,
-                                                 const std::vector<StrategyEntry>& entries, const json& overrides,
-                                                 Presets& presets) {
+// of the first point that has any (the points after it would repeat them). Each point goes to
+// `sink` as soon as it is resolved.
+Status expand_points(const fs::path& file, const json& base, const std::vector<CaseEntry>& cases, const GridAxes& axes,
+                     const std::vector<StrategyEntry>& entries, const json& overrides, Presets& presets,
+                     const std::function<void(PointConfig&&)>& sink) {
   const std::string fname = file.string();
   Diagnostics diag(fname);
-  std::vector<PointConfig> points;
   size_t combos = 1;
   for (const auto& a : axes) combos *= a.second.size();
   for (const auto& c : cases) {
@@ -513,11 +513,11 @@ Expected<std::vector<PointConfig>> expand_points(const fs::path& file, const jso
         pc.id = id + (id.empty() ? "" : "/") + "strategy=" + st.label;
         if (!diag.ok()) return diag.errors();
         if (auto resolved = resolve_point(point, origins, file, presets, pc); !resolved) return resolved.errors();
-        points.push_back(std::move(pc));
+        sink(std::move(pc));
       }
     }
   }
-  return points;
+  return ok_status();
 }
 
 // Reads one entry of "published"/"values"; returns a metric of the point(s) it selects.
@@ -613,22 +613,28 @@ std::vector<PublishedValue> parse_published(const json* published_json, const st
   return published;
 }
 
-// Reads the published values and the expanded points; records an error for each value that
-// selects no point, and each ratio whose numerator or denominator does not select exactly one
-// (or, with "best", at least one).
-void check_published_selections(const std::vector<PublishedValue>& published,
-                                const std::vector<PointConfig>& points, Diagnostics& diag) {
-  auto count = [&](const Selector& s) {
-    size_t n = 0;
-    for (const auto& p : points) n += s.matches(p);
-    return n;
-  };
-  auto one_side = [&](const Selector& s) {
-    const size_t n = count(s);
-    return s.best ? n >= 1 : n == 1;
-  };
-  for (const auto& pv : published) {
-    if (count(pv.select) == 0 || (pv.kind == "ratio" && (!one_side(pv.select) || !one_side(pv.denominator))))
+// How many expanded points each published value's selectors pick, counted point by point.
+struct SelectionCounts {
+  const std::vector<PublishedValue>& published;
+  std::vector<size_t> select = std::vector<size_t>(published.size(), 0);
+  std::vector<size_t> denominator = std::vector<size_t>(published.size(), 0);
+  void add(const PointConfig& p) {
+    for (size_t i = 0; i < published.size(); ++i) {
+      select[i] += published[i].select.matches(p);
+      denominator[i] += published[i].denominator.matches(p);
+    }
+  }
+};
+
+// Records an error for each published value that selects no point, and each ratio whose
+// numerator or denominator does not select exactly one (or, with "best", at least one).
+void check_published_selections(const SelectionCounts& counts, Diagnostics& diag) {
+  const std::vector<PublishedValue>& published = counts.published;
+  auto one_side = [&](const Selector& s, size_t n) { return s.best ? n >= 1 : n == 1; };
+  for (size_t i = 0; i < published.size(); ++i) {
+    const PublishedValue& pv = published[i];
+    if (counts.select[i] == 0 ||
+        (pv.kind == "ratio" && (!one_side(pv.select, counts.select[i]) || !one_side(pv.denominator, counts.denominator[i]))))
       diag.error("/published", "\"" + pv.label + "\": " +
                  (pv.kind == "ratio" ? "numerator and denominator must each select exactly one point (or, with "
                                        "\"best\": true, at least one)"
@@ -674,15 +680,21 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   root.finish();
   if (!diag.ok()) return diag.errors();
 
-  Presets presets(options.experiments_dir);
-  auto points = expand_points(file, base, cases, axes, entries, overrides, presets);
-  if (!points) return points.errors();
-  spec.points = std::move(*points);
-  // The base workload seed is the first point's (unless it is 0).
-  if (!spec.points.empty() && spec.points.front().workload.seed != 0) spec.seed = spec.points.front().workload.seed;
-
   spec.published = parse_published(published_json, cases, case_names, labels, diag);
-  check_published_selections(spec.published, spec.points, diag);
+  if (!diag.ok()) return diag.errors();
+  Presets presets(options.experiments_dir);
+  SelectionCounts counts{spec.published};
+  bool first = true;
+  Status expanded = expand_points(file, base, cases, axes, entries, overrides, presets, [&](PointConfig&& p) {
+    // The base workload seed is the first point's (unless it is 0).
+    if (first && p.workload.seed != 0) spec.seed = p.workload.seed;
+    first = false;
+    counts.add(p);
+    if (options.stream_points) options.stream_points(p);
+    else spec.points.push_back(std::move(p));
+  });
+  if (!expanded) return expanded.errors();
+  check_published_selections(counts, diag);
   if (!diag.ok()) return diag.errors();
 
   spec.resolved = *raw;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -87,6 +88,11 @@ struct Spec {
 struct SpecOptions {
   std::filesystem::path experiments_dir;                  // where presets live
   std::vector<std::pair<std::string, std::string>> sets;  // --set key=value, applied last
+  // When set, each point goes here as soon as it is resolved and Spec::points stays empty: a dry
+  // run of a huge sweep holds one point at a time. The spec is still checked whole (published
+  // selections are counted on the way); an error in a later point ends the load with its errors
+  // after the earlier points were passed on.
+  std::function<void(const PointConfig&)> stream_points;
 };
 
 // Loads, validates and expands a spec. On any error nothing is returned but the errors.

@@ -41,7 +41,7 @@ class SpecTest : public ::testing::Test {
   }
 
   Expected<Spec> load(const fs::path& f, std::vector<std::pair<std::string, std::string>> sets = {}) {
-    return load_spec(f, "test/spec", SpecOptions{default_experiments_dir(), std::move(sets)});
+    return load_spec(f, "test/spec", SpecOptions{default_experiments_dir(), std::move(sets), {}});
   }
 
   // The single error's text; fails the test when loading succeeded.
@@ -243,7 +243,7 @@ TEST_F(SpecTest, EveryRegisteredExperimentLoads) {
   for (const auto& n : names) {
     auto ref = resolve_experiment(n, default_experiments_dir());
     ASSERT_TRUE(ref.ok()) << ref.error_str();
-    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}});
+    auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {}, {}});
     EXPECT_TRUE(spec.ok()) << n << ": " << spec.error_str();
   }
 }
