@@ -26,6 +26,7 @@
 #include "core/experiment/show.h"
 #include "core/experiment/spec.h"
 #include "core/runtime/mpi_communicator.h"
+#include "core/runtime/mpi_session.h"
 #include "core/strategies/strategy.h"
 
 namespace {
@@ -547,6 +548,7 @@ int main(int argc, char** argv) {
   if (mpi) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    name_rank_on_termination();
   }
   int code = kExitFailed;
   // Library code reports bad input as values; an exception that still escapes (a bug, or memory

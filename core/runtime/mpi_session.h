@@ -12,6 +12,11 @@ namespace cpbench {
 
 // Initialises MPI with MPI_THREAD_FUNNELED (only the main thread calls MPI: kernels use OpenMP
 // inside a rank) unless it is already initialised, and finalises it only if it initialised it.
+// After MPI_Init: a rank ended by SIGTERM, SIGINT, SIGHUP or SIGQUIT first writes "cpbench: world
+// rank N: ended by SIGTERM" to stderr (mpirun's own message names only the job's rank; a SIGKILL
+// leaves only that). Handlers installed later (cpbench run's graceful stop) replace these.
+void name_rank_on_termination();
+
 class MpiSession {
  public:
   MpiSession() : MpiSession(nullptr, nullptr) {}
