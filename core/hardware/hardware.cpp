@@ -86,9 +86,11 @@ FitRecord parse_fit(JsonObject& f, const json& efficiency) {
   if (f.has("constants") && r.constants.empty() && f.diag().ok())
     f.error("constants", "expected at least one efficiency constant");
   for (size_t i = 0; i < r.constants.size(); ++i)
-    if (!efficiency.contains(r.constants[i]))
+    if (!efficiency.contains(r.constants[i]) && r.constants[i] != "memory/allocator_fragmentation" &&
+        r.constants[i] != "memory/reserved_gib")
       f.diag().error(json_pointer_append(f.pointer_of("constants"), i),
-                     "\"" + r.constants[i] + "\" is not a constant of this stack's \"efficiency\"");
+                     "\"" + r.constants[i] + "\" is not a constant of this stack's \"efficiency\" nor "
+                     "memory/allocator_fragmentation or memory/reserved_gib");
   r.train = string_list(f, "train", false);
   f.integer_or("values", 0, 1, 1 << 30);  // for readers: how many published values the fit used
   f.number_or("rms_log_error", 0, 0, 1e9);

@@ -47,7 +47,9 @@ struct MemoryOverheads {
 struct FitRecord {
   std::string experiment;              // registry name, "megatron_ptdp/table1"
   std::string metric;                  // "tflops_per_gpu"
-  std::vector<std::string> constants;  // efficiency keys fitted, ["hbm_efficiency"]
+  // Constants fitted: efficiency keys (["hbm_efficiency"]) or the stack's memory overheads
+  // ("memory/allocator_fragmentation", "memory/reserved_gib").
+  std::vector<std::string> constants;
   std::vector<std::string> train;      // labels fitted on; empty = every published value of metric
   // Whether a published value of `experiment_name` was used by this fit: its metric is the fit's
   // or another unit of the same measurement (step time, TFLOP/s, aggregate PFLOP/s, MFU, tokens/s),
