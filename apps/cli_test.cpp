@@ -24,9 +24,9 @@ struct Run {
   std::string out;  // stdout and stderr together
 };
 
-Run cpbench(const std::string& args) {
-  std::string cmd = std::string(CPBENCH_BINARY) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
+// A shell command's exit code and its stdout and stderr together.
+Run shell(const std::string& cmd) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
   size_t n;
@@ -34,6 +34,8 @@ Run cpbench(const std::string& args) {
   int status = pclose(f);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
+
+Run cpbench(const std::string& args) { return shell(std::string(CPBENCH_BINARY) + " " + args); }
 
 class CliTest : public ::testing::Test {
  protected:
@@ -274,14 +276,7 @@ TEST_F(CliTest, CalibrateWarnsOfAConstantPinnedAtItsBound) {
 
 // `cd DIR && BINARY ARGS`, stdout and stderr together.
 Run cpbench_in(const fs::path& dir, const fs::path& binary, const std::string& args) {
-  std::string cmd = "cd '" + dir.string() + "' && '" + binary.string() + "' " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return shell("cd '" + dir.string() + "' && '" + binary.string() + "' " + args);
 }
 
 TEST_F(CliTest, ExperimentsFolderIsFoundAtRunTimeNotBakedIn) {
