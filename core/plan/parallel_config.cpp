@@ -19,6 +19,8 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.scatter_gather = o.boolean_or("scatter_gather", true);
   p.overlap_grad_reduce = o.boolean_or("overlap_grad_reduce", true);
   p.distributed_optimizer = o.boolean_or("distributed_optimizer", false);
+  p.zero3 = o.boolean_or("zero3", false);
+  p.zero3_reshard_after_forward = o.boolean_or("zero3_reshard_after_forward", true);
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});

@@ -35,6 +35,12 @@ struct ParallelConfig {
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
   bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass
   bool distributed_optimizer = false;  // ZeRO-1 style optimizer-state sharding over DP
+  // ZeRO-3 / FSDP (strategy "zero3"): parameters, gradients and optimizer state sharded over the
+  // DP×CP ranks; each layer's parameters all-gathered before its forward (prefetched during the
+  // previous layer) and, with zero3_reshard_after_forward (FSDP's reshard_after_forward, DeepSpeed
+  // stage 3's default), again before its backward; its gradients reduce-scattered after it.
+  bool zero3 = false;
+  bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   int64_t max_seqlen_per_dp_cp_rank = 0;  // token cap per rank for packing / Dynamic-CP; 0 = unset
   std::string dtype = "bf16";        // "bf16" | "fp16": both use the dense 16-bit tensor rate

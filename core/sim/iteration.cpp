@@ -51,13 +51,13 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
 }
 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                     const PlanMicroBatch& mb, const MicroBatchOps& ops, int stage, int chunk) {
+                     const PlanMicroBatch& mb, const MicroBatchOps& ops, int stage, int chunk, int64_t longest) {
   if (mb.lengths.empty()) return {};
   const double layers = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
   if (!L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
-    c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, 0, stage) / L.vp);
+    c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, longest, stage) / L.vp);
     c.bwd.kernels += 1;
   }
   if (stage == 0 && chunk == 0) {
@@ -171,7 +171,8 @@ class IterationGraph {
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
         attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
         host_s_(replicas.lists.size() * p_, 0), kernels_(replicas.lists.size() * p_, 0),
-        sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0) {}
+        sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0),
+        longest_(longest_sequence(plan)) {}
 
   // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
   // collectives, CP waits, blocking sends) on their streams, then the DP gradient reduction.
@@ -187,6 +188,8 @@ class IterationGraph {
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
           sent_[first_device + s] += c.fwd.tp_bytes;
           sent_[first_device + s] += c.bwd.tp_bytes;
+          sent_[first_device + s] += c.fwd.dp_bytes;
+          sent_[first_device + s] += c.bwd.dp_bytes;
         }
       count_pipeline_sends(*replicas_.lists[r], first_device);
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
@@ -263,13 +266,14 @@ class IterationGraph {
         // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
         // group the gradients are reduce-scattered over.
         const int64_t shards = L_.dp() * L_.cp;
-        double params = params_per_gpu(model_, L_, 0, s) / (L_.distributed_optimizer ? shards : 1);
+        const bool sharded = L_.distributed_optimizer || L_.zero3;
+        double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? shards : 1);
         TaskSpec t{device, kComputeStream, cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
-        if (L_.distributed_optimizer && shards > 1) {
-          const double bytes = 2.0 * params_per_gpu(model_, L_, 0, s);
+        if (L_.distributed_optimizer && !L_.zero3 && shards > 1) {  // ZeRO-3 gathers on demand
+          const double bytes = 2.0 * params_per_gpu(model_, L_, longest_, s);
           const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
           TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
                       "dp param all-gather", 'm'};
@@ -371,7 +375,7 @@ class IterationGraph {
       if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr);
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
-          costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c);
+          costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);
     }
     return costs;
   }
@@ -396,6 +400,7 @@ class IterationGraph {
       const PassCost& c = pass(s, op);
       std::vector<OpSegment> segs = {{kTpStream, c.tp_comm_s, 'm', "tp", false},
                                      {kCpStream, c.cp_wait_s, 'm', "cp wait", false},
+                                     {kDpStream, c.dp_comm_s, 'm', "zero3 param wait", false},
                                      {kHostStream, c.host_s, 'o', "host", false}};
       if (!L_.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
       return segs;
@@ -471,7 +476,8 @@ class IterationGraph {
   // the chunk's last layer go out while that backward runs (Megatron's bucketed overlap); the last
   // bucket after it.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
-    const double grad_bytes = L_.grad_bytes() * params_per_gpu(model_, L_, 0, s) / v_;
+    if (L_.zero3) return;  // ZeRO-3 reduce-scatters each layer's gradients inside its backward
+    const double grad_bytes = L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_;
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
     const double total_s = cost_.collective_s(kind, grad_bytes, dp);
@@ -521,6 +527,7 @@ class IterationGraph {
   std::vector<double> kernels_;               // [device] GPU kernels its ops issue
   std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
   std::vector<double> offload_bytes_;         // [device] activation bytes copied out and back over PCIe
+  int64_t longest_;                           // the plan's longest sequence (learned position table)
   int collective_id_ = 0;
 };
 

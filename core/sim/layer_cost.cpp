@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "core/model/formulas.h"
+
 namespace cpbench {
 namespace {
 
@@ -43,6 +45,12 @@ class OpBuilder {
   int tp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
     if (group.size <= 1) return deps.empty() ? -1 : deps.front();
     return add({std::move(name), OpStream::tp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
+                collective_sent_bytes(kind, bytes, group)});
+  }
+  // A ZeRO-3 collective of the layer's parameters or gradients over the DP×CP shards.
+  int dp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
+    if (group.size <= 1) return -1;
+    return add({std::move(name), OpStream::dp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
                 collective_sent_bytes(kind, bytes, group)});
   }
   // The attention core waiting for CP transfers it could not hide (priced by the attention-plan
@@ -157,11 +165,13 @@ PassCost& PassCost::operator+=(const PassCost& o) {
   compute_s += o.compute_s;
   tp_comm_s += o.tp_comm_s;
   cp_wait_s += o.cp_wait_s;
+  dp_comm_s += o.dp_comm_s;
   host_s += o.host_s;
   sm_bound_s += o.sm_bound_s;
   contention_s += o.contention_s;
   kernels += o.kernels;
   tp_bytes += o.tp_bytes;
+  dp_bytes += o.dp_bytes;
   return *this;
 }
 
@@ -170,11 +180,13 @@ PassCost PassCost::operator*(double k) const {
   p.compute_s *= k;
   p.tp_comm_s *= k;
   p.cp_wait_s *= k;
+  p.dp_comm_s *= k;
   p.host_s *= k;
   p.sm_bound_s *= k;
   p.contention_s *= k;
   p.kernels = static_cast<int>(p.kernels * k);
   p.tp_bytes = p.tp_bytes * k;
+  p.dp_bytes = p.dp_bytes * k;
   return p;
 }
 
@@ -226,16 +238,34 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
 
   // Forward: norm, f, QKV, attention, projection, g, bias-dropout-add; norm, f, FC1, activation,
   // FC2, g, bias-dropout-add.
+  // ZeRO-3: the layer's parameters (this TP rank's share, 16-bit) live sharded over the DP×CP
+  // ranks. Each layer copy all-gathers the NEXT layer's parameters once its first kernel ran
+  // (FSDP's forward prefetch, one layer ahead) and ends with a zero-length op waiting for them, so
+  // a gather slower than the layer's compute is exposed; the first layer of a chunk is taken as
+  // prefetched during the op before. Backward: the same gather with reshard_after_forward, and the
+  // layer's gradients reduce-scattered once its backward is done.
+  const bool zero3 = layout.zero3 && layout.dp() * layout.cp > 1;
+  const double layer_params = static_cast<double>(param_count(m, 0).per_layer) / t;
+  const GroupPlacement shards = placement(layout.dp() * layout.cp, t, cost.cluster().gpus_per_node);
+  auto prefetch_next = [&](OpBuilder& b, int after) {
+    return zero3 ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * layer_params, shards, {after}) : -1;
+  };
+  auto wait_for = [&](OpBuilder& b, int gather, int last) {
+    if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
+  };
+
   OpBuilder f(cost);
   {
     const int n1 = f.elementwise("norm1", norm_bytes, {});
+    const int gather = prefetch_next(f, n1);
     const int q = f.gemm("qkv", fwd(cost, qkv), {f_fwd(f, n1)});
     const int a = attention_ops(f, cost, m, layout, mb, attention, false, q);
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {g_fwd(f, f.gemm("proj", fwd(cost, proj), {a}))}, bda_kernels);
     const int n2 = f.elementwise("norm2", norm_bytes, {b1});
     const int f1 = f.gemm("fc1", fwd(cost, fc1), {f_fwd(f, n2)});
     const int act = f.elementwise("activation", act_bytes, {f1}, act_kernels);
-    f.elementwise("bias-dropout-add2", bda_bytes, {g_fwd(f, f.gemm("fc2", fwd(cost, fc2), {act})), b1}, bda_kernels);
+    const int b2 = f.elementwise("bias-dropout-add2", bda_bytes, {g_fwd(f, f.gemm("fc2", fwd(cost, fc2), {act})), b1}, bda_kernels);
+    wait_for(f, gather, b2);
   }
   LayerOps out;
   out.forward = f.take();
@@ -273,6 +303,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   };
   {
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes, {start}, bda_kernels);
+    const int gather = layout.zero3_reshard_after_forward ? prefetch_next(bw, b2) : -1;
     const int f2 = row_bwd(bw, "fc2", fc2, g_bwd(bw, recomputed("activation", act_bytes, b2, act_kernels)));
     const int act = bw.elementwise("activation bwd", 1.5 * act_bytes, {f2}, act_kernels);
     const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes,
@@ -283,7 +314,9 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
     // its backward.
     if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ");
     const int a = attention_ops(bw, cost, m, layout, mb, attention, true, pr);
-    bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a, 1))});
+    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a, 1))});
+    if (zero3) bw.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout.grad_bytes() * layer_params, shards, {n1});
+    wait_for(bw, gather, n1);
   }
   out.backward = bw.take();
   return out;
@@ -332,7 +365,7 @@ void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent
 }
 
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device) {
-  constexpr int kHost = 3;
+  constexpr int kHost = 4;
   const double host_s = cost.params().host_op_us * 1e-6;
   int previous_last = -1;
   for (int c = 0; c < copies; ++c) {
@@ -350,7 +383,7 @@ void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int 
       if (op.deps.empty() && previous_last >= 0) t.deps.push_back(previous_last);
       if (op.kernels > 0 && host_s > 0)
         t.deps.push_back(graph.add({device, kHost, op.kernels * host_s, {}, -1, -1, "issue " + op.name, 'o'}));
-      if (op.stream == OpStream::tp) set_contention(cost, t, op.bytes);
+      if (op.stream == OpStream::tp || op.stream == OpStream::dp) set_contention(cost, t, op.bytes);
       id[i] = graph.add(std::move(t));
     }
     previous_last = ops.empty() ? previous_last : id.back();
@@ -378,12 +411,23 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
     for (const LayerOp& op : ops) {
       if (op.stream == OpStream::cp) cp_wait += op.duration_s;
       if (op.stream == OpStream::tp) p.tp_bytes += op.bytes;
+      if (op.stream == OpStream::dp) p.dp_bytes += op.bytes;
       p.kernels += op.kernels;
     }
+    // ZeRO-3's exposed gather: how long each wait op sat after the compute stream was free.
+    double previous_end = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const TaskSpec& t = g.task(static_cast<int>(i));
+      if (t.stream != 0) continue;
+      if (t.name == kZero3WaitOp) p.dp_comm_s += std::max(0.0, r.start_s[i] - previous_end);
+      previous_end = r.end_s[i];
+    }
     p.cp_wait_s = std::min(cp_wait * copies, r.exposed_comm_s[0]);
-    p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s);
-    p.host_s = std::max(0.0, r.makespan_s - p.compute_s - p.tp_comm_s - p.cp_wait_s);
+    p.dp_comm_s = std::min(p.dp_comm_s, r.exposed_comm_s[0] - p.cp_wait_s);
+    p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s - p.dp_comm_s);
+    p.host_s = std::max(0.0, r.makespan_s - p.compute_s - p.tp_comm_s - p.cp_wait_s - p.dp_comm_s);
     p.tp_bytes = p.tp_bytes * copies;
+    p.dp_bytes = p.dp_bytes * copies;
     p.kernels *= copies;
     return p;
   };

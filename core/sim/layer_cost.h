@@ -25,7 +25,7 @@
 namespace cpbench {
 
 // The streams of a layer's ops (the trace's tracks of one rank).
-enum class OpStream { compute, tp, cp };
+enum class OpStream { compute, tp, cp, dp };
 
 struct LayerOp {
   std::string name;  // "qkv", "attention", "norm1", "tp all-gather", ...
@@ -48,12 +48,14 @@ struct PassCost {
   double compute_s = 0;  // GEMMs, attention, element-wise kernels (stretched by contention)
   double tp_comm_s = 0;  // exposed TP collectives: the compute stream waiting for them
   double cp_wait_s = 0;  // attention waiting on CP transfers it could not hide
+  double dp_comm_s = 0;  // ZeRO-3: the next layer waiting for its parameters' all-gather
   double host_s = 0;     // the compute stream waiting for the host to issue kernels
   double sm_bound_s = 0;     // of compute_s: GEMMs and attention (the rest is HBM-bound)
   double contention_s = 0;   // of compute_s: slowdown from communication kernels beside it
   int kernels = 0;           // GPU kernels issued
   LinkBytes tp_bytes;        // what the TP collectives send from this GPU
-  double total() const { return compute_s + tp_comm_s + cp_wait_s + host_s; }
+  LinkBytes dp_bytes;        // ZeRO-3: what its parameter all-gathers and gradient reduce-scatters send
+  double total() const { return compute_s + tp_comm_s + cp_wait_s + dp_comm_s + host_s; }
   PassCost& operator+=(const PassCost& o);
   PassCost operator*(double k) const;
 };
@@ -92,9 +94,13 @@ struct RepeatedPass {
 RepeatedPass price_repeated(const CostModel& cost, const OpList& ops);
 
 // The task graph price_ops simulates: `copies` copies of `ops` on `device` (streams: compute 0,
-// tp 1, cp 2, host 3), the host tasks of kind 'o'.
+// tp 1, cp 2, dp 3, host 4), the host tasks of kind 'o'.
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device = 0);
-inline const std::vector<std::string> kLayerStreamNames = {"compute", "tp", "cp", "host"};
+inline const std::vector<std::string> kLayerStreamNames = {"compute", "tp", "cp", "dp", "host"};
+
+// The zero-length op a ZeRO-3 layer ends with: it waits for the next layer's parameters, so its
+// wait is the exposed all-gather (PassCost::dp_comm_s).
+inline constexpr const char* kZero3WaitOp = "wait for next layer's parameters";
 
 // The shares of the GPU a communication kernel holds while it runs (TaskSpec::sm_share,
 // hbm_share): the stack's comm_sm_fraction of the SMs, and of HBM what it reads and writes —

@@ -17,15 +17,28 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
   return p / layout.tp;
 }
 
-double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage) {
-  const ParallelConfig& L = plan.layout;
+int64_t longest_sequence(const Plan& plan) {
   int64_t longest = 0;
   for (const auto& rank : plan.micro_batches)
     for (const auto& mb : rank)
       for (int64_t len : mb.lengths) longest = std::max(longest, len);
+  return longest;
+}
+
+double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage) {
+  const ParallelConfig& L = plan.layout;
+  const int64_t longest = longest_sequence(plan);
+  const double params = params_per_gpu(model, L, longest, stage);
+  if (L.zero3) {
+    // ZeRO-3: 16-bit parameters, gradients and the fp32 master weights and Adam moments all
+    // sharded over dp·cp; beside them the working set of gathered layers — the one running and
+    // the one prefetched (16-bit) — and one layer's full gradients before their reduce-scatter.
+    const double shards = static_cast<double>(L.dp() * L.cp);
+    const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
+    return (2 + L.grad_bytes() + 12) * params / shards + (2 * 2 + L.grad_bytes()) * layer;
+  }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
-  return weight_and_optimizer_bytes(params_per_gpu(model, L, longest, stage), static_cast<int>(L.dp() * L.cp),
-                                    L.distributed_optimizer);
+  return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
 }
 
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,

@@ -34,8 +34,13 @@ struct MemoryEstimate {
 // first stage, output layer on the last).
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage);
 
+// The plan's longest sequence: what a learned position table must hold (param_count's seq_length).
+int64_t longest_sequence(const Plan& plan);
+
 // Weights, gradients and optimizer state of one GPU of stage `stage` of `plan` (the distributed
-// optimizer shards over the DP×CP ranks; learned positions sized by the plan's longest sequence).
+// optimizer shards the optimizer state over the DP×CP ranks, ZeRO-3 everything, plus its gathered
+// working set of two layers' parameters and one layer's gradients; learned positions sized by the
+// plan's longest sequence).
 double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage);
 
 // Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every

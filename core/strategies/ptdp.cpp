@@ -20,6 +20,12 @@ std::string check_model_split(const ModelShape& m, const ParallelConfig& L) {
   return "";
 }
 
+PlanOutcome plan_zero3(const StrategyInput& in) {
+  ParallelConfig sharded = in.parallel;
+  sharded.zero3 = true;
+  return plan_ptdp(StrategyInput{in.cluster, in.model, sharded, in.batch});
+}
+
 PlanOutcome plan_ptdp(const StrategyInput& in) {
   const ParallelConfig& L = in.parallel;
   auto no = [](std::string why) { return PlanOutcome::infeasible(std::move(why)); };

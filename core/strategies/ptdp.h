@@ -20,4 +20,11 @@ std::string check_model_split(const ModelShape& model, const ParallelConfig& lay
 // group holds every micro-batch, its attention the layout of cp_comm_type.
 PlanOutcome plan_ptdp(const StrategyInput& in);
 
+// ZeRO-3 / FSDP (Rajbhandari et al. SC'20; PyTorch FSDP): the PTD-P plan with parameters,
+// gradients and optimizer state sharded over the DP×CP ranks (layout.zero3): each layer gathered
+// before its forward and (zero3_reshard_after_forward) its backward, its gradients reduce-scattered
+// after it, no end-of-step gradient reduction. Composes with TP and PP as FSDP2 does (torchtitan);
+// DeepSpeed's ZeRO-3 runs without PP (pp = 1).
+PlanOutcome plan_zero3(const StrategyInput& in);
+
 }  // namespace cpbench

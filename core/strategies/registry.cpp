@@ -9,6 +9,7 @@ namespace cpbench {
 const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = {
       {"ptdp", "Megatron PTD-P: TP × PP (1F1B / interleaved) × DP on fixed-length micro-batches", plan_ptdp},
+      {"zero3", "ZeRO-3 / FSDP: PTD-P with parameters, gradients and optimizer state sharded over DP×CP, per-layer gathers and gradient reduce-scatters", plan_zero3},
       {"packing", "THD packing (Megatron dp_balanced) under one static CP size and cp_comm_type", plan_packing},
       {"packing_ffd", "THD packing, first-fit decreasing by tokens, under one static CP size", plan_packing_ffd},
       {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", plan_packing_flops},
