@@ -28,6 +28,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.elementwise_fusion = o.boolean_or("elementwise_fusion", true);
   p.overlap_p2p = o.boolean_or("overlap_p2p", false);
   p.async_tensor_model_parallel_allreduce = o.boolean_or("async_tensor_model_parallel_allreduce", false);
+  p.tp_comm_overlap = o.boolean_or("tp_comm_overlap", false);
   p.gradient_accumulation_fusion = o.boolean_or("gradient_accumulation_fusion", true);
   p.grad_reduce_in_fp32 = o.boolean_or("grad_reduce_in_fp32", p.dtype == "bf16");
   o.finish();
@@ -79,6 +80,7 @@ std::string check_parallel_config(const ParallelConfig& p) {
            std::to_string(mp);
   if (p.vp > 1 && p.pp == 1) return "vp = " + std::to_string(p.vp) + " needs pp > 1";
   if (p.sequence_parallel && p.tp == 1) return "sequence_parallel needs tp > 1";
+  if (p.tp_comm_overlap && !p.sequence_parallel) return "tp_comm_overlap needs sequence_parallel (TransformerEngine's userbuffers overlap the SP collectives)";
   return "";
 }
 

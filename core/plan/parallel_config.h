@@ -60,6 +60,11 @@ struct ParallelConfig {
   // Communication; --no-async-tensor-model-parallel-allreduce turns it off); false, as in SC'21's
   // code, reduces after the linear's whole backward. With SP the overlap is always on.
   bool async_tensor_model_parallel_allreduce = false;
+  // TransformerEngine's userbuffers overlap (Megatron's --tp-comm-overlap; needs sequence
+  // parallelism): each SP all-gather feeding a column-parallel GEMM, and each reduce-scatter fed by
+  // a row-parallel GEMM, split into tp ring steps pipelined with tp chunks of the GEMM (the
+  // ring-exchange overlap), forward and backward; the wgrad input's re-gather stays beside dgrad.
+  bool tp_comm_overlap = false;
   // Weight-gradient GEMMs accumulate straight into the fp32 main_grad (Megatron ≥ 2022). Off, as
   // in SC'21's code, every micro-batch's backward adds its 16-bit gradients to main_grad in a
   // separate memory-bound pass (read 2 + read 4 + write 4 bytes per parameter).

@@ -47,6 +47,13 @@ class OpBuilder {
     return add({std::move(name), OpStream::tp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
                 collective_sent_bytes(kind, bytes, group)});
   }
+  // One ring step of a TP collective split for overlap: `bytes` to the next rank.
+  int tp_step(std::string name, double bytes, bool network, std::vector<int> deps) {
+    LinkBytes sent;
+    (network ? sent.network : sent.nvlink) = bytes;
+    return add({std::move(name), OpStream::tp, cost_.p2p_s(bytes, network ? Link::network : Link::nvlink), 1, false,
+                std::move(deps), sent});
+  }
   // A ZeRO-3 collective of the layer's parameters or gradients over the DP×CP shards.
   int dp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
     if (group.size <= 1) return -1;
@@ -236,6 +243,43 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   };
   auto g_bwd = [&](OpBuilder& b, int in) { return sp ? b.tp("tp all-gather", Collective::all_gather, a_bytes, tp, {in}) : in; };
 
+  // tp_comm_overlap (TransformerEngine userbuffers, ring exchange): a GEMM over the all-gathered
+  // [T, ·] input runs as tp chunk GEMMs of T/tp rows, chunk i once the ring step bringing it has
+  // arrived (chunk 0 is local); a GEMM whose output is reduce-scattered runs as tp chunk GEMMs,
+  // each partial sent on to the next rank (added to what arrived) as soon as it is computed. The
+  // ring steps move a_bytes/tp each, tp − 1 of them: the bytes of the blocking collectives.
+  const bool overlap = sp && layout.tp_comm_overlap && tp.size > 1;
+  const bool tp_network = tp.ranks_per_node < tp.size;
+  const int64_t chunks = overlap ? t : 1;
+  using ChunkTime = double (*)(const CostModel&, const Gemm&);
+  auto chunk_of = [&](const Gemm& g) { return Gemm{(g.m + chunks - 1) / chunks, g.n, g.k}; };
+  // All-gather + GEMM; returns the last chunk GEMM, `arrived` the last ring step (-1 without).
+  auto ag_gemm = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in, int* arrived) {
+    int step = -1, gemm = -1;
+    for (int64_t i = 0; i < chunks; ++i) {
+      gemm = b.gemm(name + " chunk " + std::to_string(i), time(cost, chunk_of(g)), {i == 0 ? in : step});
+      if (i + 1 < chunks) step = b.tp_step("tp ring all-gather step", a_bytes / t, tp_network, {i == 0 ? in : step});
+    }
+    if (arrived) *arrived = step;
+    return gemm;
+  };
+  // GEMM + reduce-scatter; returns the op completing this rank's reduced chunk.
+  auto gemm_rs = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in) {
+    int step = -1, gemm = -1;
+    for (int64_t i = 0; i < chunks; ++i) {
+      gemm = b.gemm(name + " chunk " + std::to_string(i), time(cost, chunk_of(g)), {in});
+      if (i + 1 < chunks) step = b.tp_step("tp ring reduce-scatter step", a_bytes / t, tp_network, {gemm, step});
+    }
+    return step >= 0 ? step : gemm;
+  };
+  // Forward GEMMs fed by f, and feeding g.
+  auto column_fwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int in) {
+    return overlap ? ag_gemm(b, name, g, fwd, in, nullptr) : b.gemm(name, fwd(cost, g), {f_fwd(b, in)});
+  };
+  auto row_fwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int in) {
+    return overlap ? gemm_rs(b, name, g, fwd, in) : g_fwd(b, b.gemm(name, fwd(cost, g), {in}));
+  };
+
   // Forward: norm, f, QKV, attention, projection, g, bias-dropout-add; norm, f, FC1, activation,
   // FC2, g, bias-dropout-add.
   // ZeRO-3: the layer's parameters (this TP rank's share, 16-bit) live sharded over the DP×CP
@@ -258,13 +302,13 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   {
     const int n1 = f.elementwise("norm1", norm_bytes, {});
     const int gather = prefetch_next(f, n1);
-    const int q = f.gemm("qkv", fwd(cost, qkv), {f_fwd(f, n1)});
+    const int q = column_fwd(f, "qkv", qkv, n1);
     const int a = attention_ops(f, cost, m, layout, mb, attention, false, q);
-    const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {g_fwd(f, f.gemm("proj", fwd(cost, proj), {a}))}, bda_kernels);
+    const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {row_fwd(f, "proj", proj, a)}, bda_kernels);
     const int n2 = f.elementwise("norm2", norm_bytes, {b1});
-    const int f1 = f.gemm("fc1", fwd(cost, fc1), {f_fwd(f, n2)});
+    const int f1 = column_fwd(f, "fc1", fc1, n2);
     const int act = f.elementwise("activation", act_bytes, {f1}, act_kernels);
-    const int b2 = f.elementwise("bias-dropout-add2", bda_bytes, {g_fwd(f, f.gemm("fc2", fwd(cost, fc2), {act})), b1}, bda_kernels);
+    const int b2 = f.elementwise("bias-dropout-add2", bda_bytes, {row_fwd(f, "fc2", fc2, act), b1}, bda_kernels);
     wait_for(f, gather, b2);
   }
   LayerOps out;
@@ -277,6 +321,11 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   // (Megatron-LM of 2021). Returns the op producing dX.
   auto column_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
     const int regather = sp && tp.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes, tp, {grad}) : -1;
+    if (overlap) {  // dgrad chunks feeding the ring reduce-scatter; wgrad beside, on the re-gathered input
+      const int reduced = gemm_rs(b, name + " dgrad", g, dgrad, grad);
+      b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
+      return reduced;
+    }
     const int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
     const bool beside = sp || layout.async_tensor_model_parallel_allreduce;
     int reduced = beside ? b.tp(sp ? "tp reduce-scatter" : "tp all-reduce",
@@ -286,9 +335,18 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
     if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes, tp, {d, w});
     return reduced == d || reduced < 0 ? d : reduced;
   };
+  // Backward of a row-parallel GEMM (proj, FC2), its output gradient all-gathered by g's backward
+  // (`grad` is the op before the gather); the wgrad needs the whole gathered gradient.
   auto row_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
-    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
-    b.gemm(name + " wgrad", wgrad(cost, g), {grad});
+    if (overlap) {
+      int arrived = -1;
+      const int d = ag_gemm(b, name + " dgrad", g, dgrad, grad, &arrived);
+      b.gemm(name + " wgrad", wgrad(cost, g), {d, arrived});
+      return d;
+    }
+    const int gathered = g_bwd(b, grad);
+    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {gathered});
+    b.gemm(name + " wgrad", wgrad(cost, g), {gathered});
     return d;
   };
 
@@ -304,12 +362,12 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   {
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes, {start}, bda_kernels);
     const int gather = layout.zero3_reshard_after_forward ? prefetch_next(bw, b2) : -1;
-    const int f2 = row_bwd(bw, "fc2", fc2, g_bwd(bw, recomputed("activation", act_bytes, b2, act_kernels)));
+    const int f2 = row_bwd(bw, "fc2", fc2, recomputed("activation", act_bytes, b2, act_kernels));
     const int act = bw.elementwise("activation bwd", 1.5 * act_bytes, {f2}, act_kernels);
     const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes,
                                   {column_bwd(bw, "fc1", fc1, recomputed("norm2", norm_bytes, act, 1))});
     const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes, {n2, b2}, bda_kernels);
-    int pr = row_bwd(bw, "proj", proj, g_bwd(bw, b1));
+    int pr = row_bwd(bw, "proj", proj, b1);
     // Selective recomputation (Korthikanti et al.): only the attention core's forward, right before
     // its backward.
     if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ");

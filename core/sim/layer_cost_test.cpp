@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cost/cost_test_util.h"
@@ -134,6 +135,35 @@ TEST(LayerOps, ShortKernelsMakeThePassHostBound) {
   // Copies add up: n layers = first + (n − 1) · next.
   EXPECT_NEAR(q.times(4).total(), q.first.total() + 3 * q.next.total(), 1e-12);
   EXPECT_NEAR(price_ops(cost, ops, 3).total(), p.first.total() + 2 * p.next.total(), 1e-12);
+}
+
+// TransformerEngine's ring-exchange overlap (tp_comm_overlap): the same bytes on the wire, the SP
+// all-gathers and reduce-scatters pipelined with tp chunks of their GEMMs, so most of the TP
+// communication hides; the price is smaller GEMMs, more launches and contention.
+TEST(LayerOps, TpCommOverlapHidesTheSpCollectivesBehindChunkedGemms) {
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape m = model("gpt3_175b");
+  ParallelConfig layout;
+  layout.num_gpus = 8;
+  layout.tp = 8;
+  layout.sequence_parallel = true;
+  PlanMicroBatch mb;
+  mb.lengths = {8192};
+  const LayerCost blocking = layer_cost(cost, m, layout, mb);
+  layout.tp_comm_overlap = true;
+  const LayerCost overlapped = layer_cost(cost, m, layout, mb);
+  for (auto [b, o] : {std::pair{blocking.forward, overlapped.forward}, std::pair{blocking.backward, overlapped.backward}}) {
+    EXPECT_NEAR(o.tp_bytes.nvlink, b.tp_bytes.nvlink, 1e-6 * b.tp_bytes.nvlink);  // ring volumes either way
+    EXPECT_LT(o.tp_comm_s, 0.5 * b.tp_comm_s);
+    EXPECT_GE(o.compute_s, b.compute_s);  // chunked GEMMs and contention cost compute time
+    EXPECT_LT(o.total(), b.total());
+    EXPECT_GT(o.kernels, b.kernels);
+  }
+  const OpList ops = lower_layer(cost, m, layout, mb).forward;
+  EXPECT_EQ(std::count_if(ops.begin(), ops.end(), [](const LayerOp& op) { return op.name.rfind("qkv chunk", 0) == 0; }), 8);
+  // Without sequence parallelism the switch is a configuration error, not a silent no-op.
+  layout.sequence_parallel = false;
+  EXPECT_NE(check_parallel_config(layout), "");
 }
 
 TEST(LayerOps, RecomputationRunsTheForwardAgainBeforeTheBackward) {
