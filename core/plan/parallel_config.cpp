@@ -19,6 +19,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.scatter_gather = o.boolean_or("scatter_gather", true);
   p.overlap_grad_reduce = o.boolean_or("overlap_grad_reduce", true);
   p.distributed_optimizer = o.boolean_or("distributed_optimizer", false);
+  p.overlap_param_gather = o.boolean_or("overlap_param_gather", false);
   p.zero3 = o.boolean_or("zero3", false);
   p.zero3_reshard_after_forward = o.boolean_or("zero3_reshard_after_forward", true);
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
@@ -80,6 +81,7 @@ std::string check_parallel_config(const ParallelConfig& p) {
            std::to_string(mp);
   if (p.vp > 1 && p.pp == 1) return "vp = " + std::to_string(p.vp) + " needs pp > 1";
   if (p.sequence_parallel && p.tp == 1) return "sequence_parallel needs tp > 1";
+  if (p.overlap_param_gather && !p.distributed_optimizer) return "overlap_param_gather needs distributed_optimizer (the parameters it gathers are the optimizer's shards)";
   if (p.tp_comm_overlap && !p.sequence_parallel) return "tp_comm_overlap needs sequence_parallel (TransformerEngine's userbuffers overlap the SP collectives)";
   return "";
 }

@@ -35,6 +35,11 @@ struct ParallelConfig {
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
   bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass
   bool distributed_optimizer = false;  // ZeRO-1 style optimizer-state sharding over DP
+  // The distributed optimizer's all-gather of the updated parameters overlapped with the next
+  // step's forward (Megatron's --overlap-param-gather): gathered layer by layer (one bucket per
+  // layer) from the step's start, each chunk's first forward waiting for its first layer and the
+  // op after it for the whole chunk; off, the gather closes the step after the optimizer.
+  bool overlap_param_gather = false;
   // ZeRO-3 / FSDP (strategy "zero3"): parameters, gradients and optimizer state sharded over the
   // DP×CP ranks; each layer's parameters all-gathered before its forward (prefetched during the
   // previous layer) and, with zero3_reshard_after_forward (FSDP's reshard_after_forward, DeepSpeed

@@ -23,8 +23,9 @@ constexpr int kCpStream = 5;     // context-parallel transfers the attention wai
 constexpr int kHostStream = 6;   // the host issuing kernels the compute stream waits for
 constexpr int kCopyOutStream = 7;  // activation offloading: device to host (a copy engine)
 constexpr int kCopyInStream = 8;   // and back, host to device (the other direction's engine)
+constexpr int kParamGatherStream = 9;  // overlap_param_gather: the previous step's parameter all-gather
 const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp",       "tp",
-                                               "cp",      "host",        "copy d2h",    "copy h2d"};
+                                               "cp",      "host",        "copy d2h",    "copy h2d", "dp param gather"};
 
 // Per micro-batch and model chunk on one stage: its layers' ops priced (layer_cost.h), forward and
 // backward, the embedding on the first chunk and the output layer on the last.
@@ -272,7 +273,9 @@ class IterationGraph {
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
-        if (L_.distributed_optimizer && !L_.zero3 && shards > 1) {  // ZeRO-3 gathers on demand
+        if (L_.distributed_optimizer && !L_.zero3 && shards > 1 && L_.overlap_param_gather) {
+          add_param_gather_prologue(static_cast<int>(r), s);
+        } else if (L_.distributed_optimizer && !L_.zero3 && shards > 1) {  // ZeRO-3 gathers on demand
           const double bytes = 2.0 * params_per_gpu(model_, L_, longest_, s);
           const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
           TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
@@ -461,6 +464,36 @@ class IterationGraph {
           graph_.add_dep(tasks.compute[s][i], in);
         }
       }
+    }
+  }
+
+  // overlap_param_gather: the parameter all-gather the previous step's optimizer issued, as it runs
+  // during this step's forward: one piece per layer of each chunk, in chunk order, from the start
+  // on its own stream; the chunk's first forward waits for its first layer's piece and the stage's
+  // next op for the chunk's last (the forward cannot run past parameters not yet gathered).
+  void add_param_gather_prologue(int replica, int s) {
+    const int device = replica * p_ + s;
+    const std::vector<PipeOp>& ops = schedule_[s];
+    const PipelineTasks& tasks = pipelines_[replica];
+    const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
+    const double chunk_bytes = 2.0 * params_per_gpu(model_, L_, longest_, s) / v_;
+    const int pieces = std::max<int>(1, static_cast<int>(stage_layers(L_, model_.layers, s) / v_));
+    for (int c = 0; c < v_; ++c) {
+      size_t first = ops.size();
+      for (size_t i = 0; i < ops.size() && first == ops.size(); ++i)
+        if (ops[i].forward && ops[i].chunk == c) first = i;
+      if (first == ops.size()) continue;
+      int piece = -1, first_piece = -1;
+      for (int k = 0; k < pieces; ++k) {
+        TaskSpec t{device, kParamGatherStream, cost_.collective_s(Collective::all_gather, chunk_bytes / pieces, group), {},
+                   -1, -1, "dp param all-gather chunk " + std::to_string(c), 'm'};
+        set_contention(cost_, t, collective_sent_bytes(Collective::all_gather, chunk_bytes / pieces, group));
+        piece = graph_.add(t);
+        if (k == 0) first_piece = piece;
+      }
+      sent_[device] += collective_sent_bytes(Collective::all_gather, chunk_bytes, group);
+      graph_.add_dep(tasks.compute[s][first], first_piece);
+      if (first + 1 < ops.size()) graph_.add_dep(tasks.compute[s][first + 1], piece);
     }
   }
 
