@@ -22,6 +22,24 @@ double wgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.k, g.n, g.m)
 // Tokens one rank of the micro-batch's CP group holds.
 int64_t rank_tokens(const PlanMicroBatch& mb) { return mb.padded_tokens() / std::max<int64_t>(1, mb.cp); }
 
+// `ops` without ZeRO-3's parameter gathers and the waits for them (deps on them dropped, the rest
+// renumbered).
+OpList without_zero3_ops(const OpList& ops) {
+  std::vector<int> index(ops.size(), -1);
+  OpList out;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].stream == OpStream::dp || ops[i].name == kZero3WaitOp) continue;
+    LayerOp op = ops[i];
+    std::vector<int> deps;
+    for (int d : op.deps)
+      if (index[d] >= 0) deps.push_back(index[d]);
+    op.deps = std::move(deps);
+    index[i] = static_cast<int>(out.size());
+    out.push_back(std::move(op));
+  }
+  return out;
+}
+
 GroupPlacement tp_group(const CostModel& cost, const ParallelConfig& layout) {
   return placement(layout.tp, 1, cost.cluster().gpus_per_node);
 }
@@ -352,7 +370,9 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
 
   OpBuilder bw(cost);
   int start = -1;
-  if (layout.recompute == "full") start = bw.append(out.forward, "recompute ", -1);  // the layer's forward again
+  // The layer's forward again; under ZeRO-3 on the parameters the backward gathered (no gather of
+  // its own).
+  if (layout.recompute == "full") start = bw.append(without_zero3_ops(out.forward), "recompute ", -1);
   // Balanced checkpointing (Kwai's GEMM-last): the element-wise outputs a weight gradient reads —
   // the MLP activation's for FC2, each norm's for FC1 and QKV — are recomputed right before it.
   const bool balanced = layout.recompute == "balanced";

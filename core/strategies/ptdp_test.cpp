@@ -272,6 +272,11 @@ TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState)
   const double gib = 1024.0 * 1024 * 1024;
   EXPECT_NEAR(ddp.metrics.at("weights_optimizer_gib") * gib, 18 * pc.total(), 1e-6 * pc.total());
   EXPECT_NEAR(zero3.metrics.at("weights_optimizer_gib") * gib, 16 * pc.total() / d + 6 * pc.per_layer, 1e-6 * pc.total());
+  // Full recompute reruns the forward on the parameters the backward gathered: no extra gather.
+  layout_.recompute = "full";
+  const Evaluation recomputed = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_NEAR(recomputed.metrics.at("comm_bytes_nvlink"), 3 * ring * 2 * layers * pc.per_layer, 1e-6 * pc.total());
+  layout_.recompute = "none";
   // Keeping the parameters gathered from forward to backward (no reshard) drops one gather.
   layout_.zero3_reshard_after_forward = false;
   const Evaluation kept = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
