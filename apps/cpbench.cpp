@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -27,6 +29,7 @@
 #include "core/experiment/spec.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
+#include "core/search/search.h"
 #include "core/strategies/strategy.h"
 
 namespace {
@@ -270,6 +273,74 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
   return kExitOk;
 }
 
+// Searches the layouts of an experiment's first point (its cluster, model, workload and the
+// switches the search does not vary), prints the top `top` by simulated step time, and with
+// `spec_out` writes a runnable spec holding them as `ptdp` strategy entries (`cpbench run FILE`
+// then records them, with their MFU, in results.json).
+int cmd_search(const std::string& experiment, const std::vector<std::string>& sets, size_t top,
+               const std::string& spec_out, const fs::path& experiments_dir) {
+  auto ref = resolve_experiment(experiment, experiments_dir);
+  if (!ref) return report_errors(ref.errors());
+  Errors set_errors;
+  auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, parse_sets(sets, set_errors), {}});
+  if (!set_errors.list.empty()) return report_errors(set_errors);
+  if (!spec) return report_errors(spec.errors());
+  if (spec->points.empty()) return report_errors(Errors{{{ref->file.string(), "", "no points"}}});
+  const PointConfig& p = spec->points.front();
+  const auto& w = p.workload;
+  const GlobalBatch batch = make_global_batch(
+      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  const bool tty = isatty(STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  size_t shown = 0;
+  const SearchResult found = search_configurations(
+      p.cluster, p.model, batch, p.parallel, p.flops_definition, SearchSpace{}, top, [&](size_t done, size_t total) {
+        const size_t pct = 100 * done / total;
+        if (done != total && pct / 10 == shown) return;
+        shown = pct / 10 + (done == total ? 1 : 0);
+        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu combinations%s" : "search: %zu/%zu combinations%s", done, total,
+                     done == total || !tty ? "\n" : "");
+      });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %s on %lld GPUs of %s, %zu sequences\n", ref->name.c_str(), p.model.name.c_str(),
+              static_cast<long long>(p.parallel.num_gpus), p.cluster.name.c_str(), batch.lengths.size());
+  std::printf("%zu combinations: %zu do not divide or pair, %zu out of memory (no simulation), %zu infeasible, %zu "
+              "simulated, in %.1f s\n",
+              found.enumerated, found.invalid, found.out_of_memory, found.infeasible, found.simulated, seconds);
+  std::printf("%4s  %-40s %8s %12s %10s %10s\n", "rank", "layout", "MFU", "tokens/s/GPU", "step (s)", "peak GiB");
+  for (size_t i = 0; i < found.top.size(); ++i) {
+    const auto& m = found.top[i].metrics;
+    std::printf("%4zu  %-40s %7.1f%% %12.1f %10.3f %10.1f\n", i + 1, found.top[i].label().c_str(), 100 * m.at("mfu"),
+                m.at("tokens_per_s_per_gpu"), m.at("step_time_s"), m.at("peak_memory_gib"));
+  }
+  if (spec_out.empty()) return kExitOk;
+  auto raw = load_json_file(ref->file);
+  if (!raw) return report_errors(raw.errors());
+  json out = *raw;
+  for (const char* key : {"cases", "grid", "published", "plot"}) out.erase(key);
+  out["description"] = "The top " + std::to_string(found.top.size()) + " layouts `cpbench search " + ref->name +
+                       "` found (by simulated step time), as ptdp entries: " + out.value("description", std::string());
+  out["strategies"] = json::array();
+  for (const SearchCandidate& c : found.top) {
+    const ParallelConfig& L = c.layout;
+    out["strategies"].push_back({{"name", "ptdp"},
+                                 {"label", c.label()},
+                                 {"set",
+                                  {{"parallel.tp", L.tp},
+                                   {"parallel.cp", L.cp},
+                                   {"parallel.pp", L.pp},
+                                   {"parallel.vp", L.vp},
+                                   {"parallel.recompute", L.recompute},
+                                   {"parallel.activation_offload_ratio", L.activation_offload_ratio},
+                                   {"parallel.micro_batch_size", L.micro_batch_size},
+                                   {"parallel.sequence_parallel", L.sequence_parallel},
+                                   {"parallel.tp_comm_overlap", L.tp_comm_overlap}}}});
+  }
+  std::ofstream(spec_out) << out.dump(2) << "\n";
+  std::fprintf(stderr, "cpbench: wrote %s (run it with: cpbench run %s)\n", spec_out.c_str(), spec_out.c_str());
+  return kExitOk;
+}
+
 // Fits chosen efficiency constants of the stack an experiment's points run on (`stack`, when
 // given, must be that one) to its published values of `metric`, trained on the labels in `train`
 // (all when empty), prints every value before the held-out ones, and writes the fitted stack with
@@ -488,6 +559,17 @@ int run_cli(int argc, char** argv) {
   add_exec_options(validate);
   validate->add_option("--preset", validate_preset, "hardware preset (name or file) to simulate with")->capture_default_str();
 
+  std::string search_experiment, search_spec_out;
+  std::vector<std::string> search_sets;
+  size_t search_top = 5;
+  auto* search = app.add_subcommand("search", "search the layouts (TP, CP, PP, layers per virtual stage, checkpointing, "
+                                              "offload ratio) of an experiment's first point by simulated step time");
+  search->add_option("experiment", search_experiment, "registered name or a spec file: its first point's cluster, model, "
+                                                      "workload and unsearched switches")->required();
+  search->add_option("--set", search_sets, "override a field of the point before searching (repeatable)");
+  search->add_option("--top", search_top, "how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
+  search->add_option("--spec-out", search_spec_out, "write the top layouts as a runnable spec (ptdp entries)");
+
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
   show->add_option("file", show_file, "results.json, or the folder holding it")->required();
@@ -505,6 +587,7 @@ int run_cli(int argc, char** argv) {
     experiments_dir = found->string();
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
+  if (*search) return cmd_search(search_experiment, search_sets, search_top, search_spec_out, experiments_dir);
   if (*run) {
     for (int i = 0; i < argc; ++i) ra.resume_command += (i ? " " : "") + shell_quote(argv[i]);
     if (!ra.resume) ra.resume_command += " --resume";

@@ -1,0 +1,61 @@
+// search.h — configuration search (Kwai ATC'24's cost-model search, issue 11): given the model,
+// the cluster, the global batch and a base layout (the switches that are not searched), every
+// combination of TP t, CP c, PP p, layers per virtual stage l, checkpointing mode, offload ratio α
+// and micro-batch size that can run, ranked by simulated step time.
+// Requires: the PTD-P strategy (core/strategies/ptdp.h) to plan each candidate and the `sim`
+// backend to price it (core/evaluate/evaluate.h): the search prices candidates only through the
+// evaluation interface. Note: a candidate whose memory does not fit is discarded by the memory
+// estimate before any simulation (evaluate_sim checks memory first); layouts that do not divide
+// are discarded before planning.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/hardware/hardware.h"
+#include "core/model/model.h"
+#include "core/plan/parallel_config.h"
+#include "core/workload/batch.h"
+
+namespace cpbench {
+
+// The axes searched; every value of every axis is combined with every other.
+struct SearchSpace {
+  std::vector<int64_t> tp = {1, 2, 4, 8};
+  std::vector<int64_t> cp = {1, 2, 4, 8};
+  std::vector<int64_t> pp = {1, 2, 4, 8, 16, 32};
+  // Kwai's l: layers per virtual stage; 0 = no interleaving (vp 1), else vp = layers / (pp·l).
+  std::vector<int64_t> layers_per_virtual_stage = {0, 1, 2, 4};
+  std::vector<std::string> recompute = {"none", "balanced", "full"};
+  // Offload ratios tried with recompute none or balanced and pp ≥ 3 (Kwai's offloading needs
+  // later pipeline stages to hide behind); 0 is always tried.
+  std::vector<double> offload_ratio = {0, 0.25, 0.5, 0.75, 1};
+  std::vector<int64_t> micro_batch_size = {1};
+};
+
+struct SearchCandidate {
+  ParallelConfig layout;
+  std::map<std::string, double> metrics;  // the sim backend's metrics
+  std::string label() const;              // "t4 c1 p8 l2 balanced α=0.5 b1"
+};
+
+struct SearchResult {
+  std::vector<SearchCandidate> top;  // the fastest `top_k` that run, fastest first
+  size_t enumerated = 0;             // combinations of the axes
+  size_t invalid = 0;                // sizes that do not divide (GPUs, heads, layers, batch)
+  size_t out_of_memory = 0;          // discarded by the memory estimate, before simulation
+  size_t infeasible = 0;             // other reasons the plan or its evaluation gave
+  size_t simulated = 0;              // priced by the discrete-event simulation
+};
+
+// Searches `space` around `base` (num_gpus and every switch not searched are base's; sequence
+// parallelism is on whenever t > 1). progress(done, total) is called after each combination.
+SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
+                                   const ParallelConfig& base, const std::string& flops_definition,
+                                   const SearchSpace& space, size_t top_k,
+                                   const std::function<void(size_t, size_t)>& progress = {});
+
+}  // namespace cpbench
