@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -298,9 +299,10 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
         const size_t pct = 100 * done / total;
         if (done != total && pct / 10 == shown) return;
         shown = pct / 10 + (done == total ? 1 : 0);
-        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu combinations%s" : "search: %zu/%zu combinations%s", done, total,
-                     done == total || !tty ? "\n" : "");
-      });
+        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu layouts evaluated%s" : "search: %zu/%zu layouts evaluated%s", done,
+                     total, done == total || !tty ? "\n" : "");
+      },
+      std::max(1u, std::thread::hardware_concurrency()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s: %s on %lld GPUs of %s, %zu sequences\n", ref->name.c_str(), p.model.name.c_str(),
               static_cast<long long>(p.parallel.num_gpus), p.cluster.name.c_str(), batch.lengths.size());

@@ -1,7 +1,11 @@
 #include "core/search/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <thread>
+#include <utility>
 
 #include "core/evaluate/evaluate.h"
 #include "core/strategies/ptdp.h"
@@ -20,12 +24,10 @@ std::string SearchCandidate::label() const {
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,
-                                   const std::function<void(size_t, size_t)>& progress) {
+                                   const std::function<void(size_t, size_t)>& progress, int jobs) {
   SearchResult out;
-  const size_t total = space.tp.size() * space.cp.size() * space.pp.size() * space.layers_per_virtual_stage.size() *
-                       space.recompute.size() * space.offload_ratio.size() * space.micro_batch_size.size();
-  std::vector<SearchCandidate> ran;
-  size_t done = 0;
+  // The layouts that can run, planned (cheap); their evaluation is the cost, spread over threads.
+  std::vector<std::pair<ParallelConfig, Plan>> planned;
   for (int64_t t : space.tp)
     for (int64_t c : space.cp)
       for (int64_t p : space.pp)
@@ -33,8 +35,6 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
           for (const std::string& mode : space.recompute)
             for (double alpha : space.offload_ratio)
               for (int64_t b : space.micro_batch_size) {
-                ++done;
-                if (progress) progress(done, total);
                 ++out.enumerated;
                 // Offloading pairs with activations worth moving and stages to hide behind.
                 if (alpha > 0 && (mode == "full" || p < 3)) {
@@ -62,19 +62,41 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                   ++out.invalid;
                   continue;
                 }
-                const PlanOutcome planned = plan_ptdp(StrategyInput{cluster, model, L, batch});
-                if (planned.status != "ok") {
+                PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, L, batch});
+                if (outcome.status != "ok") {
                   ++out.invalid;
                   continue;
                 }
-                const Evaluation e = evaluate(EvalInput{cluster, model, batch, flops_definition, {}, {}, 0}, planned.plan);
-                if (e.status != "ok") {
-                  ++(e.reason.rfind("out of memory", 0) == 0 ? out.out_of_memory : out.infeasible);
-                  continue;
-                }
-                ++out.simulated;
-                ran.push_back({L, e.metrics});
+                planned.emplace_back(L, std::move(outcome.plan));
               }
+  std::vector<Evaluation> evaluated(planned.size());
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex mu;
+  auto worker = [&] {
+    for (size_t i; (i = next++) < planned.size();) {
+      evaluated[i] = evaluate(EvalInput{cluster, model, batch, flops_definition, {}, {}, 0}, planned[i].second);
+      const size_t finished = ++done;
+      if (progress) {
+        std::lock_guard<std::mutex> lock(mu);
+        progress(finished, planned.size());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int k = 1; k < std::max(1, jobs); ++k) threads.emplace_back(worker);
+  worker();
+  for (auto& th : threads) th.join();
+  std::vector<SearchCandidate> ran;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const Evaluation& e = evaluated[i];
+    if (e.status != "ok") {
+      ++(e.reason.rfind("out of memory", 0) == 0 ? out.out_of_memory : out.infeasible);
+      continue;
+    }
+    ++out.simulated;
+    ran.push_back({planned[i].first, e.metrics});
+  }
+  // Ties keep the enumeration order (deterministic whatever the thread count).
   std::stable_sort(ran.begin(), ran.end(), [](const SearchCandidate& a, const SearchCandidate& b) {
     return a.metrics.at("step_time_s") < b.metrics.at("step_time_s");
   });

@@ -46,16 +46,18 @@ struct SearchResult {
   std::vector<SearchCandidate> top;  // the fastest `top_k` that run, fastest first
   size_t enumerated = 0;             // combinations of the axes
   size_t invalid = 0;                // sizes that do not divide (GPUs, heads, layers, batch)
-  size_t out_of_memory = 0;          // discarded by the memory estimate, before simulation
+  size_t out_of_memory = 0;          // discarded by the memory estimate (evaluate_sim's first check), not simulated
   size_t infeasible = 0;             // other reasons the plan or its evaluation gave
   size_t simulated = 0;              // priced by the discrete-event simulation
 };
 
 // Searches `space` around `base` (num_gpus and every switch not searched are base's; sequence
-// parallelism is on whenever t > 1). progress(done, total) is called after each combination.
+// parallelism is on whenever t > 1), evaluating the plannable layouts on `jobs` threads;
+// progress(done, total) is called (serialised) after each evaluation. The result does not depend
+// on `jobs`.
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,
-                                   const std::function<void(size_t, size_t)>& progress = {});
+                                   const std::function<void(size_t, size_t)>& progress = {}, int jobs = 1);
 
 }  // namespace cpbench

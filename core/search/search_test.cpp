@@ -1,0 +1,67 @@
+// search_test.cpp — the configuration search: every combination accounted for once, the ranking
+// by simulated step time, no better layout missed among those it could plan, and a result that
+// does not depend on the number of threads.
+#include "core/search/search.h"
+
+#include <gtest/gtest.h>
+
+#include "core/evaluate/evaluate.h"
+#include "core/experiment/registry.h"
+#include "core/strategies/ptdp.h"
+
+namespace cpbench {
+namespace {
+
+class SearchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto dir = default_experiments_dir();
+    cluster_ = *load_hardware(dir / "hardware" / "h800_kwai.json");
+    model_ = *load_model(dir / "models" / "llama_7b_kwai.json");
+    base_.num_gpus = 16;
+    base_.distributed_optimizer = true;
+    batch_.lengths.assign(64, 4096);
+    space_.tp = {1, 2, 4};
+    space_.cp = {1, 2};
+    space_.pp = {1, 2, 4};
+    space_.layers_per_virtual_stage = {0, 2};
+    space_.recompute = {"none", "balanced", "full"};
+    space_.offload_ratio = {0, 0.5};
+  }
+  ClusterSpec cluster_;
+  ModelShape model_;
+  ParallelConfig base_;
+  GlobalBatch batch_;
+  SearchSpace space_;
+};
+
+TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThreadCount) {
+  const SearchResult one = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 1);
+  EXPECT_EQ(one.enumerated, 3u * 2 * 3 * 2 * 3 * 2);
+  EXPECT_EQ(one.enumerated, one.invalid + one.out_of_memory + one.infeasible + one.simulated);
+  ASSERT_EQ(one.top.size(), one.simulated);  // top_k above the count keeps every layout that ran
+  ASSERT_GT(one.simulated, 5u);
+  for (size_t i = 1; i < one.top.size(); ++i)
+    EXPECT_LE(one.top[i - 1].metrics.at("step_time_s"), one.top[i].metrics.at("step_time_s"));
+  // A layout priced directly is never faster than the search's best.
+  ParallelConfig direct = base_;
+  direct.tp = 2;
+  direct.sequence_parallel = true;
+  direct.pp = 2;
+  direct.recompute = "full";
+  const PlanOutcome planned = plan_ptdp(StrategyInput{cluster_, model_, direct, batch_});
+  ASSERT_EQ(planned.status, "ok") << planned.reason;
+  const Evaluation e = evaluate(EvalInput{cluster_, model_, batch_, "kwai", {}, {}, 0}, planned.plan);
+  ASSERT_EQ(e.status, "ok") << e.reason;
+  EXPECT_LE(one.top.front().metrics.at("step_time_s"), e.metrics.at("step_time_s"));
+  // Two threads: the same layouts in the same order with the same metrics; top_k keeps a prefix.
+  const SearchResult two = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 3, {}, 2);
+  ASSERT_EQ(two.top.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(two.top[i].label(), one.top[i].label());
+    EXPECT_EQ(two.top[i].metrics, one.top[i].metrics);
+  }
+}
+
+}  // namespace
+}  // namespace cpbench
