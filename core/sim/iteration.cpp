@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
 #include "core/sim/layer_cost.h"
@@ -509,7 +510,7 @@ class IterationGraph {
   // the chunk's last layer go out while that backward runs (Megatron's bucketed overlap); the last
   // bucket after it.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
-    if (L_.zero3) return;  // ZeRO-3 reduce-scatters each layer's gradients inside its backward
+    if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
     const double grad_bytes = L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_;
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
@@ -530,6 +531,30 @@ class IterationGraph {
         grad_tasks_[s].push_back(graph_.add(t));
       }
     }
+  }
+
+  // ZeRO-3 reduce-scatters each layer's gradients inside its backward (layer_cost.cpp); what is
+  // left for the step's end, per stage: the reduce-scatter of the last layer of each chunk (its
+  // bytes counted with the layer, its time running after the chunk's backward), and the gradients
+  // of the parameters outside the layers (embedding, positions, final norm, output layer), which
+  // are reduce-scattered once after the last backward. The optimizer waits for both.
+  void add_zero3_tail(const PipelineTasks& tasks, int first_device, int s) {
+    const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
+    if (group.size <= 1) return;
+    const double layer_params = param_count(model_, longest_).per_layer / static_cast<double>(L_.tp);
+    const double outside = params_per_gpu(model_, L_, longest_, s) -
+                           layer_params * static_cast<double>(stage_layers(L_, model_.layers, s));
+    int last = -1;
+    for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
+      if (!schedule_[s][i].forward) last = i;
+    if (last < 0) return;
+    const double bytes = L_.grad_bytes() * std::max(0.0, outside);
+    const double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
+                           cost_.collective_s(Collective::reduce_scatter, bytes, group);
+    TaskSpec t{first_device + s, kDpStream, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
+    set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
+    grad_tasks_[s].push_back(graph_.add(t));
+    sent_[first_device + s] += collective_sent_bytes(Collective::reduce_scatter, bytes, group);
   }
 
   // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.

@@ -464,7 +464,13 @@ void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int 
       if (op.stream == OpStream::tp || op.stream == OpStream::dp) set_contention(cost, t, op.bytes);
       id[i] = graph.add(std::move(t));
     }
-    previous_last = ops.empty() ? previous_last : id.back();
+    // The next copy follows this copy's last op off the dp stream: ZeRO-3's trailing gradient
+    // reduce-scatter runs beside the next layer instead of holding it.
+    for (size_t i = ops.size(); i-- > 0;)
+      if (ops[i].stream != OpStream::dp) {
+        previous_last = id[i];
+        break;
+      }
   }
 }
 
@@ -503,7 +509,12 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
     p.cp_wait_s = std::min(cp_wait * copies, r.exposed_comm_s[0]);
     p.dp_comm_s = std::min(p.dp_comm_s, r.exposed_comm_s[0] - p.cp_wait_s);
     p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s - p.dp_comm_s);
-    p.host_s = std::max(0.0, r.makespan_s - p.compute_s - p.tp_comm_s - p.cp_wait_s - p.dp_comm_s);
+    // The pass ends with its last task off the dp stream: a trailing ZeRO-3 reduce-scatter is the
+    // iteration's to wait for (add_zero3_tail), not this pass's.
+    double pass_end = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g.task(static_cast<int>(i)).stream != static_cast<int>(OpStream::dp)) pass_end = std::max(pass_end, r.end_s[i]);
+    p.host_s = std::max(0.0, pass_end - p.compute_s - p.tp_comm_s - p.cp_wait_s - p.dp_comm_s);
     p.tp_bytes = p.tp_bytes * copies;
     p.dp_bytes = p.dp_bytes * copies;
     p.kernels *= copies;

@@ -80,7 +80,7 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& model, cons
                             const PlanMicroBatch& mb);
 
 // `repeats` copies of `ops` run back to back on one rank, each copy's first ops reading the
-// previous copy's last op (a chunk of identical layers), with the host issuing every kernel in
+// previous copy's last op off the dp stream (a chunk of identical layers), with the host issuing every kernel in
 // order. Communication ops hold cost.params().comm_sm_fraction of the SMs and an HBM share from
 // their bytes while they run. Simulated for one and two copies; further copies repeat the second
 // (the graph is periodic: copy k + 1 starts where copy k ends, the host no further ahead).

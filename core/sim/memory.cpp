@@ -33,9 +33,12 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // ZeRO-3: 16-bit parameters, gradients and the fp32 master weights and Adam moments all
     // sharded over dp·cp; beside them the working set of gathered layers — the one running and
     // the one prefetched (16-bit) — and one layer's full gradients before their reduce-scatter.
+    // Without reshard_after_forward every layer stays gathered from its forward to its backward:
+    // the whole stage's 16-bit parameters.
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
-    return (2 + L.grad_bytes() + 12) * params / shards + (2 * 2 + L.grad_bytes()) * layer;
+    const double gathered = L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params;
+    return (2 + L.grad_bytes() + 12) * params / shards + gathered + L.grad_bytes() * layer;
   }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
   return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
@@ -83,7 +86,7 @@ std::vector<bool> offloaded_ops(const ParallelConfig& L, const std::vector<PipeO
   if (L.activation_offload_ratio <= 0) return out;
   const std::vector<int64_t> fwd = forward_index(ops);
   for (size_t j = 0; j < ops.size(); ++j)
-    if (fwd[j] >= 0 && static_cast<int64_t>(j) >= fwd[j] + 3) out[fwd[j]] = true;
+    if (fwd[j] >= 0 && static_cast<int64_t>(j) >= fwd[j] + 4) out[fwd[j]] = true;
   return out;
 }
 

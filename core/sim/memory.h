@@ -49,8 +49,9 @@ double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& la
                                bool recompute_none = false);
 
 // Which forward ops of one stage's schedule offload the fraction activation_offload_ratio of their
-// saved bytes to the host: each whose backward comes 3 or more ops later (the copy out runs during
-// the next op, the copy back during the op before the backward; closer, the bytes stay).
+// saved bytes to the host: each whose backward comes 4 or more ops later (the copy out runs during
+// the next op, the copy back during the op before the backward: only with an op between them do
+// the bytes leave the device at all; closer, they stay).
 std::vector<bool> offloaded_ops(const ParallelConfig& layout, const std::vector<PipeOp>& ops);
 
 // Activation bytes held by one stage after each op of its schedule (forward: + the chunk's saved
