@@ -24,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 constexpr int kTagPoint = 7301;
+constexpr int kTagDone = 7302;  // a rank has sent every point it finished
 
 std::string sanitize(const std::string& id) {
   std::string s;
@@ -293,9 +294,16 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (!io_status) return io_status.errors();
     return results;
   };
+  // Whether any rank was stopped: the ranks of the cpu backend enter each point's collectives
+  // together, so they agree before each one (a rank stopping alone would leave the others waiting).
+  auto stopped_anywhere = [&] {
+    int here = stopped() ? 1 : 0, any = here;
+    if (mpi_on && size > 1) MPI_Allreduce(&here, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return any != 0;
+  };
   if (together) {
     for (size_t i : mine) {
-      if (stopped()) break;
+      if (stopped_anywhere()) break;
       PointResult r = run_index(i);
       if (rank == 0) record(i, std::move(r));
       else results[i] = std::move(r);
@@ -345,9 +353,40 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   for (auto& t : threads) t.join();
-  for (auto& [i, r] : finished) {  // points that finished while a stop was handled
-    if (rank == 0) record(i, std::move(r));
-    else results[i] = std::move(r);
+  // Points that finished while a stop was handled: every rank sends rank 0 what it has not sent
+  // yet, then a done marker; rank 0 records its own and receives until every rank is done, so a
+  // stop loses no finished point on any rank.
+  for (auto& [i, r] : finished) {
+    if (rank == 0) {
+      record(i, std::move(r));
+    } else {
+      std::string wire = result_to_wire(i, r).dump();
+      MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
+      results[i] = std::move(r);
+    }
+  }
+  if (mpi_on && size > 1) {
+    if (rank != 0) {
+      int none = 0;
+      MPI_Send(&none, 1, MPI_INT, 0, kTagDone, MPI_COMM_WORLD);
+    } else {
+      for (int done_ranks = 0; done_ranks < size - 1;) {
+        MPI_Status st;
+        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        if (st.MPI_TAG == kTagDone) {
+          int none = 0;
+          MPI_Recv(&none, 1, MPI_INT, st.MPI_SOURCE, kTagDone, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          ++done_ranks;
+          continue;
+        }
+        int count = 0;
+        MPI_Get_count(&st, MPI_CHAR, &count);
+        std::string wire(count, '\0');
+        MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        auto [i, r] = result_from_wire(json::parse(wire));
+        record(i, std::move(r));
+      }
+    }
   }
   return finish();
 }
