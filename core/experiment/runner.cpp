@@ -286,6 +286,25 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     progress->point_done(spec.points[i].id, r.status);
     results[i] = std::move(r);
   };
+  // A point this rank finished: rank 0 records it, the others send it to rank 0.
+  auto deliver = [&](size_t i, PointResult r) {
+    if (rank == 0) {
+      record(i, std::move(r));
+      return;
+    }
+    std::string wire = result_to_wire(i, r).dump();
+    MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
+    results[i] = std::move(r);
+  };
+  // Rank 0: receives and records the point another rank sent (`st` from a probe of it).
+  auto receive = [&](const MPI_Status& st) {
+    int count = 0;
+    MPI_Get_count(&st, MPI_CHAR, &count);
+    std::string wire(count, '\0');
+    MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    auto [i, r] = result_from_wire(json::parse(wire));
+    record(i, std::move(r));
+  };
   // The end of a run, finished or stopped: results.json gets every finished point, and the
   // journal, now redundant, goes (a failed write leaves it for --resume).
   auto finish = [&]() -> Expected<PointResults> {
@@ -328,27 +347,16 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     for (auto& [i, r] : batch) {
       idle = false;
       --local_left;
-      if (rank == 0) {
-        record(i, std::move(r));
-      } else {
-        std::string wire = result_to_wire(i, r).dump();
-        MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
-        results[i] = std::move(r);
-      }
+      deliver(i, std::move(r));
     }
     while (rank == 0 && remote_left > 0) {
       int flag = 0;
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, kTagPoint, MPI_COMM_WORLD, &flag, &st);
       if (!flag) break;
-      int count = 0;
-      MPI_Get_count(&st, MPI_CHAR, &count);
-      std::string wire(count, '\0');
-      MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      auto [i, r] = result_from_wire(json::parse(wire));
+      receive(st);
       --remote_left;
       idle = false;
-      record(i, std::move(r));
     }
     if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -356,15 +364,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   // Points that finished while a stop was handled: every rank sends rank 0 what it has not sent
   // yet, then a done marker; rank 0 records its own and receives until every rank is done, so a
   // stop loses no finished point on any rank.
-  for (auto& [i, r] : finished) {
-    if (rank == 0) {
-      record(i, std::move(r));
-    } else {
-      std::string wire = result_to_wire(i, r).dump();
-      MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
-      results[i] = std::move(r);
-    }
-  }
+  for (auto& [i, r] : finished) deliver(i, std::move(r));
   if (mpi_on && size > 1) {
     if (rank != 0) {
       int none = 0;
@@ -379,12 +379,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
           ++done_ranks;
           continue;
         }
-        int count = 0;
-        MPI_Get_count(&st, MPI_CHAR, &count);
-        std::string wire(count, '\0');
-        MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        auto [i, r] = result_from_wire(json::parse(wire));
-        record(i, std::move(r));
+        receive(st);
       }
     }
   }

@@ -13,14 +13,17 @@ namespace {
 
 // "cpbench: world rank 3: ended by SIGTERM\n", formatted once MPI knows the rank, written by the
 // handler with write(2) (async-signal-safe) before the signal's default action runs.
-char g_ended_by[4][64];
-const int kNamedSignals[4] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-const char* const kSignalNames[4] = {"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"};
+struct NamedSignal {
+  int number;
+  const char* name;
+  char message[64];
+};
+NamedSignal g_named[] = {{SIGTERM, "SIGTERM", {}}, {SIGINT, "SIGINT", {}}, {SIGHUP, "SIGHUP", {}}, {SIGQUIT, "SIGQUIT", {}}};
 
 void say_rank_and_end(int sig) {
-  for (int i = 0; i < 4; ++i)
-    if (kNamedSignals[i] == sig) {
-      [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, g_ended_by[i], std::strlen(g_ended_by[i]));
+  for (const NamedSignal& s : g_named)
+    if (s.number == sig) {
+      [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, s.message, std::strlen(s.message));
     }
   std::signal(sig, SIG_DFL);
   std::raise(sig);
@@ -31,12 +34,12 @@ void say_rank_and_end(int sig) {
 void name_rank_on_termination() {
   int rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  for (int i = 0; i < 4; ++i) {
-    std::snprintf(g_ended_by[i], sizeof g_ended_by[i], "cpbench: world rank %d: ended by %s\n", rank, kSignalNames[i]);
+  for (NamedSignal& s : g_named) {
+    std::snprintf(s.message, sizeof s.message, "cpbench: world rank %d: ended by %s\n", rank, s.name);
     struct sigaction sa {};
     sa.sa_handler = say_rank_and_end;
     sigemptyset(&sa.sa_mask);
-    sigaction(kNamedSignals[i], &sa, nullptr);
+    sigaction(s.number, &sa, nullptr);
   }
 }
 

@@ -99,10 +99,16 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
   const double alpha = L.activation_offload_ratio;
   const std::vector<bool> offloaded = offloaded_ops(L, ops);
   const std::vector<int64_t> fwd = alpha > 0 ? forward_index(ops) : std::vector<int64_t>(ops.size(), -1);
-  auto saved = [&](size_t i) { return layers_per_chunk * micro_batch_layer_bytes(model, L, micro_batches[ops[i].micro_batch]); };
+  // Per micro-batch, once (each sums over its sequences): one layer's saved bytes, and what the
+  // recompute mode dropped from them.
+  std::vector<double> layer_bytes(micro_batches.size()), dropped(micro_batches.size());
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    layer_bytes[k] = micro_batch_layer_bytes(model, L, micro_batches[k]);
+    dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
+  }
+  auto saved = [&](size_t i) { return layers_per_chunk * layer_bytes[ops[i].micro_batch]; };
   double held = 0;  // saved bytes on the device when op i starts
   for (size_t i = 0; i < ops.size(); ++i) {
-    const PlanMicroBatch& mb = micro_batches[ops[i].micro_batch];
     // A reload for the next op, if it is the backward of offloaded activations, arrives during this one.
     double arriving = 0;
     if (i + 1 < ops.size() && fwd[i + 1] >= 0 && offloaded[fwd[i + 1]]) arriving = alpha * saved(fwd[i + 1]);
@@ -113,7 +119,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       // Backward of one layer at a time: what the mode dropped for that layer comes back while it
       // runs (full: the whole layer; selective: the scores; balanced: the norm and MLP activation
       // outputs).
-      workspace = micro_batch_layer_bytes(model, L, mb, true) - micro_batch_layer_bytes(model, L, mb);
+      workspace = dropped[ops[i].micro_batch];
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: its own bytes; the offload copied during op i (of forward i − 1) has left; the
