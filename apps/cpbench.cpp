@@ -299,7 +299,7 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
         const size_t pct = 100 * done / total;
         if (done != total && pct / 10 == shown) return;
         shown = pct / 10 + (done == total ? 1 : 0);
-        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu layouts evaluated%s" : "search: %zu/%zu layouts evaluated%s", done,
+        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu layouts that fit simulated or pruned%s" : "search: %zu/%zu layouts that fit simulated or pruned%s", done,
                      total, done == total || !tty ? "\n" : "");
       },
       std::max(1u, std::thread::hardware_concurrency()));
@@ -307,13 +307,16 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
   std::printf("%s: %s on %lld GPUs of %s, %zu sequences\n", ref->name.c_str(), p.model.name.c_str(),
               static_cast<long long>(p.parallel.num_gpus), p.cluster.name.c_str(), batch.lengths.size());
   std::printf("%zu combinations: %zu do not divide or pair, %zu out of memory (no simulation), %zu infeasible, %zu "
-              "simulated, in %.1f s\n",
-              found.enumerated, found.invalid, found.out_of_memory, found.infeasible, found.simulated, seconds);
-  std::printf("%4s  %-40s %8s %12s %10s %10s\n", "rank", "layout", "MFU", "tokens/s/GPU", "step (s)", "peak GiB");
+              "simulated, %zu pruned by a lower bound on their step (no simulation), in %.1f s\n",
+              found.enumerated, found.invalid, found.out_of_memory, found.infeasible, found.simulated, found.pruned,
+              seconds);
+  std::printf("%4s  %-40s %8s %12s %10s %10s %10s\n", "rank", "layout", "MFU", "tokens/s/GPU", "step (s)", "bound (s)",
+              "peak GiB");
   for (size_t i = 0; i < found.top.size(); ++i) {
     const auto& m = found.top[i].metrics;
-    std::printf("%4zu  %-40s %7.1f%% %12.1f %10.3f %10.1f\n", i + 1, found.top[i].label().c_str(), 100 * m.at("mfu"),
-                m.at("tokens_per_s_per_gpu"), m.at("step_time_s"), m.at("peak_memory_gib"));
+    std::printf("%4zu  %-40s %7.1f%% %12.1f %10.3f %10.3f %10.1f\n", i + 1, found.top[i].label().c_str(),
+                100 * m.at("mfu"), m.at("tokens_per_s_per_gpu"), m.at("step_time_s"), m.at("step_time_lower_bound_s"),
+                m.at("peak_memory_gib"));
   }
   if (spec_out.empty()) return kExitOk;
   auto raw = load_json_file(ref->file);

@@ -103,6 +103,18 @@ std::string check_attention_plans(const std::vector<const AttentionPlan*>& plans
   return "";
 }
 
+// The memory estimate, and why the plan does not fit (empty when it does).
+std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
+  if (mem.total() / kGiB <= in.cluster.gpu.hbm_gib) return {};
+  char why[240];
+  std::snprintf(why, sizeof why,
+                "out of memory: %.1f GiB per GPU needed (weights+optimizer %.1f, activations %.1f, allocator "
+                "fragmentation %.1f, reserved %.1f), %.0f GiB on the GPU",
+                mem.total() / kGiB, mem.weights_optimizer_bytes / kGiB, (mem.activation_bytes + mem.workspace_bytes) / kGiB,
+                mem.fragmentation_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
+  return why;
+}
+
 Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   Evaluation out;
 #ifndef NDEBUG
@@ -110,15 +122,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
 #endif
   workload_metrics(in, plan, out.metrics);
   MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
-  if (mem.total() / kGiB > in.cluster.gpu.hbm_gib) {
-    char why[240];
-    std::snprintf(why, sizeof why,
-                  "out of memory: %.1f GiB per GPU needed (weights+optimizer %.1f, activations %.1f, allocator "
-                  "fragmentation %.1f, reserved %.1f), %.0f GiB on the GPU",
-                  mem.total() / kGiB, mem.weights_optimizer_bytes / kGiB, (mem.activation_bytes + mem.workspace_bytes) / kGiB,
-                  mem.fragmentation_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
-    return {"infeasible", why, {}, {}};
-  }
+  if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
   auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path);
@@ -241,6 +245,16 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
   if (backend == "sim") return evaluate_sim(in, plan);
   if (backend == "cpu") return evaluate_cpu(in, plan);
   return {"error", "unknown backend '" + backend + "' (known: sim, cpu)", {}, {}};
+}
+
+Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
+  const MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
+  if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
+  auto cost = CostModel::create(in.cluster);
+  if (!cost) return {"error", cost.error_str(), {}, {}};
+  auto bound = step_time_lower_bound(plan, in.model, *cost);
+  if (!bound) return {"error", bound.error_str(), {}, {}};
+  return {"ok", "", {{"step_time_lower_bound_s", *bound}}, {}};
 }
 
 std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {

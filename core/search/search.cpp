@@ -69,25 +69,62 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                 }
                 planned.emplace_back(L, std::move(outcome.plan));
               }
-  std::vector<Evaluation> evaluated(planned.size());
-  std::atomic<size_t> next{0}, done{0};
-  std::mutex mu;
-  auto worker = [&] {
-    for (size_t i; (i = next++) < planned.size();) {
-      evaluated[i] = evaluate(EvalInput{cluster, model, batch, flops_definition, {}, {}, 0}, planned[i].second);
-      const size_t finished = ++done;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(mu);
-        progress(finished, planned.size());
-      }
-    }
+  const EvalInput in{cluster, model, batch, flops_definition, {}, {}, 0};
+  // Runs f(i) for i in [0, n) on `jobs` threads.
+  auto parallel_for = [jobs](size_t n, const std::function<void(size_t)>& f) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i; (i = next++) < n;) f(i);
+    };
+    std::vector<std::thread> threads;
+    for (int k = 1; k < std::max(1, jobs); ++k) threads.emplace_back(worker);
+    worker();
+    for (auto& th : threads) th.join();
   };
-  std::vector<std::thread> threads;
-  for (int k = 1; k < std::max(1, jobs); ++k) threads.emplace_back(worker);
-  worker();
-  for (auto& th : threads) th.join();
-  std::vector<SearchCandidate> ran;
+  // First the memory check and a lower bound on each layout's step (evaluate_bound: no
+  // simulation); then the simulations in the order of that bound, in rounds of kRound, stopping
+  // once the next bound exceeds the k-th best step simulated: those left cannot rank (exact: the
+  // top is the one simulating every layout would give). Rounds of a fixed size, not one per
+  // thread, keep the counts independent of `jobs`.
+  std::vector<Evaluation> bounds(planned.size());
+  parallel_for(planned.size(), [&](size_t i) { bounds[i] = evaluate_bound(in, planned[i].second); });
+  std::vector<size_t> order;
   for (size_t i = 0; i < planned.size(); ++i) {
+    if (bounds[i].status == "ok")
+      order.push_back(i);
+    else
+      ++(bounds[i].reason.rfind("out of memory", 0) == 0 ? out.out_of_memory : out.infeasible);
+  }
+  auto bound_of = [&](size_t i) { return bounds[i].metrics.at("step_time_lower_bound_s"); };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bound_of(a) < bound_of(b); });
+  constexpr size_t kRound = 8;
+  std::vector<Evaluation> evaluated(planned.size());
+  std::vector<double> steps;  // of the layouts simulated so far
+  std::mutex mu;
+  size_t done = 0, next = 0;
+  while (next < order.size()) {
+    if (top_k > 0 && steps.size() >= top_k) {
+      std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(top_k - 1), steps.end());
+      if (bound_of(order[next]) > steps[top_k - 1]) break;
+    }
+    const size_t round = std::min(kRound, order.size() - next);
+    parallel_for(round, [&](size_t k) {
+      const size_t i = order[next + k];
+      evaluated[i] = evaluate(in, planned[i].second);
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      if (progress) progress(done, order.size());
+    });
+    for (size_t k = 0; k < round; ++k)
+      if (const Evaluation& e = evaluated[order[next + k]]; e.status == "ok") steps.push_back(e.metrics.at("step_time_s"));
+    next += round;
+  }
+  out.pruned = order.size() - next;
+  if (progress && out.pruned > 0) progress(order.size(), order.size());
+  std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(next));  // enumeration order
+  std::vector<SearchCandidate> ran;
+  for (size_t j = 0; j < next; ++j) {
+    const size_t i = order[j];
     const Evaluation& e = evaluated[i];
     if (e.status != "ok") {
       ++(e.reason.rfind("out of memory", 0) == 0 ? out.out_of_memory : out.infeasible);
@@ -95,6 +132,7 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
     }
     ++out.simulated;
     ran.push_back({planned[i].first, e.metrics});
+    ran.back().metrics["step_time_lower_bound_s"] = bound_of(i);
   }
   // Ties keep the enumeration order (deterministic whatever the thread count).
   std::stable_sort(ran.begin(), ran.end(), [](const SearchCandidate& a, const SearchCandidate& b) {

@@ -49,12 +49,13 @@ struct SearchResult {
   size_t out_of_memory = 0;          // discarded by the memory estimate (evaluate_sim's first check), not simulated
   size_t infeasible = 0;             // other reasons the plan or its evaluation gave
   size_t simulated = 0;              // priced by the discrete-event simulation
+  size_t pruned = 0;                 // fit, but their step's lower bound exceeds the k-th best simulated step
 };
 
 // Searches `space` around `base` (num_gpus and every switch not searched are base's; sequence
 // parallelism is on whenever t > 1), evaluating the plannable layouts on `jobs` threads;
-// progress(done, total) is called (serialised) after each evaluation. The result does not depend
-// on `jobs`.
+// progress(done, total) is called (serialised) after each simulation, and once with done = total
+// when the rest is pruned. The result, counts included, does not depend on `jobs`.
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,

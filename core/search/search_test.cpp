@@ -1,6 +1,7 @@
 // search_test.cpp — the configuration search: every combination accounted for once, the ranking
-// by simulated step time, no better layout missed among those it could plan, and a result that
-// does not depend on the number of threads.
+// by simulated step time, no better layout missed among those it could plan, pruning by a lower
+// bound that gives the exhaustive search's top, and a result that does not depend on the number of
+// threads.
 #include "core/search/search.h"
 
 #include <gtest/gtest.h>
@@ -39,7 +40,13 @@ TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThread
   const SearchResult one = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 1);
   EXPECT_EQ(one.enumerated, 3u * 2 * 3 * 2 * 3 * 2);
   EXPECT_EQ(one.enumerated, one.invalid + one.out_of_memory + one.infeasible + one.simulated);
+  EXPECT_EQ(one.pruned, 0u);  // top_k above the count: nothing can be pruned
   ASSERT_EQ(one.top.size(), one.simulated);  // top_k above the count keeps every layout that ran
+  // The lower bound the search prunes by never exceeds the simulated step, and is not vacuous.
+  for (const SearchCandidate& c : one.top) {
+    EXPECT_LE(c.metrics.at("step_time_lower_bound_s"), c.metrics.at("step_time_s")) << c.label();
+    EXPECT_GT(c.metrics.at("step_time_lower_bound_s"), 0.5 * c.metrics.at("step_time_s")) << c.label();
+  }
   ASSERT_GT(one.simulated, 5u);
   for (size_t i = 1; i < one.top.size(); ++i)
     EXPECT_LE(one.top[i - 1].metrics.at("step_time_s"), one.top[i].metrics.at("step_time_s"));
@@ -54,13 +61,21 @@ TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThread
   const Evaluation e = evaluate(EvalInput{cluster_, model_, batch_, "kwai", {}, {}, 0}, planned.plan);
   ASSERT_EQ(e.status, "ok") << e.reason;
   EXPECT_LE(one.top.front().metrics.at("step_time_s"), e.metrics.at("step_time_s"));
-  // Two threads: the same layouts in the same order with the same metrics; top_k keeps a prefix.
+  // Top 3 on two threads: the exhaustive search's first three, in order, with the same metrics,
+  // though most layouts were pruned by their bound rather than simulated; the same counts on one
+  // thread.
   const SearchResult two = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 3, {}, 2);
   ASSERT_EQ(two.top.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(two.top[i].label(), one.top[i].label());
     EXPECT_EQ(two.top[i].metrics, one.top[i].metrics);
   }
+  EXPECT_GT(two.pruned, two.simulated);
+  EXPECT_EQ(two.simulated + two.pruned, one.simulated);
+  EXPECT_EQ(two.enumerated, two.invalid + two.out_of_memory + two.infeasible + two.simulated + two.pruned);
+  const SearchResult serial = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 3, {}, 1);
+  EXPECT_EQ(serial.simulated, two.simulated);
+  EXPECT_EQ(serial.pruned, two.pruned);
 }
 
 }  // namespace

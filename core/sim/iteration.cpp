@@ -270,14 +270,14 @@ class IterationGraph {
         const int64_t shards = L_.dp() * L_.cp;
         const bool sharded = L_.distributed_optimizer || L_.zero3;
         double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? shards : 1);
-        TaskSpec t{device, kComputeStream, cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params), {}, -1, -1, "optimizer", 'o'};
+        TaskSpec t{device, kComputeStream, optimizer_s(params), {}, -1, -1, "optimizer", 'o'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
         if (L_.distributed_optimizer && !L_.zero3 && shards > 1 && L_.overlap_param_gather) {
           add_param_gather_prologue(static_cast<int>(r), s);
-        } else if (L_.distributed_optimizer && !L_.zero3 && shards > 1) {  // ZeRO-3 gathers on demand
-          const double bytes = 2.0 * params_per_gpu(model_, L_, longest_, s);
+        } else if (gathers_params_at_end()) {
+          const double bytes = param_gather_bytes(s);
           const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
           TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
                       "dp param all-gather", 'm'};
@@ -361,7 +361,71 @@ class IterationGraph {
 
   const TaskGraph& graph() const { return graph_; }
 
+  // A step time no simulation of this plan can beat (step_time_lower_bound): per replica and
+  // stage, the stage's ops back to back (compute and blocking tails, no contention, no sends),
+  // after the computes of the forward chain that feeds its first op and before those of the
+  // backward chain its last op feeds (a consumer waits for its producer's compute, not for its
+  // blocking tail: append_pipeline_tasks), then the first stage's end of step.
+  Expected<double> lower_bound() {
+    double bound = 0;
+    for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+      auto costs = chunk_costs(*replicas_.lists[r]);
+      if (!costs) return costs.errors();
+      auto pass = [&](int s, const PipeOp& op) -> const PassCost& {
+        const ChunkCost& c = (*costs)[s][op.micro_batch * v_ + op.chunk];
+        return op.forward ? c.fwd : c.bwd;
+      };
+      for (int s = 0; s < p_; ++s) {
+        const std::vector<PipeOp>& ops = schedule_[s];
+        if (ops.empty()) continue;
+        double busy = 0;
+        for (const PipeOp& op : ops) busy += pass(s, op).total();
+        // The virtual stages before the first op's (its forward's inputs) and before the last
+        // op's (the backward it feeds), each on its own stage: j = chunk·p + stage.
+        double before = 0, after = 0;
+        const PipeOp& first = ops.front();
+        for (int j = 0; j < first.chunk * p_ + s; ++j) before += pass(j % p_, {true, first.micro_batch, j / p_}).compute_s;
+        const PipeOp& last = ops.back();
+        if (!last.forward)
+          for (int j = 0; j < last.chunk * p_ + s; ++j) after += pass(j % p_, {false, last.micro_batch, j / p_}).compute_s;
+        bound = std::max(bound, before + busy + after);
+      }
+    }
+    // Stage 0's last op ends every chain above; after it, its last gradient reduction, the
+    // optimizer, and the parameter all-gather.
+    const int64_t shards = L_.dp() * L_.cp;
+    const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
+    const bool sharded = L_.distributed_optimizer || L_.zero3;
+    const double params = params_per_gpu(model_, L_, longest_, 0) / (sharded ? shards : 1);
+    if (!L_.zero3 && shards > 1) bound += late_grad_reduction_s(0);
+    if (gathers_params_at_end()) bound += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
+    return bound + optimizer_s(params);
+  }
+
  private:
+  // The optimizer step over `params` parameters (add_optimizer's bytes per parameter).
+  double optimizer_s(double params) const { return cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params); }
+
+  // DP gradient reduction (not ZeRO-3): the gradient bytes of one chunk of stage s, the
+  // collective, and the part of a chunk's reduction that runs after its last backward — all of
+  // it, or with overlap_grad_reduce the last layer's bucket (Megatron's bucketed overlap).
+  double chunk_grad_bytes(int s) const { return L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_; }
+  Collective grad_reduction_kind() const {
+    return L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
+  }
+  double late_grad_reduction_s(int s) const {
+    const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
+    const double total_s = cost_.collective_s(grad_reduction_kind(), chunk_grad_bytes(s), dp);
+    const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L_, model_.layers, s)) / v_);
+    return L_.overlap_grad_reduce ? total_s / layers_per_chunk : total_s;
+  }
+  // The distributed optimizer's all-gather of stage s's updated parameters at the step's end
+  // (without overlap_param_gather; ZeRO-3 gathers on demand instead): bytes, and whether it runs.
+  double param_gather_bytes(int s) const { return 2.0 * params_per_gpu(model_, L_, longest_, s); }
+  bool gathers_params_at_end() const {
+    return L_.distributed_optimizer && !L_.zero3 && L_.dp() * L_.cp > 1 && !L_.overlap_param_gather;
+  }
+
   // Cost of each (micro-batch, chunk) on each stage, [stage][micro-batch · v + chunk], computed
   // once per distinct micro-batch (they repeat).
   Expected<std::vector<std::vector<ChunkCost>>> chunk_costs(const std::vector<PlanMicroBatch>& mbs) {
@@ -511,18 +575,17 @@ class IterationGraph {
   // bucket after it.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
     if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
-    const double grad_bytes = L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_;
+    const double grad_bytes = chunk_grad_bytes(s);
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    const Collective kind = L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
+    const Collective kind = grad_reduction_kind();
     const double total_s = cost_.collective_s(kind, grad_bytes, dp);
     sent_[first_device + s] += collective_sent_bytes(kind, grad_bytes, dp) * v_;
-    const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L_, model_.layers, s)) / v_);
     for (int c = 0; c < v_; ++c) {
       int last = -1;
       for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
         if (!schedule_[s][i].forward && schedule_[s][i].chunk == c) last = i;
       const int last_task = tasks.done[s][last];
-      const double early = L_.overlap_grad_reduce ? total_s * (1 - 1 / layers_per_chunk) : 0;
+      const double early = total_s - late_grad_reduction_s(s);
       std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
       for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
         if (dur <= 0) continue;
@@ -590,6 +653,17 @@ class IterationGraph {
 };
 
 }  // namespace
+
+Expected<double> step_time_lower_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
+  auto replicas = group_replicas(plan);
+  if (!replicas) return replicas.errors();
+  const ParallelConfig& L = plan.layout;
+  auto schedule = pipeline_schedule(plan.pipeline_schedule, static_cast<int>(L.pp),
+                                    static_cast<int>(plan.micro_batches[0].size()), static_cast<int>(L.vp));
+  if (!schedule) return schedule.errors();
+  IterationGraph g(plan, model, cost, *replicas, *schedule);
+  return g.lower_bound();
+}
 
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
                                              const std::filesystem::path& trace_path) {

@@ -1,0 +1,47 @@
+// search_bench.cpp — the configuration search (core/search) over issue 11's 256-GPU space: the
+// first point of experiments/kwai/gpt175b_8k (Llama-like 175B, s = 8,192, 256 H800s, global
+// batch 256) with the default SearchSpace (t, c ∈ {1, 2, 4, 8}, p ∈ {1, …, 32}, l ∈ {none, 1, 2,
+// 4}, three checkpointing modes, α ∈ {0, …, 1}), top 5, on the machine's threads.
+// Target (issue 11): ≤ 10 s on 2 cores. Results are recorded in docs/performance.md.
+#include <benchmark/benchmark.h>
+
+#include <thread>
+
+#include "core/experiment/registry.h"
+#include "core/experiment/spec.h"
+#include "core/search/search.h"
+#include "core/workload/batch.h"
+
+namespace cpbench {
+namespace {
+
+void BM_SearchKwai175B8K(benchmark::State& state) {
+  const auto dir = default_experiments_dir();
+  auto spec = load_spec(dir / "kwai" / "gpt175b_8k.json", "kwai/gpt175b_8k", SpecOptions{dir, {}, {}});
+  if (!spec || spec->points.empty()) {
+    state.SkipWithError("experiments/kwai/gpt175b_8k.json failed to load");
+    return;
+  }
+  const PointConfig& p = spec->points.front();
+  const auto& w = p.workload;
+  const GlobalBatch batch = make_global_batch(
+      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  SearchResult found;
+  for (auto _ : state) {
+    found = search_configurations(p.cluster, p.model, batch, p.parallel, p.flops_definition, SearchSpace{}, 5, {}, jobs);
+    benchmark::DoNotOptimize(&found);
+  }
+  state.counters["threads"] = jobs;
+  state.counters["enumerated"] = static_cast<double>(found.enumerated);
+  state.counters["out_of_memory"] = static_cast<double>(found.out_of_memory);
+  state.counters["simulated"] = static_cast<double>(found.simulated);
+  state.counters["pruned"] = static_cast<double>(found.pruned);
+  state.counters["best_mfu"] = found.top.empty() ? 0 : found.top.front().metrics.at("mfu");
+}
+BENCHMARK(BM_SearchKwai175B8K)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1)->Repetitions(3);
+
+}  // namespace
+}  // namespace cpbench
+
+BENCHMARK_MAIN();
