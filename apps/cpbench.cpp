@@ -31,7 +31,7 @@
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
 #include "core/search/search.h"
-#include "core/strategies/strategy.h"
+#include "core/experiment/strategy_registry.h"
 
 namespace {
 

@@ -251,16 +251,35 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       out.push_back(std::move(c));
       continue;
     }
-    // A value: one comparison per selected point (several when a grid or strategies fan out).
+    // A value: one comparison per selected point (several when a grid or strategies fan out), or
+    // with `nearest` one, for the selected point that ran nearest the published value.
+    std::optional<size_t> nearest;
+    size_t selected = 0;
+    for (size_t i = 0; pv.nearest && i < spec.points.size(); ++i) {
+      if (!pv.select.matches(spec.points[i])) continue;
+      ++selected;
+      if (!results[i] || results[i]->status != "ok" || !results[i]->metrics.count(pv.metric)) continue;
+      auto distance = [&](size_t k) { return std::abs(results[k]->metrics.at(pv.metric) - pv.published); };
+      if (!nearest || distance(i) < distance(*nearest)) nearest = i;
+    }
     for (size_t i = 0; i < spec.points.size(); ++i) {
       const auto& p = spec.points[i];
       if (!pv.select.matches(p)) continue;
+      if (pv.nearest && nearest && i != *nearest) continue;
+      if (pv.nearest && !nearest) {  // none ran: one comparison without a value
+        Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", selector_json(pv.select)};
+        c.note = "none of the " + std::to_string(selected) + " selected points ran";
+        judge(pv, c);
+        out.push_back(std::move(c));
+        break;
+      }
       Selector exact{p.case_name, p.label, p.params};
       Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", selector_json(exact)};
       std::string note;
       c.reproduced = metric_of(spec, results, exact, pv.metric, &note);
       if (!c.reproduced) c.note = note;
       c.calibration = fitted_on(spec, exact, pv.metric, pv.label);
+      if (pv.nearest) c.note = "nearest of the " + std::to_string(selected) + " selected points: " + p.id;
       judge(pv, c);
       out.push_back(std::move(c));
     }

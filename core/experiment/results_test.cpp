@@ -195,6 +195,32 @@ TEST_F(ResultsTest, BestSidePicksTheHighestOfThePointsThatRan) {
   EXPECT_NE(comps[0].note.find("no selected point ran"), std::string::npos) << comps[0].note;
 }
 
+TEST_F(ResultsTest, NearestValueComparesTheOnePointClosestToThePublishedValue) {
+  // Cases a and b ran (b has twice a's FLOPs), odd is infeasible: a published value near b's picks b.
+  const PointResults results = run_all();
+  const double a = results[0]->metrics.at("flops_per_iteration"), b = results[1]->metrics.at("flops_per_iteration");
+  PublishedValue pv;
+  pv.label = "nearest";
+  pv.metric = "flops_per_iteration";
+  pv.kind = "value";
+  pv.nearest = true;
+  pv.published = 0.4 * a + 0.6 * b;
+  pv.tolerance_rel = 0.5;
+  spec_.published = {pv};
+  auto comps = compute_comparisons(spec_, results);
+  ASSERT_EQ(comps.size(), 1u);
+  ASSERT_TRUE(comps[0].reproduced.has_value()) << comps[0].note;
+  EXPECT_EQ(*comps[0].reproduced, b);
+  EXPECT_NE(comps[0].note.find("nearest of the 3 selected points: case=b/"), std::string::npos) << comps[0].note;
+  EXPECT_EQ(comps[0].select["case"], "b");
+  // Only the infeasible case selected: one comparison, no value, the note says why.
+  spec_.published[0].select.case_name = "odd";
+  comps = compute_comparisons(spec_, results);
+  ASSERT_EQ(comps.size(), 1u);
+  EXPECT_FALSE(comps[0].reproduced.has_value());
+  EXPECT_NE(comps[0].note.find("none of the 1 selected points ran"), std::string::npos) << comps[0].note;
+}
+
 TEST_F(ResultsTest, WriteIsAtomicAndLeavesNoTemporaryFiles) {
   auto r = run_all();
   ASSERT_TRUE(write_results(dir_ / "out", spec_, current_provenance(1), r).ok());

@@ -17,7 +17,7 @@
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/journal.h"
 #include "core/experiment/metrics.h"
-#include "core/strategies/strategy.h"
+#include "core/experiment/strategy_registry.h"
 
 namespace cpbench {
 namespace {
@@ -167,7 +167,7 @@ PlannedPoint plan_point(const PointConfig& point) {
   out.batch = make_global_batch(
       w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
   const auto start = std::chrono::steady_clock::now();
-  PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch});
+  PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch, &point.search});
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   out.status = planned.status;
   out.reason = planned.reason;
@@ -180,7 +180,7 @@ PlannedPoint plan_point(const PointConfig& point) {
 std::string describe_point(const PointConfig& point) {
   PlannedPoint pp = plan_point(point);
   if (pp.status != "ok") return "    " + pp.status + ": " + pp.reason + "\n";
-  std::string out = plan_summary(pp.plan, point.cluster);
+  std::string out = (pp.reason.empty() ? "" : "    " + pp.reason + "\n") + plan_summary(pp.plan, point.cluster);
   // The prediction is the sim backend's (a dry run executes nothing, whatever the backend).
   Evaluation e = evaluate(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan,
                           "sim");
@@ -212,7 +212,8 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path, cons
                  experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
     Evaluation out = evaluate(in, plan, backend);
     r.status = out.status;
-    r.reason = out.reason;
+    // The strategy's note (what a search chose), then the backend's.
+    r.reason = pp.reason.empty() || out.reason.empty() ? pp.reason + out.reason : pp.reason + "; " + out.reason;
     r.metrics = std::move(out.metrics);
     r.timings.insert(out.timings.begin(), out.timings.end());
     for (const auto& [k, v] : r.metrics) {

@@ -92,7 +92,8 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
     r.push_back(p.value("status", ""));
     for (const auto& m : metrics) r.push_back(cell(p.value("metrics", json::object()).value(m, json(nullptr))));
     rows.push_back(r);
-    if (p.value("status", "") != "ok") reasons.push_back(p.value("id", "") + ": " + p.value("reason", ""));
+    // Why a point did not run, or a strategy's note on one that did (what a search chose).
+    if (!p.value("reason", "").empty()) reasons.push_back(p.value("id", "") + ": " + p.value("reason", ""));
   }
   out << table(header, rows);
   for (const auto& r : reasons) out << "  " << r << "\n";

@@ -6,7 +6,7 @@
 
 #include "core/cost/efficiency.h"
 #include "core/experiment/metrics.h"
-#include "core/strategies/strategy.h"
+#include "core/experiment/strategy_registry.h"
 
 namespace cpbench {
 namespace {
@@ -17,7 +17,7 @@ using Origins = std::map<std::string, Error>;
 // Keys of a spec that describe one point; cases, grid axes, strategy entries and --set may
 // override them. Every other top-level key describes the experiment as a whole.
 const std::vector<std::string> kPointKeys = {"hardware", "stack", "model", "workload", "parallel",
-                                             "flops_definition"};
+                                             "search", "flops_definition"};
 
 bool is_point_key(const std::string& k) {
   for (const auto& p : kPointKeys)
@@ -458,6 +458,7 @@ Status resolve_point(const json& point, const Origins& origins, const fs::path& 
   pc.workload = parse_workload(wo, presets, spec_dir);
   JsonObject pa = po.object("parallel");
   pc.parallel = parse_parallel_config(pa);
+  if (auto so = po.object_opt("search")) pc.search = parse_search_space(*so);
   pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
   po.finish();
   if (pd.ok()) return ok_status();
@@ -532,6 +533,7 @@ PublishedValue parse_published_value(JsonObject& vo, const std::set<std::string>
   pv.select = parse_selector(vo, case_names, labels);
   if (pv.select.best)  // a value compares every point it selects; "best" picks one side of a ratio
     vo.error("best", "only a ratio's numerator or denominator may take the best point");
+  pv.nearest = vo.boolean_or("nearest", false);
   if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
   vo.finish();
   return pv;

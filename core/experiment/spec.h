@@ -18,6 +18,7 @@
 #include "core/hardware/hardware.h"
 #include "core/model/model.h"
 #include "core/plan/parallel_config.h"
+#include "core/plan/search_space.h"
 #include "core/workload/batch.h"
 #include "core/workload/length_profile.h"
 
@@ -45,6 +46,7 @@ struct PointConfig {
   ModelShape model;
   WorkloadConfig workload;
   ParallelConfig parallel;
+  SearchSpace search;            // the "search" object (strategy ptdp_search); defaults when absent
   std::string flops_definition;  // "sc21" | "megatron" | "kwai"
 };
 
@@ -70,6 +72,9 @@ struct PublishedValue {
   double tolerance_rel = -1;  // |rel_error| allowed; < 0 = not judged by tolerance
   double tolerance_abs = -1;  // |reproduced − published| allowed
   bool judge_direction = false;  // ratio: pass when on the same side of 1 as the published one
+  // value: one comparison, the selected point (of those that ran) whose metric lies nearest the
+  // published one — "the search's top 5 holds a layout within 2 points of the published best".
+  bool nearest = false;
   // A figure's claim without a number to read off: "above_one" / "below_one" (a ratio only);
   // then there is no published value and the verdict is the direction alone.
   std::string expect;

@@ -216,6 +216,31 @@ TEST_F(SpecTest, BestBelongsToARatioSide) {
       << e;
 }
 
+TEST_F(SpecTest, SearchSpaceIsReadAndSetPerStrategy) {
+  auto f = write([](json& j) {
+    j["search"] = {{"tp", {1, 2}}, {"recompute", {"none", "full"}}, {"tp_comm_overlap", {false, true}}};
+    j["strategies"] = {{{"name", "ptdp_search"}, {"label", "third"}, {"set", {{"search.rank", 3}, {"search.offload_ratio", {0, 0.5}}}}}};
+  });
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  const SearchSpace& s = spec->points.front().search;
+  EXPECT_EQ(s.tp, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(s.cp, SearchSpace{}.cp);  // not given: the default axis
+  EXPECT_EQ(s.recompute, (std::vector<std::string>{"none", "full"}));
+  EXPECT_EQ(s.offload_ratio, (std::vector<double>{0, 0.5}));
+  EXPECT_EQ(s.tp_comm_overlap, (std::vector<bool>{false, true}));
+  EXPECT_TRUE(s.overlap_param_gather.empty());
+  EXPECT_EQ(s.rank, 3);
+}
+
+TEST_F(SpecTest, BadSearchAxisNamesTheField) {
+  auto f = write([](json& j) { j["search"] = {{"pp", {2, 0}}, {"recompute", {"some"}}, {"offload_ratio", 0.5}}; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /search/pp: expected integers in [1, 4096], got 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("/search/recompute: expected a non-empty array of \"none\""), std::string::npos) << e;
+  EXPECT_NE(e.find("/search/offload_ratio: expected a non-empty array of numbers in [0, 1]"), std::string::npos) << e;
+}
+
 TEST_F(SpecTest, SpeedupBaselineMustBeAStrategyLabel) {
   auto f = write([](json& j) { j["plot"] = {{"speedup_over", "tp8"}, {"x_label", "micro-batch size"}}; });
   auto e = error_of(load(f));

@@ -15,11 +15,19 @@ namespace cpbench {
 std::string SearchCandidate::label() const {
   const ParallelConfig& L = layout;
   char text[160];
-  std::snprintf(text, sizeof text, "t%lld c%lld p%lld vp%lld %s α=%g b%lld", static_cast<long long>(L.tp),
+  std::snprintf(text, sizeof text, "t%lld c%lld p%lld vp%lld %s α=%g b%lld%s%s", static_cast<long long>(L.tp),
                 static_cast<long long>(L.cp), static_cast<long long>(L.pp), static_cast<long long>(L.vp),
-                L.recompute.c_str(), L.activation_offload_ratio, static_cast<long long>(L.micro_batch_size));
+                L.recompute.c_str(), L.activation_offload_ratio, static_cast<long long>(L.micro_batch_size),
+                L.tp_comm_overlap ? " tp-overlap" : "", L.overlap_param_gather ? " param-gather-overlap" : "");
   return text;
 }
+
+namespace {
+
+// An axis of overlap switches: its values, or the base layout's own when it lists none.
+std::vector<bool> or_base(const std::vector<bool>& axis, bool base) { return axis.empty() ? std::vector<bool>{base} : axis; }
+
+}  // namespace
 
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
@@ -34,7 +42,9 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
         for (int64_t l : space.layers_per_virtual_stage)
           for (const std::string& mode : space.recompute)
             for (double alpha : space.offload_ratio)
-              for (int64_t b : space.micro_batch_size) {
+              for (int64_t b : space.micro_batch_size)
+                for (bool tp_overlap : or_base(space.tp_comm_overlap, base.tp_comm_overlap))
+                  for (bool param_overlap : or_base(space.overlap_param_gather, base.overlap_param_gather)) {
                 ++out.enumerated;
                 // Offloading pairs with activations worth moving and stages to hide behind.
                 if (alpha > 0 && (mode == "full" || p < 3)) {
@@ -49,7 +59,14 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                 L.recompute = mode;
                 L.activation_offload_ratio = alpha;
                 L.sequence_parallel = t > 1;
-                L.tp_comm_overlap = base.tp_comm_overlap && t > 1;
+                // An overlap that cannot apply is one layout with it off, counted once.
+                if ((tp_overlap && t == 1 && or_base(space.tp_comm_overlap, base.tp_comm_overlap).size() > 1) ||
+                    (param_overlap && !base.distributed_optimizer && space.overlap_param_gather.size() > 1)) {
+                  ++out.invalid;
+                  continue;
+                }
+                L.tp_comm_overlap = tp_overlap && t > 1;
+                L.overlap_param_gather = param_overlap && base.distributed_optimizer;
                 L.vp = 1;
                 if (l > 0) {
                   if (p < 2 || model.layers % (p * l) != 0 || model.layers / (p * l) < 2) {
@@ -140,6 +157,24 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   });
   if (ran.size() > top_k) ran.resize(top_k);
   out.top = std::move(ran);
+  return out;
+}
+
+PlanOutcome plan_ptdp_search(const StrategyInput& in) {
+  const SearchSpace space = in.search ? *in.search : SearchSpace{};
+  const size_t rank = static_cast<size_t>(space.rank);
+  const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The FLOPs definition only names metrics; the ranking is by step time.
+  const SearchResult found =
+      search_configurations(in.cluster, in.model, in.batch, in.parallel, "megatron", space, rank, {}, jobs);
+  char counts[200];
+  std::snprintf(counts, sizeof counts, "%zu combinations: %zu do not divide or pair, %zu out of memory, %zu simulated, %zu pruned",
+                found.enumerated, found.invalid, found.out_of_memory, found.simulated, found.pruned);
+  if (found.top.size() < rank)
+    return PlanOutcome::infeasible("the search found " + std::to_string(found.top.size()) + " layouts that run, rank " +
+                                   std::to_string(rank) + " asked (" + counts + ")");
+  PlanOutcome out = plan_ptdp(StrategyInput{in.cluster, in.model, found.top[rank - 1].layout, in.batch});
+  if (out.status == "ok") out.reason = "searched rank " + std::to_string(rank) + ": " + found.top[rank - 1].label() + " (" + counts + ")";
   return out;
 }
 

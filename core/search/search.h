@@ -18,28 +18,16 @@
 #include "core/hardware/hardware.h"
 #include "core/model/model.h"
 #include "core/plan/parallel_config.h"
+#include "core/plan/search_space.h"
+#include "core/strategies/strategy.h"
 #include "core/workload/batch.h"
 
 namespace cpbench {
 
-// The axes searched; every value of every axis is combined with every other.
-struct SearchSpace {
-  std::vector<int64_t> tp = {1, 2, 4, 8};
-  std::vector<int64_t> cp = {1, 2, 4, 8};
-  std::vector<int64_t> pp = {1, 2, 4, 8, 16, 32};
-  // Kwai's l: layers per virtual stage; 0 = no interleaving (vp 1), else vp = layers / (pp·l).
-  std::vector<int64_t> layers_per_virtual_stage = {0, 1, 2, 4};
-  std::vector<std::string> recompute = {"none", "balanced", "full"};
-  // Offload ratios tried with recompute none or balanced and pp ≥ 3 (Kwai's offloading needs
-  // later pipeline stages to hide behind); 0 is always tried.
-  std::vector<double> offload_ratio = {0, 0.25, 0.5, 0.75, 1};
-  std::vector<int64_t> micro_batch_size = {1};
-};
-
 struct SearchCandidate {
   ParallelConfig layout;
   std::map<std::string, double> metrics;  // the sim backend's metrics
-  std::string label() const;              // "t4 c1 p8 l2 balanced α=0.5 b1"
+  std::string label() const;              // "t4 c1 p8 vp6 balanced α=0.5 b1 tp-overlap"
 };
 
 struct SearchResult {
@@ -60,5 +48,10 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,
                                    const std::function<void(size_t, size_t)>& progress = {}, int jobs = 1);
+
+// Strategy "ptdp_search": searches in.search (the default space when null) around in.parallel and
+// plans the layout ranked in.search->rank, its label in the plan's note; infeasible when fewer
+// layouts run. Pure: the search's result does not depend on threads.
+PlanOutcome plan_ptdp_search(const StrategyInput& in);
 
 }  // namespace cpbench

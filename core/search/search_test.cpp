@@ -78,5 +78,40 @@ TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThread
   EXPECT_EQ(serial.pruned, two.pruned);
 }
 
+TEST_F(SearchTest, SearchStrategyPlansTheRankedLayoutAndSaysWhichItIs) {
+  const SearchResult all = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 2);
+  ASSERT_GE(all.top.size(), 2u);
+  SearchSpace second = space_;
+  second.rank = 2;
+  const PlanOutcome planned = plan_ptdp_search(StrategyInput{cluster_, model_, base_, batch_, &second});
+  ASSERT_EQ(planned.status, "ok") << planned.reason;
+  EXPECT_EQ(planned.plan.layout.tp, all.top[1].layout.tp);
+  EXPECT_EQ(planned.plan.layout.pp, all.top[1].layout.pp);
+  EXPECT_EQ(planned.plan.layout.recompute, all.top[1].layout.recompute);
+  EXPECT_EQ(planned.reason.rfind("searched rank 2: " + all.top[1].label() + " (", 0), 0u) << planned.reason;
+  // A rank past the layouts that run is infeasible, with the count.
+  second.rank = static_cast<int64_t>(all.top.size()) + 1;
+  const PlanOutcome past = plan_ptdp_search(StrategyInput{cluster_, model_, base_, batch_, &second});
+  EXPECT_EQ(past.status, "infeasible");
+  EXPECT_NE(past.reason.find("found " + std::to_string(all.top.size()) + " layouts that run"), std::string::npos) << past.reason;
+}
+
+TEST_F(SearchTest, OverlapAxesAreSearchedWhereTheyApply) {
+  space_.tp_comm_overlap = {false, true};
+  const SearchResult with = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 2);
+  space_.tp_comm_overlap = {};
+  const SearchResult without = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 2);
+  // t = 1 layouts are tried once (the overlap needs TP); every t > 1 layout twice.
+  size_t tp1 = 0;
+  for (const auto& c : without.top) tp1 += c.layout.tp == 1;
+  EXPECT_EQ(with.simulated, 2 * without.simulated - tp1);
+  size_t overlapped = 0;
+  for (const auto& c : with.top) {
+    overlapped += c.layout.tp_comm_overlap;
+    EXPECT_TRUE(!c.layout.tp_comm_overlap || c.layout.tp > 1) << c.label();
+  }
+  EXPECT_EQ(overlapped, without.simulated - tp1);
+}
+
 }  // namespace
 }  // namespace cpbench

@@ -1,5 +1,6 @@
-// strategy.h — what every strategy is given for one experiment point, what it returns (a Plan, or
-// why the configuration cannot run), and the table of registered strategies.
+// strategy.h — what every strategy is given for one experiment point and what it returns (a Plan,
+// or why the configuration cannot run). The table of registered strategies is
+// core/experiment/strategy_registry.h.
 // Requires: the hardware, model, workload and plan modules. A strategy is a pure function of its
 // input (thread-safe, deterministic): it decides and never prices itself. Backends price or run
 // the Plan (core/evaluate/evaluate.h); a solver or search that compares candidates does it only
@@ -13,6 +14,7 @@
 #include "core/model/model.h"
 #include "core/plan/parallel_config.h"
 #include "core/plan/plan.h"
+#include "core/plan/search_space.h"
 #include "core/workload/batch.h"
 
 namespace cpbench {
@@ -22,9 +24,10 @@ struct StrategyInput {
   const ModelShape& model;
   const ParallelConfig& parallel;
   const GlobalBatch& batch;  // the iteration's sequences, sampled by seed
+  const SearchSpace* search = nullptr;  // the point's "search" (strategy ptdp_search); null = defaults
 };
 
-// The plan of one iteration, or status "infeasible" with the reason (sizes that do not divide, a
+// The plan of one iteration (reason: a note for results, or empty), or status "infeasible" with the reason (sizes that do not divide, a
 // sequence no group can hold, heads a layout cannot split).
 struct PlanOutcome {
   std::string status = "ok";  // "ok" | "infeasible" | "error" (cpbench cannot plan it: a limit of cpbench)
@@ -37,15 +40,5 @@ struct PlanOutcome {
 };
 
 using StrategyFn = PlanOutcome (*)(const StrategyInput&);
-
-struct StrategyInfo {
-  std::string name;
-  std::string summary;  // one line for `cpbench list --strategies` and docs
-  StrategyFn plan;
-};
-
-// Every registered strategy, in a fixed order.
-const std::vector<StrategyInfo>& strategies();
-const StrategyInfo* find_strategy(const std::string& name);
 
 }  // namespace cpbench

@@ -1,7 +1,9 @@
-// registry.cpp — the table of strategies, in a fixed order. Adding a strategy is one line here
+// strategy_registry.cpp — the table of strategies, in a fixed order. Adding a strategy is one line here
 // (docs/strategies.md); no static-registration macros, so the list is readable in one place.
+#include "core/experiment/strategy_registry.h"
+
+#include "core/search/search.h"
 #include "core/strategies/ptdp.h"
-#include "core/strategies/strategy.h"
 #include "core/strategies/varlen.h"
 
 namespace cpbench {
@@ -10,6 +12,7 @@ const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = {
       {"ptdp", "Megatron PTD-P: TP × PP (1F1B / interleaved) × DP on fixed-length micro-batches", plan_ptdp},
       {"zero3", "ZeRO-3 / FSDP: PTD-P with parameters, gradients and optimizer state sharded over DP×CP, per-layer gathers and gradient reduce-scatters", plan_zero3},
+      {"ptdp_search", "PTD-P at the layout the configuration search ranks search.rank (t, c, p, l, checkpointing, α, micro-batch; Kwai ATC'24's search)", plan_ptdp_search},
       {"packing", "THD packing (Megatron dp_balanced) under one static CP size and cp_comm_type", plan_packing},
       {"packing_ffd", "THD packing, first-fit decreasing by tokens, under one static CP size", plan_packing_ffd},
       {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", plan_packing_flops},
