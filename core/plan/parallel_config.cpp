@@ -23,6 +23,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.zero3 = o.boolean_or("zero3", false);
   p.zero3_reshard_after_forward = o.boolean_or("zero3_reshard_after_forward", true);
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
+  p.cp_comm_overlap = o.boolean_or("cp_comm_overlap", false);
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});
   p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});
@@ -82,6 +83,8 @@ std::string check_parallel_config(const ParallelConfig& p) {
   if (p.vp > 1 && p.pp == 1) return "vp = " + std::to_string(p.vp) + " needs pp > 1";
   if (p.sequence_parallel && p.tp == 1) return "sequence_parallel needs tp > 1";
   if (p.overlap_param_gather && !p.distributed_optimizer) return "overlap_param_gather needs distributed_optimizer (the parameters it gathers are the optimizer's shards)";
+  if (p.cp_comm_overlap && p.cp_comm_type != "all_gather")
+    return "cp_comm_overlap needs cp_comm_type all_gather (Kwai's CP overlaps the K/V all-gather with the Q GEMM)";
   if (p.tp_comm_overlap && !p.sequence_parallel) return "tp_comm_overlap needs sequence_parallel (TransformerEngine's userbuffers overlap the SP collectives)";
   return "";
 }

@@ -47,6 +47,10 @@ struct ParallelConfig {
   bool zero3 = false;
   bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
+  // Kwai's CP overlap (ATC'24; needs cp_comm_type "all_gather"): the QKV GEMM computes the K and V
+  // columns first, and the all-gather of K/V runs beside the Q columns' GEMM. Forward only: the
+  // backward's dK/dV reduction is priced as without it.
+  bool cp_comm_overlap = false;
   int64_t max_seqlen_per_dp_cp_rank = 0;  // token cap per rank for packing / Dynamic-CP; 0 = unset
   std::string dtype = "bf16";        // "bf16" | "fp16": both use the dense 16-bit tensor rate
   // "flash": fused attention (FlashAttention/cuDNN); "unfused": QKᵀ and ·V as batched GEMMs with

@@ -169,13 +169,15 @@ CoreCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
 }
 
 // The attention core's op(s) of one pass: the wait on CP transfers, then the kernels.
+// The wait starts after `wait_after` when given (the K/V producer, cp_comm_overlap), else after
+// `input`.
 int attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                   const PlanMicroBatch& mb, const AttentionCost* attention, bool backward, int input,
-                  const std::string& prefix = "") {
+                  const std::string& prefix = "", int wait_after = -1) {
   if (attention) {
     const double total = backward ? attention->bwd_s : attention->fwd_s;
     const double wait = backward ? attention->bwd_wait_s : attention->fwd_wait_s;
-    const int w = b.cp_wait(wait, {input});
+    const int w = b.cp_wait(wait, {wait_after >= 0 ? wait_after : input});
     // One kernel per CP stage (ring step) of the attention plan.
     return b.compute(prefix + (backward ? "attention bwd" : "attention"), total - wait, {input, w},
                      static_cast<int>(std::max<int64_t>(1, mb.cp)));
@@ -307,6 +309,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   // prefetched during the op before. Backward: the same gather with reshard_after_forward, and the
   // layer's gradients reduce-scattered once its backward is done.
   const bool zero3 = layout.zero3 && layout.dp() * layout.cp > 1;
+  const bool cp_overlap = layout.cp_comm_overlap && attention && mb.cp > 1;
   const double layer_params = static_cast<double>(param_count(m, 0).per_layer) / t;
   const GroupPlacement shards = placement(layout.dp() * layout.cp, t, cost.cluster().gpus_per_node);
   auto prefetch_next = [&](OpBuilder& b, int after) {
@@ -320,8 +323,16 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   {
     const int n1 = f.elementwise("norm1", norm_bytes, {});
     const int gather = prefetch_next(f, n1);
-    const int q = column_fwd(f, "qkv", qkv, n1);
-    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q);
+    // cp_comm_overlap (Kwai's CP): the K and V columns first, so the CP all-gather of K/V (the
+    // attention's wait) runs beside the Q GEMM; else one QKV GEMM the wait follows.
+    int q = -1, kv = -1;
+    if (cp_overlap) {
+      kv = column_fwd(f, "qkv (k, v)", Gemm{T, 2 * m.kv_dim() / t, h}, n1);
+      q = f.gemm("qkv (q)", fwd(cost, Gemm{T, h / t, h}), {kv});
+    } else {
+      q = column_fwd(f, "qkv", qkv, n1);
+    }
+    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q, "", kv);
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {row_fwd(f, "proj", proj, a)}, bda_kernels);
     const int n2 = f.elementwise("norm2", norm_bytes, {b1});
     const int f1 = column_fwd(f, "fc1", fc1, n2);
@@ -488,12 +499,26 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
     for (size_t i = 0; i < g.size(); ++i)
       if (g.task(static_cast<int>(i)).stream == 0 && g.task(static_cast<int>(i)).sm_bound > 0)
         p.sm_bound_s += r.end_s[i] - r.start_s[i];
-    // The exposed communication splits into the CP waits (exposed by construction: the attention
-    // reads them right after the QKV GEMM) and the TP collectives; the rest of the makespan is the
-    // compute stream waiting for the host.
+    // The exposed communication splits into the CP waits and the TP collectives; the rest of the
+    // makespan is the compute stream waiting for the host. A CP wait is exposed for as long as the
+    // attention that reads it sat after the compute stream was free and its other inputs were
+    // there (all of it when it follows the QKV GEMM; less beside the Q GEMM, cp_comm_overlap).
     double cp_wait = 0;
+    {
+      double free_s = 0;
+      for (size_t i = 0; i < g.size(); ++i) {
+        const TaskSpec& t = g.task(static_cast<int>(i));
+        if (t.stream != 0) continue;
+        double others = free_s, cp_end = -1;
+        for (int d : t.deps) {
+          if (g.task(d).stream == static_cast<int>(OpStream::cp)) cp_end = std::max(cp_end, r.end_s[d]);
+          else if (g.task(d).kind != 'o') others = std::max(others, r.end_s[d]);  // not the host's issue
+        }
+        if (cp_end >= 0) cp_wait += std::max(0.0, std::min(r.start_s[i], cp_end) - others);
+        free_s = r.end_s[i];
+      }
+    }
     for (const LayerOp& op : ops) {
-      if (op.stream == OpStream::cp) cp_wait += op.duration_s;
       if (op.stream == OpStream::tp) p.tp_bytes += op.bytes;
       if (op.stream == OpStream::dp) p.dp_bytes += op.bytes;
       p.kernels += op.kernels;
@@ -506,7 +531,7 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
       if (t.name == kZero3WaitOp) p.dp_comm_s += std::max(0.0, r.start_s[i] - previous_end);
       previous_end = r.end_s[i];
     }
-    p.cp_wait_s = std::min(cp_wait * copies, r.exposed_comm_s[0]);
+    p.cp_wait_s = std::min(cp_wait, r.exposed_comm_s[0]);
     p.dp_comm_s = std::min(p.dp_comm_s, r.exposed_comm_s[0] - p.cp_wait_s);
     p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s - p.dp_comm_s);
     // The pass ends with its last task off the dp stream: a trailing ZeRO-3 reduce-scatter is the

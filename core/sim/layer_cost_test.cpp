@@ -166,6 +166,45 @@ TEST(LayerOps, TpCommOverlapHidesTheSpCollectivesBehindChunkedGemms) {
   EXPECT_NE(check_parallel_config(layout), "");
 }
 
+TEST(LayerOps, CpCommOverlapHidesTheKvAllGatherBehindTheQGemm) {
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape m = model("gpt3_175b");
+  ParallelConfig layout;
+  layout.num_gpus = 16;
+  layout.tp = 8;
+  layout.cp = 2;
+  layout.sequence_parallel = true;
+  layout.cp_comm_type = "all_gather";
+  PlanMicroBatch mb;
+  mb.lengths = {32768};
+  mb.cp = 2;
+  const double q_s = cost.gemm_s(16384, m.hidden / 8, m.hidden);
+  // The attention plan's forward waits 3 Q-GEMMs' time, then a wait shorter than one Q GEMM.
+  for (double wait : {3 * q_s, 0.5 * q_s}) {
+    const AttentionCost attn{20 * q_s, wait, 40 * q_s, wait};
+    layout.cp_comm_overlap = false;
+    const PassCost plain = price_ops(cost, lower_layer(cost, m, layout, mb, &attn).forward);
+    layout.cp_comm_overlap = true;
+    const LayerOps ops = lower_layer(cost, m, layout, mb, &attn);
+    const PassCost overlapped = price_ops(cost, ops.forward);
+    EXPECT_NEAR(plain.cp_wait_s, wait, 1e-9);
+    // The Q GEMM hides its own time of the wait, no more; the K/V and Q GEMMs cost what QKV did
+    // (within the split's shape effect), so the pass gets shorter by the hidden part.
+    EXPECT_NEAR(overlapped.cp_wait_s, std::max(0.0, wait - q_s), 0.02 * wait);
+    EXPECT_NEAR(overlapped.compute_s, plain.compute_s, 0.02 * plain.compute_s);
+    EXPECT_LT(overlapped.total(), plain.total());
+    // The backward is priced as without it (the dK/dV reduction is not overlapped).
+    layout.cp_comm_overlap = false;
+    EXPECT_DOUBLE_EQ(price_ops(cost, ops.backward).total(),
+                     price_ops(cost, lower_layer(cost, m, layout, mb, &attn).backward).total());
+    layout.cp_comm_overlap = true;
+    EXPECT_EQ(std::count_if(ops.forward.begin(), ops.forward.end(), [](const LayerOp& op) { return op.name == "qkv (q)"; }), 1);
+  }
+  // Another CP communication type is a configuration error, not a silent no-op.
+  layout.cp_comm_type = "p2p";
+  EXPECT_NE(check_parallel_config(layout), "");
+}
+
 TEST(LayerOps, RecomputationRunsTheForwardAgainBeforeTheBackward) {
   const CostModel cost = preset_model("a100_80gb_dgx");
   ParallelConfig layout;
