@@ -198,6 +198,10 @@ TEST_F(ResultsTest, BestSidePicksTheHighestOfThePointsThatRan) {
 TEST_F(ResultsTest, NearestValueComparesTheOnePointClosestToThePublishedValue) {
   // Cases a and b ran (b has twice a's FLOPs), odd is infeasible: a published value near b's picks b.
   const PointResults results = run_all();
+  // A case's own "published" shorthand compares every point of the case, not the nearest.
+  ASSERT_FALSE(spec_.published.empty());
+  EXPECT_FALSE(spec_.published[0].nearest);
+  EXPECT_EQ(compute_comparisons(spec_, results)[0].note, "");
   const double a = results[0]->metrics.at("flops_per_iteration"), b = results[1]->metrics.at("flops_per_iteration");
   PublishedValue pv;
   pv.label = "nearest";

@@ -574,7 +574,15 @@ std::vector<PublishedValue> parse_published(const json* published_json, const st
       std::string ptr = json_pointer_append(json_pointer_append(json_pointer_append("/cases", c.index), "published"), metric);
       if (!find_metric(metric)) diag.error(ptr, "unknown metric \"" + metric + "\"");
       else if (!v.is_number()) diag.error(ptr, "expected a number, got " + json_type_name(v));
-      else published.push_back({c.name + " " + metric, metric, "value", v.get<double>(), Selector{c.name, "", json::object()}, {}, -1, -1, false, ""});
+      else {
+        PublishedValue pv;
+        pv.label = c.name + " " + metric;
+        pv.metric = metric;
+        pv.kind = "value";
+        pv.published = v.get<double>();
+        pv.select = Selector{c.name, "", json::object()};
+        published.push_back(pv);
+      }
     }
   }
   std::map<std::string, PublishedValue> default_tolerance;

@@ -72,12 +72,12 @@ struct PublishedValue {
   double tolerance_rel = -1;  // |rel_error| allowed; < 0 = not judged by tolerance
   double tolerance_abs = -1;  // |reproduced − published| allowed
   bool judge_direction = false;  // ratio: pass when on the same side of 1 as the published one
-  // value: one comparison, the selected point (of those that ran) whose metric lies nearest the
-  // published one — "the search's top 5 holds a layout within 2 points of the published best".
-  bool nearest = false;
   // A figure's claim without a number to read off: "above_one" / "below_one" (a ratio only);
   // then there is no published value and the verdict is the direction alone.
   std::string expect;
+  // value: one comparison, the selected point (of those that ran) whose metric lies nearest the
+  // published one — "the search's top 5 holds a layout within 2 points of the published best".
+  bool nearest = false;
 };
 
 struct Spec {

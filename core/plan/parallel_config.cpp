@@ -18,6 +18,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.activation_offload_ratio = o.number_or("activation_offload_ratio", 0, 0, 1);
   p.scatter_gather = o.boolean_or("scatter_gather", true);
   p.overlap_grad_reduce = o.boolean_or("overlap_grad_reduce", true);
+  p.grad_reduce_bucket_params = o.integer_or("grad_reduce_bucket_params", 0, 0, int64_t{1} << 40);
   p.distributed_optimizer = o.boolean_or("distributed_optimizer", false);
   p.overlap_param_gather = o.boolean_or("overlap_param_gather", false);
   p.zero3 = o.boolean_or("zero3", false);

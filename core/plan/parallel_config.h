@@ -34,6 +34,9 @@ struct ParallelConfig {
   double activation_offload_ratio = 0;
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
   bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass
+  // Parameters per gradient bucket with overlap_grad_reduce (Megatron's --ddp-bucket-size); 0 =
+  // Megatron Core's default, max(40M, 1M × the DP×CP size).
+  int64_t grad_reduce_bucket_params = 0;
   bool distributed_optimizer = false;  // ZeRO-1 style optimizer-state sharding over DP
   // The distributed optimizer's all-gather of the updated parameters overlapped with the next
   // step's forward (Megatron's --overlap-param-gather): gathered layer by layer (one bucket per

@@ -1,6 +1,7 @@
 #include "core/sim/iteration.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/model/formulas.h"
@@ -406,19 +407,37 @@ class IterationGraph {
   // The optimizer step over `params` parameters (add_optimizer's bytes per parameter).
   double optimizer_s(double params) const { return cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params); }
 
-  // DP gradient reduction (not ZeRO-3): the gradient bytes of one chunk of stage s, the
-  // collective, and the part of a chunk's reduction that runs after its last backward — all of
-  // it, or with overlap_grad_reduce the last layer's bucket (Megatron's bucketed overlap).
+  // DP gradient reduction (not ZeRO-3) of one chunk of stage s: its bytes, the collective, and
+  // its time — in total, and the part after the chunk's last backward. Without
+  // overlap_grad_reduce one collective after that backward. With it, Megatron's buckets: the
+  // chunk's gradients in ceil(P / B) equal buckets of at most B parameters (B =
+  // grad_reduce_bucket_params, default Megatron Core's max(40M, 1M × DP×CP size)), each one
+  // collective issued as the backward completes it, all but the last during the chunk's last
+  // backward; each pays the collective's latency, the last is exposed after it. (Megatron closes
+  // a bucket at a tensor boundary once it holds B; the exact remainder is not modelled.)
   double chunk_grad_bytes(int s) const { return L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_; }
   Collective grad_reduction_kind() const {
     return L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
   }
-  double late_grad_reduction_s(int s) const {
+  struct GradReduction {
+    double total_s = 0, late_s = 0;
+  };
+  GradReduction grad_reduction(int s) const {
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    const double total_s = cost_.collective_s(grad_reduction_kind(), chunk_grad_bytes(s), dp);
-    const double layers_per_chunk = std::max(1.0, static_cast<double>(stage_layers(L_, model_.layers, s)) / v_);
-    return L_.overlap_grad_reduce ? total_s / layers_per_chunk : total_s;
+    const double bytes = chunk_grad_bytes(s);
+    if (!L_.overlap_grad_reduce) {
+      const double t = cost_.collective_s(grad_reduction_kind(), bytes, dp);
+      return {t, t};
+    }
+    const double params = bytes / L_.grad_bytes();
+    const double bucket = L_.grad_reduce_bucket_params > 0
+                              ? static_cast<double>(L_.grad_reduce_bucket_params)
+                              : std::max(40e6, 1e6 * static_cast<double>(L_.dp() * L_.cp));
+    const double buckets = std::max(1.0, std::ceil(params / bucket));
+    const double one = cost_.collective_s(grad_reduction_kind(), bytes / buckets, dp);
+    return {buckets * one, one};
   }
+  double late_grad_reduction_s(int s) const { return grad_reduction(s).late_s; }
   // The distributed optimizer's all-gather of stage s's updated parameters at the step's end
   // (without overlap_param_gather; ZeRO-3 gathers on demand instead): bytes, and whether it runs.
   double param_gather_bytes(int s) const { return 2.0 * params_per_gpu(model_, L_, longest_, s); }
@@ -570,22 +589,22 @@ class IterationGraph {
   }
 
   // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
-  // (Megatron reduces over the data-parallel group with CP). With overlap the buckets of all but
-  // the chunk's last layer go out while that backward runs (Megatron's bucketed overlap); the last
-  // bucket after it.
+  // (Megatron reduces over the data-parallel group with CP): with overlap its buckets but the last
+  // go out while that backward runs, the last after it (grad_reduction).
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
     if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
     const double grad_bytes = chunk_grad_bytes(s);
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = grad_reduction_kind();
-    const double total_s = cost_.collective_s(kind, grad_bytes, dp);
+    const GradReduction reduction = grad_reduction(s);
+    const double total_s = reduction.total_s;
     sent_[first_device + s] += collective_sent_bytes(kind, grad_bytes, dp) * v_;
     for (int c = 0; c < v_; ++c) {
       int last = -1;
       for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
         if (!schedule_[s][i].forward && schedule_[s][i].chunk == c) last = i;
       const int last_task = tasks.done[s][last];
-      const double early = total_s - late_grad_reduction_s(s);
+      const double early = total_s - reduction.late_s;
       std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
       for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
         if (dur <= 0) continue;

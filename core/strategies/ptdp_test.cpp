@@ -330,6 +330,28 @@ TEST_F(PtdpTest, OverlapParamGatherHidesTheDistributedOptimizersGatherInTheForwa
   EXPECT_NE(check_parallel_config(layout_), "");
 }
 
+TEST_F(PtdpTest, GradientBucketsHideAllButTheLastBucketAndPayOneLatencyEach) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 16;  // two nodes, dp 16: the reduction crosses the network
+  batch_.lengths.assign(32, 2048);  // two micro-batches per rank
+  auto step = [&](bool overlap, int64_t bucket) {
+    layout_.overlap_grad_reduce = overlap;
+    layout_.grad_reduce_bucket_params = bucket;
+    const Evaluation e = plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    EXPECT_EQ(e.status, "ok") << e.reason;
+    return e.metrics.count("step_time_s") ? e.metrics.at("step_time_s") : 0.0;
+  };
+  const double blocking = step(false, 0);
+  // One bucket holding every gradient is the reduction without overlap: all of it after the backward.
+  EXPECT_DOUBLE_EQ(step(true, int64_t{1} << 40), blocking);
+  // Megatron's default buckets (40M parameters of 1.7B): all but the last hide behind the last backward.
+  const double bucketed = step(true, 0);
+  EXPECT_LT(bucketed, blocking);
+  // Tiny buckets pay a collective's latency each: slower than the default, though overlapped.
+  EXPECT_GT(step(true, 100000), bucketed);
+}
+
 TEST_F(PtdpTest, PipelineBubbleShrinksWithMoreMicroBatches) {
   double small = run(64).metrics.at("bubble_fraction");   // m = 8
   double large = run(512).metrics.at("bubble_fraction");  // m = 64
