@@ -103,6 +103,19 @@ std::string check_attention_plans(const std::vector<const AttentionPlan*>& plans
   return "";
 }
 
+// The bytes one GPU sends per iteration, by link: the simulation's count (TP, PP, DP) plus the
+// plan's CP attention transfers (per layer and TP rank, times the layers a GPU holds).
+void comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& counted, std::map<std::string, double>& mt) {
+  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
+  const double layers_per_gpu = static_cast<double>(in.model.layers) / plan.layout.pp;
+  const double ranks = static_cast<double>(plan.micro_batches.size());
+  mt["cp_comm_bytes_nvlink"] = cp.nvlink * layers_per_gpu / ranks;
+  mt["cp_comm_bytes_network"] = cp.network * layers_per_gpu / ranks;
+  mt["comm_bytes_nvlink"] = counted.nvlink + mt["cp_comm_bytes_nvlink"];
+  mt["comm_bytes_network"] = counted.network + mt["cp_comm_bytes_network"];
+  mt["comm_bytes_per_gpu"] = mt["comm_bytes_nvlink"] + mt["comm_bytes_network"];
+}
+
 // The memory estimate, and why the plan does not fit (empty when it does).
 std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
   if (mem.total() / kGiB <= in.cluster.gpu.hbm_gib) return {};
@@ -151,14 +164,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
   mt["fragmentation_memory_gib"] = mem.fragmentation_bytes / kGiB;
-  // CP bytes per GPU over the iteration: per layer and TP rank, times the layers a GPU holds.
-  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
-  const double layers_per_gpu = static_cast<double>(in.model.layers) / plan.layout.pp;
-  const double ranks = static_cast<double>(plan.micro_batches.size());
-  mt["cp_comm_bytes_nvlink"] = cp.nvlink * layers_per_gpu / ranks;
-  mt["cp_comm_bytes_network"] = cp.network * layers_per_gpu / ranks;
-  mt["comm_bytes_nvlink"] = sim->comm_bytes.nvlink + mt["cp_comm_bytes_nvlink"];
-  mt["comm_bytes_network"] = sim->comm_bytes.network + mt["cp_comm_bytes_network"];
+  comm_metrics(in, plan, sim->comm_bytes, mt);
   return out;
 }
 
@@ -252,9 +258,11 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  auto bound = step_time_lower_bound(plan, in.model, *cost);
+  auto bound = iteration_bound(plan, in.model, *cost);
   if (!bound) return {"error", bound.error_str(), {}, {}};
-  return {"ok", "", {{"step_time_lower_bound_s", *bound}}, {}};
+  Evaluation out{"ok", "", {{"step_time_lower_bound_s", bound->step_time_s}, {"peak_memory_gib", mem.total() / kGiB}}, {}};
+  comm_metrics(in, plan, bound->comm_bytes, out.metrics);
+  return out;
 }
 
 std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {

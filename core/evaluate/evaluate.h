@@ -55,9 +55,10 @@ const std::vector<std::string>& backend_names();
 Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend = "sim");
 
 // What the sim backend can say without simulating: "infeasible" when the plan does not fit in
-// memory (the same check and reason as evaluate's), else metrics["step_time_lower_bound_s"], a
-// step time its simulation cannot beat (step_time_lower_bound, core/sim/iteration.h). A search
-// prunes by it and simulates only what could still rank.
+// memory (the same check and reason as evaluate's), else metrics "step_time_lower_bound_s" (a
+// step time its simulation cannot beat: iteration_bound, core/sim/iteration.h) and, exactly as
+// evaluate reports them, "peak_memory_gib" and the comm_bytes_* metrics. A search prunes by them
+// and simulates only what could still rank.
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan);
 
 // A few lines describing a plan for `cpbench run --dry-run`: layout, schedule, micro-batches per

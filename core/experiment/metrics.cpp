@@ -28,6 +28,8 @@ const std::vector<MetricInfo>& known_metrics() {
       {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},
       {"comm_bytes_nvlink", "B", "bytes one GPU sends per iteration inside its node: TP, PP, DP and CP, ring volumes"},
       {"comm_bytes_network", "B", "bytes one GPU sends per iteration across nodes: TP, PP, DP and CP, ring volumes"},
+      {"comm_bytes_per_gpu", "B", "bytes one GPU sends per iteration, inside its node and across nodes (comm_bytes_nvlink + comm_bytes_network)"},
+      {"pareto_optimal", "bool", "frontier runs: 1 when no other point of the run is at least as good in every objective and better in one"},
       {"cp_comm_bytes_nvlink", "B", "context-parallel attention bytes one GPU sends per iteration inside a node"},
       {"cp_comm_bytes_network", "B", "context-parallel attention bytes one GPU sends per iteration across nodes"},
       {"compute_imbalance", "ratio", "max / mean compute time across ranks"},

@@ -78,6 +78,40 @@ TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThread
   EXPECT_EQ(serial.pruned, two.pruned);
 }
 
+TEST_F(SearchTest, TheBoundKnowsTheBytesAndMemoryTheSimulationReports) {
+  // Layouts that exercise every byte count: TP, PP sends, CP, DP all-reduce and reduce-scatter,
+  // the parameter gather at the end or overlapped, ZeRO-3's per-layer collectives and its tail.
+  struct Case {
+    int64_t t, c, p, vp;
+    bool dist_opt, param_overlap, zero3;
+    PlanOutcome (*plan)(const StrategyInput&);
+  };
+  const std::vector<Case> cases = {{2, 1, 2, 1, false, false, false, plan_ptdp}, {2, 2, 2, 4, true, false, false, plan_ptdp},
+                                   {1, 1, 4, 2, true, true, false, plan_ptdp},  {2, 1, 1, 1, false, false, true, plan_zero3},
+                                   {1, 2, 2, 1, false, false, true, plan_zero3}};
+  for (const Case& k : cases) {
+    ParallelConfig L = base_;
+    L.tp = k.t;
+    L.cp = k.c;
+    L.pp = k.p;
+    L.vp = k.vp;
+    L.sequence_parallel = k.t > 1;
+    L.distributed_optimizer = k.dist_opt;
+    L.overlap_param_gather = k.param_overlap;
+    L.recompute = "full";
+    const PlanOutcome planned = k.plan(StrategyInput{cluster_, model_, L, batch_});
+    ASSERT_EQ(planned.status, "ok") << planned.reason;
+    const EvalInput in{cluster_, model_, batch_, "kwai", {}, {}, 0};
+    const Evaluation bound = evaluate_bound(in, planned.plan), sim = evaluate(in, planned.plan);
+    ASSERT_EQ(bound.status, "ok") << bound.reason;
+    ASSERT_EQ(sim.status, "ok") << sim.reason;
+    for (const char* m : {"comm_bytes_nvlink", "comm_bytes_network", "comm_bytes_per_gpu", "peak_memory_gib"})
+      EXPECT_DOUBLE_EQ(bound.metrics.at(m), sim.metrics.at(m)) << m << " t" << k.t << " c" << k.c << " p" << k.p;
+    EXPECT_GT(bound.metrics.at("comm_bytes_per_gpu"), 0);
+    EXPECT_LE(bound.metrics.at("step_time_lower_bound_s"), sim.metrics.at("step_time_s"));
+  }
+}
+
 TEST_F(SearchTest, SearchStrategyPlansTheRankedLayoutAndSaysWhichItIs) {
   const SearchResult all = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 2);
   ASSERT_GE(all.top.size(), 2u);

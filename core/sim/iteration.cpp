@@ -189,12 +189,8 @@ class IterationGraph {
           cp_wait_s_[r] += c.fwd.cp_wait_s + c.bwd.cp_wait_s;
           host_s_[first_device + s] += c.fwd.host_s + c.bwd.host_s;
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
-          sent_[first_device + s] += c.fwd.tp_bytes;
-          sent_[first_device + s] += c.bwd.tp_bytes;
-          sent_[first_device + s] += c.fwd.dp_bytes;
-          sent_[first_device + s] += c.bwd.dp_bytes;
         }
-      count_pipeline_sends(*replicas_.lists[r], first_device);
+      for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
       add_offload_copies(*replicas_.lists[r], first_device, pipelines_.back());
       for (int s = 0; s < p_; ++s) {
@@ -284,7 +280,6 @@ class IterationGraph {
                       "dp param all-gather", 'm'};
           set_contention(cost_, ag, collective_sent_bytes(Collective::all_gather, bytes, group));
           graph_.add(ag);
-          sent_[device] += collective_sent_bytes(Collective::all_gather, bytes, group);
         }
       }
     }
@@ -367,11 +362,16 @@ class IterationGraph {
   // after the computes of the forward chain that feeds its first op and before those of the
   // backward chain its last op feeds (a consumer waits for its producer's compute, not for its
   // blocking tail: append_pipeline_tasks), then the first stage's end of step.
-  Expected<double> lower_bound() {
-    double bound = 0;
+  Expected<IterationBound> lower_bound() {
+    double bound = 0, devices = 0;
+    LinkBytes sent;
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
       auto costs = chunk_costs(*replicas_.lists[r]);
       if (!costs) return costs.errors();
+      for (int s = 0; s < p_; ++s) {
+        sent += sent_bytes(*replicas_.lists[r], *costs, s) * replicas_.weight[r];
+        devices += replicas_.weight[r];
+      }
       auto pass = [&](int s, const PipeOp& op) -> const PassCost& {
         const ChunkCost& c = (*costs)[s][op.micro_batch * v_ + op.chunk];
         return op.forward ? c.fwd : c.bwd;
@@ -400,7 +400,7 @@ class IterationGraph {
     const double params = params_per_gpu(model_, L_, longest_, 0) / (sharded ? shards : 1);
     if (!L_.zero3 && shards > 1) bound += late_grad_reduction_s(0);
     if (gathers_params_at_end()) bound += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
-    return bound + optimizer_s(params);
+    return IterationBound{bound + optimizer_s(params), sent * (1 / devices)};
   }
 
  private:
@@ -575,18 +575,49 @@ class IterationGraph {
         piece = graph_.add(t);
         if (k == 0) first_piece = piece;
       }
-      sent_[device] += collective_sent_bytes(Collective::all_gather, chunk_bytes, group);
       graph_.add_dep(tasks.compute[s][first], first_piece);
       if (first + 1 < ops.size()) graph_.add_dep(tasks.compute[s][first + 1], piece);
     }
   }
 
-  void count_pipeline_sends(const std::vector<PlanMicroBatch>& mbs, int first_device) {
-    for (int s = 0; s < p_; ++s)
-      for (const PipeOp& op : schedule_[s])
-        if (const int to = send_target(s, op); to >= 0)
-          sent_[first_device + s] += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
+  // What one GPU of stage s sends per iteration (the replica's micro-batches `mbs`, their priced
+  // chunks): its TP collectives and ZeRO-3 layer collectives, its pipeline sends, the DP gradient
+  // reduction (ZeRO-3: the step's tail) and the distributed optimizer's parameter all-gather.
+  // One count for the simulation's results and for the bound (a property of the plan, not of
+  // the timing).
+  LinkBytes sent_bytes(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,
+                       int s) const {
+    LinkBytes out;
+    for (const auto& c : costs[s]) {
+      out += c.fwd.tp_bytes;
+      out += c.bwd.tp_bytes;
+      out += c.fwd.dp_bytes;
+      out += c.bwd.dp_bytes;
+    }
+    for (const PipeOp& op : schedule_[s])
+      if (const int to = send_target(s, op); to >= 0) out += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
+    const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
+    if (L_.zero3) {
+      if (group.size > 1) out += collective_sent_bytes(Collective::reduce_scatter, L_.grad_bytes() * zero3_outside_params(s), group);
+    } else {
+      out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s), group) * v_;
+    }
+    if (L_.distributed_optimizer && !L_.zero3 && group.size > 1) {
+      if (L_.overlap_param_gather)  // layer by layer, chunk by chunk (add_param_gather_prologue)
+        out += collective_sent_bytes(Collective::all_gather, param_gather_bytes(s) / v_, group) * v_;
+      else
+        out += collective_sent_bytes(Collective::all_gather, param_gather_bytes(s), group);
+    }
+    return out;
   }
+
+  // ZeRO-3: the parameters of stage s outside its layers (embedding, positions, norms, output),
+  // per GPU, reduce-scattered once at the step's end.
+  double zero3_outside_params(int s) const {
+    const double layer_params = param_count(model_, longest_).per_layer / static_cast<double>(L_.tp);
+    return std::max(0.0, params_per_gpu(model_, L_, longest_, s) - layer_params * static_cast<double>(stage_layers(L_, model_.layers, s)));
+  }
+
 
   // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
   // (Megatron reduces over the data-parallel group with CP): with overlap its buckets but the last
@@ -598,7 +629,6 @@ class IterationGraph {
     const Collective kind = grad_reduction_kind();
     const GradReduction reduction = grad_reduction(s);
     const double total_s = reduction.total_s;
-    sent_[first_device + s] += collective_sent_bytes(kind, grad_bytes, dp) * v_;
     for (int c = 0; c < v_; ++c) {
       int last = -1;
       for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
@@ -624,19 +654,16 @@ class IterationGraph {
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     if (group.size <= 1) return;
     const double layer_params = param_count(model_, longest_).per_layer / static_cast<double>(L_.tp);
-    const double outside = params_per_gpu(model_, L_, longest_, s) -
-                           layer_params * static_cast<double>(stage_layers(L_, model_.layers, s));
     int last = -1;
     for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
       if (!schedule_[s][i].forward) last = i;
     if (last < 0) return;
-    const double bytes = L_.grad_bytes() * std::max(0.0, outside);
+    const double bytes = L_.grad_bytes() * zero3_outside_params(s);
     const double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
                            cost_.collective_s(Collective::reduce_scatter, bytes, group);
     TaskSpec t{first_device + s, kDpStream, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
     set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));
-    sent_[first_device + s] += collective_sent_bytes(Collective::reduce_scatter, bytes, group);
   }
 
   // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.
@@ -673,7 +700,7 @@ class IterationGraph {
 
 }  // namespace
 
-Expected<double> step_time_lower_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
+Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
   auto replicas = group_replicas(plan);
   if (!replicas) return replicas.errors();
   const ParallelConfig& L = plan.layout;

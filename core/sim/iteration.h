@@ -45,10 +45,16 @@ struct IterationResult {
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
                                              const std::filesystem::path& trace_path = {});
 
-// A step time the simulation of `plan` cannot beat, without simulating it (a search prunes by it):
-// on every stage its ops' compute and blocking communication back to back, after the forwards that
-// feed its first op and before the backwards its last op feeds, plus the optimizer step. Sends,
-// contention, DP reduction and offload copies only add to it; Errors as simulate_iteration.
-Expected<double> step_time_lower_bound(const Plan& plan, const ModelShape& model, const CostModel& cost);
+// What the simulation of `plan` would give, known without simulating it (a search prunes by
+// it): a step time it cannot beat — on every stage its ops' compute and blocking communication
+// back to back, after the forwards that feed its first op and before the backwards its last op
+// feeds, plus the first stage's last gradient bucket, optimizer and parameter all-gather (sends,
+// contention and offload copies only add to it) — and exactly the bytes it counts (comm_bytes).
+// Errors as simulate_iteration.
+struct IterationBound {
+  double step_time_s = 0;
+  LinkBytes comm_bytes;  // as IterationResult::comm_bytes
+};
+Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost);
 
 }  // namespace cpbench
