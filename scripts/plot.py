@@ -42,6 +42,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 # plot_speedup builds on this module: run as a script, this module is also the `plot` it imports.
 sys.modules.setdefault("plot", sys.modules[__name__])
+import plot_frontier  # noqa: E402
 import plot_speedup  # noqa: E402
 
 MAX_SERIES = 8  # per panel; more cannot be told apart
@@ -683,6 +684,12 @@ def plot_file(path):
     # Checked before any figure is written, so a typo leaves no half-drawn folder.
     baseline = plot_speedup.check_baseline(results) if "speedup_over" in hints else None
     written = []
+    if hints.get("kind") == "frontier":  # a frontier run: one figure, the trade-off
+        fig = plot_frontier.frontier_figure(results)
+        out = os.path.join(os.path.dirname(path) or ".", "frontier.png")
+        fig.savefig(out, dpi=DPI, metadata={"Software": None})
+        plt.close(fig)
+        return [out]
     metrics = metrics_to_plot(results)
     if not metrics:
         print(f"plot: {path}: no metrics to plot, skipped", file=sys.stderr)

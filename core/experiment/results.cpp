@@ -185,7 +185,7 @@ Status validate_results_json(const json& j, const std::string& file) {
     p.string_or("case", "");
     p.object("params");
     p.string("strategy");
-    p.choice("status", {"ok", "infeasible", "error"});
+    p.choice("status", {"ok", "infeasible", "error", "pruned"});
     p.string_or("reason", "");
     check_number_map(p, "metrics", true);
     check_number_map(p, "timings", false);

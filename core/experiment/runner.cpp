@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -18,6 +20,7 @@
 #include "core/experiment/journal.h"
 #include "core/experiment/metrics.h"
 #include "core/experiment/strategy_registry.h"
+#include "core/search/frontier.h"
 
 namespace cpbench {
 namespace {
@@ -229,6 +232,103 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path, cons
   return r;
 }
 
+PointResult bound_point(const PointConfig& point) {
+  PointResult r{point.id, "ok", "", {}, {}};
+  try {
+    PlannedPoint pp = plan_point(point);
+    if (pp.status != "ok") return {point.id, pp.status, pp.reason, {}, {}};
+    const Evaluation b = evaluate_bound(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan);
+    r.status = b.status;
+    r.reason = b.reason;
+    r.metrics = b.metrics;
+  } catch (const std::exception& e) {
+    r.status = "error";
+    r.reason = std::string("exception: ") + e.what();
+  }
+  return r;
+}
+
+namespace {
+
+// A frontier run (spec "frontier", TensorOpt's frontier tracking, core/search/frontier.h): every
+// point planned and bounded (memory, bytes, a step time it cannot beat) on `jobs` threads, then
+// simulated in the order of that bound unless a point already simulated dominates its bounds;
+// those are "pruned", naming the point that dominates them. Simulated points get metric
+// pareto_optimal. Rank 0 does it all (a frontier run takes seconds); it is not resumable.
+Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank) {
+  const size_t n = spec.points.size();
+  PointResults results(n);
+  if (rank != 0) return results;
+  const int jobs = std::max(1, options.jobs);
+  auto parallel_for = [jobs](size_t count, const std::function<void(size_t)>& f) {
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      for (size_t i; (i = next++) < count;) f(i);
+    };
+    std::vector<std::thread> threads;
+    for (int t = 1; t < jobs; ++t) threads.emplace_back(worker);
+    worker();
+    for (auto& th : threads) th.join();
+  };
+  const std::vector<std::string>& objectives = spec.frontier_objectives;
+  // An objective of a point from its metrics; "num_gpus" is the layout's. Absent: nullopt.
+  auto objective = [&](size_t i, const std::map<std::string, double>& metrics, const std::string& name) -> std::optional<double> {
+    if (name == "num_gpus") return static_cast<double>(spec.points[i].parallel.num_gpus);
+    auto it = metrics.find(name);
+    return it == metrics.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+  std::vector<PointResult> bounded(n);
+  parallel_for(n, [&](size_t i) { bounded[i] = bound_point(spec.points[i]); });
+  std::vector<std::optional<Objectives>> bounds(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (bounded[i].status != "ok") {
+      results[i] = PointResult{spec.points[i].id, bounded[i].status, bounded[i].reason, {}, {}};
+      continue;
+    }
+    Objectives lb;
+    for (const std::string& name : objectives) {
+      // The step's bound; what the bound knows exactly (memory, bytes, GPUs); else no bound.
+      const std::string key = name == "step_time_s" ? "step_time_lower_bound_s" : name;
+      lb.push_back(objective(i, bounded[i].metrics, key).value_or(-std::numeric_limits<double>::infinity()));
+    }
+    bounds[i] = lb;
+  }
+  const FrontierResult frontier = track_frontier(bounds, [&](size_t i) -> std::optional<Objectives> {
+    PointResult r = run_point(spec.points[i], {}, options.backend, options.experiments_dir, options.cpu_budget_s);
+    std::optional<Objectives> values;
+    if (r.status == "ok") {
+      values = Objectives{};
+      for (const std::string& name : objectives) {
+        auto v = objective(i, r.metrics, name);
+        if (!v) values.reset();
+        else if (values) values->push_back(*v);
+        if (!values) break;
+      }
+    }
+    results[i] = std::move(r);  // each index from one thread
+    return values;
+  }, jobs);
+  size_t on_frontier = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (frontier.state[i] == FrontierResult::State::pruned)
+      results[i] = PointResult{spec.points[i].id, "pruned",
+                               "dominated by " + spec.points[*frontier.dominated_by[i]].id +
+                                   " (its objectives at or below this point's bounds; not simulated)",
+                               {}, {}};
+    else if (frontier.state[i] == FrontierResult::State::evaluated) {
+      results[i]->metrics["pareto_optimal"] = frontier.on_frontier[i] ? 1 : 0;
+      on_frontier += frontier.on_frontier[i];
+    }
+  }
+  std::fprintf(stderr, "%s: frontier over %zu points: %zu cannot run, %zu simulated, %zu pruned, %zu on the frontier\n",
+               spec.name.c_str(), n, n - frontier.evaluated - frontier.failed - frontier.pruned, frontier.evaluated + frontier.failed,
+               frontier.pruned, on_frontier);
+  if (auto s = write_results(options.out_dir / spec.name, spec, current_provenance(spec.seed), results); !s) return s.errors();
+  return results;
+}
+
+}  // namespace
+
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options) {
   int mpi_on = 0, rank = 0, size = 1;
   MPI_Initialized(&mpi_on);
@@ -236,6 +336,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
+  if (!spec.frontier_objectives.empty()) return run_frontier(spec, options, rank);
   const fs::path dir = options.out_dir / spec.name;
   // Every rank read the same file, so all agree on which points remain.
   PointResults results = options.finished.empty() ? PointResults(spec.points.size()) : options.finished;

@@ -84,7 +84,16 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
   header.insert(header.end(), metrics.begin(), metrics.end());
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> reasons;
+  size_t pruned = 0, hidden = 0;
+  // A frontier run lists its frontier: the points it simulated off the frontier, pruned or that
+  // cannot run are counted (results.csv and results.json hold them all).
+  const bool frontier = spec.contains("frontier");
   for (const auto& p : j.value("points", json::array())) {
+    if (frontier && p.value("metrics", json::object()).value("pareto_optimal", 0.0) != 1.0) {
+      if (p.value("status", "") == "pruned") ++pruned;
+      else ++hidden;
+      continue;
+    }
     std::vector<std::string> r;
     if (has_case) r.push_back(p.value("case", ""));
     for (const auto& a : axes) r.push_back(cell(p.value("params", json::object()).value(a, json(nullptr))));
@@ -92,11 +101,17 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
     r.push_back(p.value("status", ""));
     for (const auto& m : metrics) r.push_back(cell(p.value("metrics", json::object()).value(m, json(nullptr))));
     rows.push_back(r);
-    // Why a point did not run, or a strategy's note on one that did (what a search chose).
-    if (!p.value("reason", "").empty()) reasons.push_back(p.value("id", "") + ": " + p.value("reason", ""));
+    // Why a point did not run, or a strategy's note on one that did (what a search chose);
+    // a frontier run's pruned points are counted, not listed.
+    if (p.value("status", "") == "pruned") ++pruned;
+    else if (!p.value("reason", "").empty()) reasons.push_back(p.value("id", "") + ": " + p.value("reason", ""));
   }
   out << table(header, rows);
   for (const auto& r : reasons) out << "  " << r << "\n";
+  if (frontier)
+    out << "  frontier run: the " << rows.size() << " Pareto-optimal points above; " << hidden
+        << " more simulated off the frontier or unable to run, " << pruned
+        << " pruned (dominated, not simulated; their reasons in results.json name by which point)\n";
 
   // Published vs reproduced, in-sample (values a constant of the stack was fitted on) apart from
   // out-of-sample (predictions); results written before the field existed read as out-of-sample.

@@ -286,7 +286,7 @@ std::string parse_plot(JsonObject& root) {
   if (!plot) return "";
   plot->string_or("x", "");
   if (const json* y = plot->raw("y"); y && !y->is_array()) plot->error("y", "expected an array of metric names");
-  plot->choice_or("kind", "line", {"line", "bar"});
+  plot->choice_or("kind", "line", {"line", "bar", "frontier"});
   plot->boolean_or("logx", false);
   plot->boolean_or("logy", false);
   plot->string_or("series", "");
@@ -686,6 +686,22 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   const std::vector<CaseEntry> cases = parse_cases(root, case_names);
   const GridAxes axes = parse_grid(root);
   spec.metrics = parse_metrics(root);
+  if (auto fo = root.object_opt("frontier")) {
+    // TensorOpt's frontier (runner.h): objectives, each a metric (minimised) or "num_gpus".
+    spec.frontier_objectives = {"step_time_s", "peak_memory_gib", "comm_bytes_per_gpu", "num_gpus"};
+    if (const json* objs = fo->raw("objectives")) {
+      spec.frontier_objectives.clear();
+      if (!objs->is_array() || objs->empty()) fo->error("objectives", "expected a non-empty array of metric names or \"num_gpus\"");
+      for (size_t i = 0; objs->is_array() && i < objs->size(); ++i) {
+        const json& o = (*objs)[i];
+        if (!o.is_string() || (o.get<std::string>() != "num_gpus" && !find_metric(o.get<std::string>())))
+          diag.error(json_pointer_append(fo->pointer_of("objectives"), i), "expected a metric name or \"num_gpus\", got " + o.dump());
+        else
+          spec.frontier_objectives.push_back(o.get<std::string>());
+      }
+    }
+    fo->finish();
+  }
   const json* published_json = root.raw("published");  // parsed once the points exist
   root.finish();
   if (!diag.ok()) return diag.errors();

@@ -88,6 +88,9 @@ struct Spec {
   std::vector<std::string> metrics; // what to report, in order
   std::vector<PublishedValue> published;
   uint64_t seed = 1;                // the base workload seed, for provenance
+  // "frontier": the run keeps the Pareto-optimal points over these objectives (each a metric,
+  // minimised, or "num_gpus") and prunes what they dominate (run_experiment); empty = a plain run.
+  std::vector<std::string> frontier_objectives;
 };
 
 struct SpecOptions {
