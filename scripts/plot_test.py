@@ -19,6 +19,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import plot  # noqa: E402
+import plot_frontier  # noqa: E402
 import plot_speedup  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -430,6 +431,51 @@ class SpeedupTest(unittest.TestCase):
         self.assertIn(f"plot: {path}: plot.speedup_over: no strategy labelled 'packnig' "
                       "(strategies: packing, dynamic_cp, static_cp)", result.stderr)
         self.assertEqual(os.listdir(os.path.dirname(path)), ["results.json"], "nothing drawn")
+
+
+def frontier_point(gpus, time, memory, status="ok"):
+    metrics = {"step_time_s": time, "peak_memory_gib": memory} if status == "ok" else {}
+    return {"id": f"g{gpus}/t{time}/m{memory}", "params": {"parallel.num_gpus": gpus}, "strategy": "ptdp",
+            "status": status, "reason": "", "metrics": metrics}
+
+
+FRONTIER = {
+    "schema_version": 1, "experiment": "t/frontier",
+    "spec": {"description": "frontier", "hardware": "h100", "parallel": {"num_gpus": 8},
+             "presets": {"hardware": {"h100": {"gpu": {"hbm_gib": {"value": 80}}}}},
+             "frontier": {}, "plot": {"kind": "frontier"}, "metrics": ["step_time_s"]},
+    "provenance": {}, "comparisons": [],
+    "points": [frontier_point(8, 10, 70), frontier_point(8, 20, 40), frontier_point(8, 25, 50),
+               frontier_point(16, 6, 60), frontier_point(16, 30, 20), frontier_point(16, 0, 0, "pruned")],
+}
+
+
+class FrontierTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_each_budget_curve_is_the_time_memory_pareto_set_of_its_points(self):
+        ran = [p for p in FRONTIER["points"] if p["status"] == "ok"]
+        eight = plot_frontier.pareto_2d([p for p in ran if p["params"]["parallel.num_gpus"] <= 8])
+        self.assertEqual([(p["metrics"]["peak_memory_gib"], p["metrics"]["step_time_s"]) for p in eight],
+                         [(40, 20), (70, 10)])  # (50, 25) is beaten by (40, 20)
+        sixteen = plot_frontier.pareto_2d(ran)
+        self.assertEqual([(p["metrics"]["peak_memory_gib"], p["metrics"]["step_time_s"]) for p in sixteen],
+                         [(20, 30), (40, 20), (60, 6)])
+
+    def test_a_frontier_run_draws_one_frontier_png(self):
+        path = write_results(os.path.join(self.tmp.name, "f"), FRONTIER)
+        result = run("plot.py", path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), ["frontier.png", "results.json"])
+        fig = plot_frontier.frontier_figure(json.loads(json.dumps(FRONTIER)))
+        texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        self.assertIn("≤ 8 GPUs (2 on the curve)", texts)
+        self.assertIn("≤ 16 GPUs (3 on the curve)", texts)
+        self.assertIn("GPU memory", texts)
 
 
 if __name__ == "__main__":
