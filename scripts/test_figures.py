@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import plot  # noqa: E402
+import plot_frontier  # noqa: E402
 import plot_speedup  # noqa: E402
 
 MAX_SERIES = 8
@@ -97,6 +98,9 @@ def fmt_box(b):
 def figures(results):
     """(file name, figure) for every figure scripts/plot.py draws from one results file."""
     hints = (results.get("spec") or {}).get("plot") or {}
+    if hints.get("kind") == "frontier":  # a frontier run draws one figure (plot.plot_file)
+        yield "frontier.png", plot_frontier.frontier_figure(results)
+        return
     baseline = plot_speedup.check_baseline(results) if "speedup_over" in hints else None
     for metric in plot.metrics_to_plot(results):
         yield f"{metric}.png", plot.plot_metric(results, metric)
