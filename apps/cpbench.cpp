@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "apps/exec.h"
+#include "apps/reshard.h"
 #include "core/cost/calibrate.h"
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/fit.h"
@@ -575,6 +576,24 @@ int run_cli(int argc, char** argv) {
   search->add_option("--top", search_top, "how many layouts to print")->check(CLI::Range(1, 1000))->capture_default_str();
   search->add_option("--spec-out", search_spec_out, "write the top layouts as a runnable spec (ptdp entries)");
 
+  ReshardArgs rs;
+  auto* reshard = app.add_subcommand("reshard", "Tenplex: re-shard a model's training state from one TP,PP,DP layout to "
+                                                "another on the MPI ranks of this job (mpirun -np max(from, to)), "
+                                                "checked bit for bit and against the plan's bytes");
+  reshard->add_option("--from", rs.from, "source layout t,p,d[,dist-opt]")->required();
+  reshard->add_option("--to", rs.to, "target layout t,p,d[,dist-opt]")->required();
+  reshard->add_option("--model", rs.model, "model preset (experiments/models/NAME.json); the tiny_* presets fit one machine")
+      ->capture_default_str();
+  reshard->add_option("--lost", rs.lost, "ranks of --from lost to a failure (their state is gone)")->delimiter(',');
+  reshard->add_option("--gpus-per-node", rs.gpus_per_node, "GPUs per node (link classes)")->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  reshard->add_option("--staging-mib", rs.staging_mib, "staging memory per rank and stage, MiB (0: one stage)")
+      ->check(CLI::Range(0.0, 1e9));
+  reshard->add_option("--max-seq", rs.max_seq, "rows of a learned position table")->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  reshard->add_option("--timeout", rs.timeout_s, "seconds a rank waits for a peer")->check(CLI::Range(1.0, 604800.0))
+      ->capture_default_str();
+
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
   show->add_option("file", show_file, "results.json, or the folder holding it")->required();
@@ -592,6 +611,7 @@ int run_cli(int argc, char** argv) {
     experiments_dir = found->string();
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
+  if (*reshard) return cmd_reshard(rs, experiments_dir);
   if (*search) return cmd_search(search_experiment, search_sets, search_top, search_spec_out, experiments_dir);
   if (*run) {
     for (int i = 0; i < argc; ++i) ra.resume_command += (i ? " " : "") + shell_quote(argv[i]);

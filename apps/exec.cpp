@@ -26,11 +26,39 @@ namespace {
 
 constexpr int kTagResult = 900;
 
-// Stops every rank with exit code 1 (a failed run; 2 is only for bad input), naming this rank: an
-// error on one rank must not leave the others waiting for it.
+}  // namespace
+
 [[noreturn]] void fail(const std::string& message) { MpiCommunicator::abort_job(message, 1); }
 
-}  // namespace
+std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout) {
+  auto world = MpiCommunicator::world(timeout);
+  if (!world) {
+    std::cerr << "cpbench " << command << ": " << world.error_str() << "\n";
+    return nullptr;
+  }
+  return std::move(*world);
+}
+
+// Rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
+void print_in_rank_order(Communicator& comm, const std::string& text) {
+  const int n = comm.size();
+  std::vector<double> sizes(n, 0.0);
+  sizes[comm.rank()] = static_cast<double>(text.size());
+  if (auto s = comm.all_reduce(std::span<double>(sizes), ReduceOp::kSum); !s) fail(s.error_str());
+  std::vector<std::size_t> counts(n), displs(n);
+  std::size_t total = 0;
+  for (int r = 0; r < n; ++r) {
+    counts[r] = static_cast<std::size_t>(sizes[r]);
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<std::byte> all(total);
+  auto mine = std::as_bytes(std::span<const char>(text.data(), text.size()));
+  if (auto s = comm.all_gatherv(mine, std::span<std::byte>(all), counts, displs); !s) fail(s.error_str());
+  if (comm.rank() != 0) return;
+  std::fwrite(all.data(), 1, all.size(), stdout);
+  std::fflush(stdout);
+}
 
 namespace {
 
@@ -85,16 +113,6 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   plan->fused_stages = !a.per_tile;
   plan->pipelined_backward = !a.per_tile;
   return plan;
-}
-
-// The job's world communicator with a deadline on every wait; prints why not.
-std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout) {
-  auto world = MpiCommunicator::world(timeout);
-  if (!world) {
-    std::cerr << "cpbench " << command << ": " << world.error_str() << "\n";
-    return nullptr;
-  }
-  return std::move(*world);
 }
 
 // --timeout is range-checked by the command line (finite, at most a week), so the product fits.
@@ -195,26 +213,6 @@ std::string round_line(const DynCpRoundReport& r, const std::vector<int64_t>& le
          (r.bytes_match() ? "" : "  BYTES DIFFER FROM PLAN") + "\n";
 }
 
-// Rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
-void print_in_rank_order(Communicator& comm, const std::string& text) {
-  const int n = comm.size();
-  std::vector<double> sizes(n, 0.0);
-  sizes[comm.rank()] = static_cast<double>(text.size());
-  if (auto s = comm.all_reduce(std::span<double>(sizes), ReduceOp::kSum); !s) fail(s.error_str());
-  std::vector<std::size_t> counts(n), displs(n);
-  std::size_t total = 0;
-  for (int r = 0; r < n; ++r) {
-    counts[r] = static_cast<std::size_t>(sizes[r]);
-    displs[r] = total;
-    total += counts[r];
-  }
-  std::vector<std::byte> all(total);
-  auto mine = std::as_bytes(std::span<const char>(text.data(), text.size()));
-  if (auto s = comm.all_gatherv(mine, std::span<std::byte>(all), counts, displs); !s) fail(s.error_str());
-  if (comm.rank() != 0) return;
-  std::fwrite(all.data(), 1, all.size(), stdout);
-  std::fflush(stdout);
-}
 
 }  // namespace
 

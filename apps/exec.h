@@ -4,12 +4,26 @@
 // non-zero exit and a message naming it, within --timeout seconds.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 namespace cpbench {
+
+class Communicator;
+class MpiCommunicator;
+
+// Shared by the MPI commands (exec, reshard):
+// the job's world communicator with a deadline on every wait, or null after printing why;
+std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout);
+// stops every rank with exit code 1 (a failed run; 2 is only for bad input), naming this rank:
+// an error on one rank must not leave the others waiting for it;
+[[noreturn]] void fail(const std::string& message);
+// rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
+void print_in_rank_order(Communicator& comm, const std::string& text);
 
 struct ExecArgs {
   std::string layout = "zigzag";
