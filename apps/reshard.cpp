@@ -61,12 +61,18 @@ int cmd_reshard(const ReshardArgs& a, const std::filesystem::path& experiments_d
   if (!to) return refuse(to.error_str());
   auto model = load_model(experiments_dir / "models" / (a.model + ".json"));
   if (!model) return refuse(model.error_str());
-  ReshardRequest q{*from, *to, a.gpus_per_node, a.staging_mib * 1024 * 1024, a.lost, a.max_seq};
+  ReshardRequest q;
+  q.from = *from;
+  q.to = *to;
+  q.gpus_per_node = a.gpus_per_node;
+  q.staging_bytes = a.staging_mib * 1024 * 1024;
+  q.lost = a.lost;
+  q.max_seq = a.max_seq;
   auto plan = plan_reshard(*model, q);
   if (!plan) return refuse(plan.error_str());
   if (auto why = check_reshard_plan(*model, q, *plan); !why.empty()) return refuse("the plan fails its check: " + why);
   const RankBytes b = rank_bytes(*plan, q);
-  const int64_t ranks = std::max(from->ranks(), to->ranks());
+  const int64_t ranks = reshard_gpus(q);
   double total[3] = {0, 0, 0};
   for (const auto& r : b.received)
     for (int c = 0; c < 3; ++c) total[c] += r[c];

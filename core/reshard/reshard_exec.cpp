@@ -74,7 +74,9 @@ std::vector<std::vector<std::byte>> generate_state(const std::vector<Piece>& pie
 
 Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model, const ReshardRequest& q,
                                      const ReshardPlan& plan) {
-  const int64_t world = std::max(q.from.ranks(), q.to.ranks());
+  const int64_t world = reshard_gpus(q);
+  auto gpus = target_gpus(q);
+  if (!gpus) return gpus.errors();
   if (comm.size() != world)
     return Error{"", "", "the re-shard " + q.from.str() + " → " + q.to.str() + " needs " + std::to_string(world) +
                              " ranks, the job has " + std::to_string(comm.size())};
@@ -88,7 +90,10 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
   const std::set<int64_t> lost(q.lost.begin(), q.lost.end());
   const std::vector<Piece> have = me < q.from.ranks() && !lost.count(me) ? rank_state(model, plan.tensors, q.from, me) : std::vector<Piece>{};
   std::vector<std::vector<std::byte>> source = generate_state(have);
-  const std::vector<Piece> want = me < q.to.ranks() ? rank_state(model, plan.tensors, q.to, me) : std::vector<Piece>{};
+  int64_t my_target = -1;  // the target rank this GPU runs, if any
+  for (int64_t r = 0; r < q.to.ranks(); ++r)
+    if ((*gpus)[r] == me) my_target = r;
+  const std::vector<Piece> want = my_target >= 0 ? rank_state(model, plan.tensors, q.to, my_target) : std::vector<Piece>{};
   std::vector<std::vector<std::byte>> target(want.size());
   for (size_t i = 0; i < want.size(); ++i) target[i].assign(static_cast<size_t>(want[i].rect.area()) * bpe(want[i].kind), std::byte{0});
 
@@ -103,7 +108,7 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
     for (size_t i = plan.stage_begin[k]; i < plan.stage_begin[k + 1]; ++i) {
       const Transfer& t = plan.transfers[i];
       const size_t bytes = static_cast<size_t>(t.bytes());
-      if (t.src == me && t.dst == me) {  // in place
+      if (t.src == me && t.dst_gpu == me) {  // in place
         const int from = holder(have, t.piece), to = holder(want, t.piece);
         if (from < 0 || to < 0) return Error{"", "", "rank " + std::to_string(me) + ": a local copy of a slice it does not hold"};
         std::vector<std::byte> run_bytes(bytes);
@@ -111,8 +116,8 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
         copy_rect(want[to], target[to], t.piece, run_bytes.data(), false);
         run.bytes_copied += bytes;
       } else if (t.src == me) {
-        send_counts[t.dst] += bytes;
-      } else if (t.dst == me) {
+        send_counts[t.dst_gpu] += bytes;
+      } else if (t.dst_gpu == me) {
         recv_counts[t.src] += bytes;
       }
     }
@@ -124,11 +129,11 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
     std::vector<size_t> send_at = send_displs, recv_at = recv_displs;
     for (size_t i = plan.stage_begin[k]; i < plan.stage_begin[k + 1]; ++i) {
       const Transfer& t = plan.transfers[i];
-      if (t.src != me || t.dst == me) continue;
+      if (t.src != me || t.dst_gpu == me) continue;
       const int from = holder(have, t.piece);
       if (from < 0) return Error{"", "", "rank " + std::to_string(me) + ": the plan sends a slice it does not hold"};
-      copy_rect(have[from], source[from], t.piece, send.data() + send_at[t.dst], true);
-      send_at[t.dst] += static_cast<size_t>(t.bytes());
+      copy_rect(have[from], source[from], t.piece, send.data() + send_at[t.dst_gpu], true);
+      send_at[t.dst_gpu] += static_cast<size_t>(t.bytes());
       run.plan_bytes_sent += static_cast<uint64_t>(t.bytes());
     }
     if (auto s = comm.all_to_allv(std::span<const std::byte>(send), send_counts, send_displs, std::span<std::byte>(recv),
@@ -137,7 +142,7 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
       return s.errors();
     for (size_t i = plan.stage_begin[k]; i < plan.stage_begin[k + 1]; ++i) {
       const Transfer& t = plan.transfers[i];
-      if (t.dst != me || t.src == me) continue;
+      if (t.dst_gpu != me || t.src == me) continue;
       const int to = holder(want, t.piece);
       if (to < 0) return Error{"", "", "rank " + std::to_string(me) + ": the plan delivers a slice it does not hold"};
       copy_rect(want[to], target[to], t.piece, recv.data() + recv_at[t.src], false);

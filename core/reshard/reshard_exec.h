@@ -4,7 +4,7 @@
 // stage; a rank's own slices are copied in place), and each rank compares what it assembled with
 // the state built directly under the target layout, bit for bit, and the bytes it moved with the
 // plan's.
-// Requires: a communicator of max(from, to) ranks (rank i is GPU i of the plan); a plan from
+// Requires: a communicator of reshard_gpus(request) ranks (rank i is GPU i of the plan); a plan from
 // plan_reshard with no unrecoverable pieces (those need a checkpoint: an error says so). Every
 // rank calls it together.
 #pragma once

@@ -31,7 +31,7 @@ void run_case(Communicator& comm, const std::string& model_name, ReshardRequest 
   EXPECT_TRUE(run->state_matches) << run->mismatch;
   // The bytes the Communicator counted are the plan's, for this rank.
   const RankBytes b = rank_bytes(*plan, q);
-  const auto me = static_cast<size_t>(comm.rank());
+  const auto me = static_cast<size_t>(comm.rank());  // = the GPU
   EXPECT_EQ(run->bytes_sent, run->plan_bytes_sent);
   EXPECT_EQ(run->bytes_received, run->plan_bytes_received);
   EXPECT_DOUBLE_EQ(static_cast<double>(run->plan_bytes_sent), b.sent[me][1] + b.sent[me][2]);
@@ -101,10 +101,14 @@ TEST_F(ReshardMpi, ScaleOutScaleInAndALostRank) {
   q.from = {2, 1, 2, true};  // 4 GPUs → 2
   q.to = {1, 2, 1};
   run_case(*world_, "tiny_llama", q);
-  q.from = {2, 1, 2};  // rank 1 fails: its slices come from its DP replica (rank 3)
+  q.from = {2, 1, 2};  // GPU 1 fails: its slices come from its DP replica (rank 3); GPUs 0, 2 and 3 run (t1, p1, d2) and (t1, p3, d1)
   q.to = {1, 1, 2};
   q.lost = {1};
   run_case(*world_, "tiny_gpt", q);
+  q.to = {1, 2, 1};
+  q.to_gpus = {3, 2};  // placed by hand, on the other node first
+  run_case(*world_, "tiny_llama", q);
+  q.to_gpus = {};
   // With the distributed optimizer the lost shard has no replica: an error says a checkpoint is needed.
   q.from.distributed_optimizer = true;
   const ModelShape m = model("tiny_gpt");

@@ -13,6 +13,29 @@ LinkClass link_class(int64_t src, int64_t dst, int64_t gpus_per_node) {
   return src / gpus_per_node == dst / gpus_per_node ? LinkClass::nvlink : LinkClass::network;
 }
 
+Expected<std::vector<int64_t>> target_gpus(const ReshardRequest& q) {
+  const std::set<int64_t> lost(q.lost.begin(), q.lost.end());
+  std::vector<int64_t> gpus = q.to_gpus;
+  if (gpus.empty())
+    for (int64_t g = 0; static_cast<int64_t>(gpus.size()) < q.to.ranks(); ++g)
+      if (!lost.count(g)) gpus.push_back(g);
+  if (static_cast<int64_t>(gpus.size()) != q.to.ranks())
+    return Error{"", "", std::to_string(gpus.size()) + " target GPUs given for the " + std::to_string(q.to.ranks()) + " ranks of " + q.to.str()};
+  std::set<int64_t> seen;
+  for (int64_t g : gpus) {
+    if (g < 0 || lost.count(g) || !seen.insert(g).second)
+      return Error{"", "", "target GPU " + std::to_string(g) + " is negative, lost or given twice"};
+  }
+  return gpus;
+}
+
+int64_t reshard_gpus(const ReshardRequest& q) {
+  int64_t n = q.from.ranks();
+  if (auto gpus = target_gpus(q))
+    for (int64_t g : *gpus) n = std::max(n, g + 1);
+  return n;
+}
+
 namespace {
 
 using Key = std::pair<int, StateKind>;  // (tensor, kind)
@@ -45,6 +68,8 @@ Expected<ReshardPlan> plan_reshard(const ModelShape& model, const ReshardRequest
   const std::set<int64_t> lost(q.lost.begin(), q.lost.end());
   for (int64_t r : lost)
     if (r < 0 || r >= q.from.ranks()) return Error{"", "", "lost rank " + std::to_string(r) + " is not a rank of " + q.from.str()};
+  auto gpus = target_gpus(q);
+  if (!gpus) return gpus.errors();
   ReshardPlan plan;
   plan.tensors = model_tensors(model, q.max_seq);
   std::map<Key, std::vector<Source>> sources;
@@ -52,9 +77,10 @@ Expected<ReshardPlan> plan_reshard(const ModelShape& model, const ReshardRequest
     if (lost.count(r)) continue;
     for (const Piece& p : rank_state(model, plan.tensors, q.from, r)) sources[{p.tensor, p.kind}].push_back({r, p.rect});
   }
-  std::vector<double> load(static_cast<size_t>(std::max(q.from.ranks(), q.to.ranks())), 0);
+  std::vector<double> load(static_cast<size_t>(reshard_gpus(q)), 0);
   std::vector<Transfer> all;
   for (int64_t dst = 0; dst < q.to.ranks(); ++dst) {
+    const int64_t gpu = (*gpus)[dst];
     for (const Piece& target : rank_state(model, plan.tensors, q.to, dst)) {
       std::vector<Source>& cands = sources[{target.tensor, target.kind}];
       // Cheapest link first, then the least loaded sender, then the lowest rank.
@@ -62,8 +88,8 @@ Expected<ReshardPlan> plan_reshard(const ModelShape& model, const ReshardRequest
       for (const Source& s : cands)
         if (!intersect(s.rect, target.rect).empty()) order.push_back(&s);
       std::stable_sort(order.begin(), order.end(), [&](const Source* a, const Source* b) {
-        return std::make_tuple(static_cast<int>(link_class(a->rank, dst, q.gpus_per_node)), load[a->rank], a->rank) <
-               std::make_tuple(static_cast<int>(link_class(b->rank, dst, q.gpus_per_node)), load[b->rank], b->rank);
+        return std::make_tuple(static_cast<int>(link_class(a->rank, gpu, q.gpus_per_node)), load[a->rank], a->rank) <
+               std::make_tuple(static_cast<int>(link_class(b->rank, gpu, q.gpus_per_node)), load[b->rank], b->rank);
       });
       std::vector<Rect> left = {target.rect};
       for (const Source* s : order) {
@@ -74,15 +100,15 @@ Expected<ReshardPlan> plan_reshard(const ModelShape& model, const ReshardRequest
             next.push_back(r);
             continue;
           }
-          Transfer t{s->rank, dst, {target.tensor, target.kind, x}};
-          if (s->rank != dst) load[s->rank] += t.bytes();
+          Transfer t{s->rank, dst, gpu, {target.tensor, target.kind, x}};
+          if (s->rank != gpu) load[s->rank] += t.bytes();
           all.push_back(t);
           for (const Rect& rest : subtract(r, x)) next.push_back(rest);
         }
         left = std::move(next);
         if (left.empty()) break;
       }
-      for (const Rect& r : left) plan.unrecoverable.push_back({-1, dst, {target.tensor, target.kind, r}});
+      for (const Rect& r : left) plan.unrecoverable.push_back({-1, dst, gpu, {target.tensor, target.kind, r}});
     }
   }
   // Stages: each transfer (split by rows to fit) in the first stage where its receiver's staged
@@ -91,16 +117,16 @@ Expected<ReshardPlan> plan_reshard(const ModelShape& model, const ReshardRequest
   std::vector<std::map<int64_t, double>> staged;
   for (const Transfer& whole : all) {
     for (const Transfer& t : split_to_fit(whole, q.staging_bytes)) {
-      const bool copy = t.src == t.dst;
+      const bool copy = t.src == t.dst_gpu;
       size_t k = 0;
       for (; k < stages.size(); ++k)
-        if (copy || q.staging_bytes <= 0 || staged[k][t.dst] + t.bytes() <= q.staging_bytes || staged[k][t.dst] == 0) break;
+        if (copy || q.staging_bytes <= 0 || staged[k][t.dst_gpu] + t.bytes() <= q.staging_bytes || staged[k][t.dst_gpu] == 0) break;
       if (k == stages.size()) {
         stages.emplace_back();
         staged.emplace_back();
       }
       stages[k].push_back(t);
-      if (!copy) staged[k][t.dst] += t.bytes();
+      if (!copy) staged[k][t.dst_gpu] += t.bytes();
     }
   }
   plan.stage_begin.push_back(0);
@@ -122,8 +148,11 @@ std::string check_reshard_plan(const ModelShape& model, const ReshardRequest& q,
   std::vector<std::map<Key, std::vector<Rect>>> held_by(static_cast<size_t>(q.from.ranks()));
   for (int64_t r = 0; r < q.from.ranks(); ++r)
     for (const Piece& p : rank_state(model, plan.tensors, q.from, r)) held_by[r][{p.tensor, p.kind}].push_back(p.rect);
+  auto gpus = target_gpus(q);
+  if (!gpus) return gpus.error_str();
   for (const Transfer& t : plan.transfers) {
     if (t.src < 0 || t.src >= q.from.ranks() || lost.count(t.src)) return name(t) + ": the sender holds no state";
+    if (t.dst < 0 || t.dst >= q.to.ranks() || t.dst_gpu != (*gpus)[t.dst]) return name(t) + ": delivered to another GPU than the target rank's";
     bool held = false;
     for (const Rect& r : held_by[t.src][{t.piece.tensor, t.piece.kind}]) held |= inside(t.piece.rect, r);
     if (!held) return name(t) + ": the sender does not hold what it sends";
@@ -158,12 +187,12 @@ std::string check_reshard_plan(const ModelShape& model, const ReshardRequest& q,
 }
 
 RankBytes rank_bytes(const ReshardPlan& plan, const ReshardRequest& q) {
-  const size_t n = static_cast<size_t>(std::max(q.from.ranks(), q.to.ranks()));
+  const size_t n = static_cast<size_t>(reshard_gpus(q));
   RankBytes out{std::vector<std::array<double, 3>>(n, {0, 0, 0}), std::vector<std::array<double, 3>>(n, {0, 0, 0})};
   for (const Transfer& t : plan.transfers) {
-    const int c = static_cast<int>(link_class(t.src, t.dst, q.gpus_per_node));
+    const int c = static_cast<int>(link_class(t.src, t.dst_gpu, q.gpus_per_node));
     out.sent[t.src][c] += t.bytes();
-    out.received[t.dst][c] += t.bytes();
+    out.received[t.dst_gpu][c] += t.bytes();
   }
   return out;
 }

@@ -153,7 +153,11 @@ TEST(ReshardPlan, ALostRankIsRecoveredFromItsReplicaOrNeedsACheckpoint) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(check_reshard_plan(m, q, *plan), "");
   EXPECT_TRUE(plan->unrecoverable.empty());
-  for (const Transfer& t : plan->transfers) EXPECT_TRUE(t.src < 4 || t.src > 7);
+  // The 8 surviving GPUs run the new layout: target rank r on GPU r, or r + 4 past the lost ones.
+  for (const Transfer& t : plan->transfers) {
+    EXPECT_TRUE(t.src < 4 || t.src > 7);
+    EXPECT_EQ(t.dst_gpu, t.dst < 4 ? t.dst : t.dst + 4);
+  }
   // With the distributed optimizer the lost ranks' optimizer shards have no replica.
   q.from.distributed_optimizer = true;
   plan = plan_reshard(m, q);
