@@ -10,6 +10,7 @@
 
 #include "core/experiment/registry.h"
 #include "core/runtime/mpi_communicator.h"
+#include "core/runtime/mpi_test_environment.h"
 #include "core/runtime/mpi_session.h"
 
 namespace cpbench {
@@ -42,32 +43,7 @@ void run_case(Communicator& comm, const std::string& model_name, ReshardRequest 
   EXPECT_EQ(all, 1);
 }
 
-// One MPI session and one world communicator per process; MPI is finalised after the last test.
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    session_ = std::make_unique<MpiSession>();
-    ASSERT_TRUE(session_->status()) << session_->status().error_str();
-    auto w = MpiCommunicator::world(std::chrono::seconds(60));
-    ASSERT_TRUE(w) << w.error_str();
-    world_ = std::move(*w);
-    if (world_->rank() != 0) {  // only rank 0 prints; the others' results show in their exit codes
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
-  }
-  void TearDown() override {
-    world_.reset();
-    session_.reset();
-  }
-  static MpiCommunicator& world() { return *world_; }
-
- private:
-  std::unique_ptr<MpiSession> session_;
-  static inline std::unique_ptr<MpiCommunicator> world_;
-};
-
-[[maybe_unused]] auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+[[maybe_unused]] auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment(std::chrono::seconds(60)));
 
 class ReshardMpi : public ::testing::Test {
  protected:

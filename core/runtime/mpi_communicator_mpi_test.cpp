@@ -3,6 +3,7 @@
 // does), byte counters against the payload formulas, sub-communicators from split, uneven
 // all_to_allv with zeros, and timeouts that name the peer and leave the job able to continue.
 #include "core/runtime/mpi_communicator.h"
+#include "core/runtime/mpi_test_environment.h"
 
 #include <chrono>
 #include <memory>
@@ -19,34 +20,7 @@ using ::testing::HasSubstr;
 using V = std::vector<float>;
 using Counts = std::vector<std::size_t>;
 
-// One MPI session and one world communicator per process; MPI is finalised after the last test.
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    session_ = std::make_unique<MpiSession>();
-    ASSERT_TRUE(session_->status()) << session_->status().error_str();
-    auto w = MpiCommunicator::world(std::chrono::seconds(30));
-    ASSERT_TRUE(w) << w.error_str();
-    world_ = std::move(*w);
-    // Only rank 0 prints: the others' results show in their exit codes.
-    if (world_->rank() != 0) {
-      auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
-  }
-  void TearDown() override {
-    world_.reset();
-    session_.reset();
-  }
-  static MpiCommunicator& world() { return *world_; }
-
- private:
-  std::unique_ptr<MpiSession> session_;
-  static inline std::unique_ptr<MpiCommunicator> world_;
-};
-
-[[maybe_unused]] auto* const kEnvironment =
-    ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+[[maybe_unused]] auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
 
 class Mpi : public ::testing::Test {
  protected:

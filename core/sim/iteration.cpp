@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
@@ -698,9 +699,11 @@ class IterationGraph {
   int collective_id_ = 0;
 };
 
-}  // namespace
-
-Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
+// Groups the plan's ranks, builds its pipeline schedule and hands the iteration's graph builder to
+// `use`; the errors of a plan the schedule cannot take.
+template <class Use>
+auto with_iteration_graph(const Plan& plan, const ModelShape& model, const CostModel& cost, Use&& use)
+    -> decltype(use(std::declval<IterationGraph&>())) {
   auto replicas = group_replicas(plan);
   if (!replicas) return replicas.errors();
   const ParallelConfig& L = plan.layout;
@@ -708,29 +711,30 @@ Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& mod
                                     static_cast<int>(plan.micro_batches[0].size()), static_cast<int>(L.vp));
   if (!schedule) return schedule.errors();
   IterationGraph g(plan, model, cost, *replicas, *schedule);
-  return g.lower_bound();
+  return use(g);
+}
+
+}  // namespace
+
+Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
+  return with_iteration_graph(plan, model, cost, [](IterationGraph& g) { return g.lower_bound(); });
 }
 
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
                                              const std::filesystem::path& trace_path) {
-  auto replicas = group_replicas(plan);
-  if (!replicas) return replicas.errors();
-  const ParallelConfig& L = plan.layout;
-  auto schedule = pipeline_schedule(plan.pipeline_schedule, static_cast<int>(L.pp),
-                                    static_cast<int>(plan.micro_batches[0].size()), static_cast<int>(L.vp));
-  if (!schedule) return schedule.errors();
-  IterationGraph g(plan, model, cost, *replicas, *schedule);
-  if (auto s = g.add_pipelines(); !s) return s.errors();
-  if (auto s = g.join_groups(); !s) return s.errors();
-  g.join_gradient_reductions();
-  g.add_optimizer();
-  auto sim = simulate_checked(g.graph());
-  if (!sim) return sim.errors();
-  if (!trace_path.empty()) {
-    if (auto s = g.write_trace(*sim, trace_path); !s) return s.errors();
-    if (auto s = g.write_layer_trace(trace_path); !s) return s.errors();
-  }
-  return g.result(*sim);
+  return with_iteration_graph(plan, model, cost, [&](IterationGraph& g) -> Expected<IterationResult> {
+    if (auto s = g.add_pipelines(); !s) return s.errors();
+    if (auto s = g.join_groups(); !s) return s.errors();
+    g.join_gradient_reductions();
+    g.add_optimizer();
+    auto sim = simulate_checked(g.graph());
+    if (!sim) return sim.errors();
+    if (!trace_path.empty()) {
+      if (auto s = g.write_trace(*sim, trace_path); !s) return s.errors();
+      if (auto s = g.write_layer_trace(trace_path); !s) return s.errors();
+    }
+    return g.result(*sim);
+  });
 }
 
 }  // namespace cpbench
