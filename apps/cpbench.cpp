@@ -578,7 +578,7 @@ int run_cli(int argc, char** argv) {
 
   ReshardArgs rs;
   auto* reshard = app.add_subcommand("reshard", "Tenplex: re-shard a model's training state from one TP,PP,DP layout to "
-                                                "another on the MPI ranks of this job (mpirun -np max(from, to)), "
+                                                "another on the MPI ranks of this job (one per GPU the change involves; without mpirun it prints the count and the plan), "
                                                 "checked bit for bit and against the plan's bytes");
   reshard->add_option("--from", rs.from, "source layout t,p,d[,dist-opt]")->required();
   reshard->add_option("--to", rs.to, "target layout t,p,d[,dist-opt]")->required();

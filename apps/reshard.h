@@ -2,7 +2,8 @@
 // PP, DP) layout to another, planned (core/reshard/reshard_plan.h) and executed with real tensors
 // on the MPI ranks of this job (core/reshard/reshard_exec.h); prints per rank the bytes it sent and
 // received by link class against the plan, its time, and the bit-for-bit check.
-// Requires: mpirun with max(from, to) ranks to execute; with one process it prints the plan only.
+// Requires: mpirun with one rank per GPU the change involves (reshard_gpus: the source's GPUs and
+// the target's, which skip lost GPUs) to execute; with one process it prints the plan only.
 #pragma once
 
 #include <cstdint>

@@ -694,8 +694,15 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
       if (!objs->is_array() || objs->empty()) fo->error("objectives", "expected a non-empty array of metric names or \"num_gpus\"");
       for (size_t i = 0; objs->is_array() && i < objs->size(); ++i) {
         const json& o = (*objs)[i];
-        if (!o.is_string() || (o.get<std::string>() != "num_gpus" && !find_metric(o.get<std::string>())))
-          diag.error(json_pointer_append(fo->pointer_of("objectives"), i), "expected a metric name or \"num_gpus\", got " + o.dump());
+        // Minimised: a higher-is-better metric (mfu, tflops_per_gpu) would give a meaningless frontier.
+        static const std::set<std::string> kMinimised = {"step_time_s",          "peak_memory_gib",    "peak_allocated_bytes",
+                                                         "comm_bytes_per_gpu",   "comm_bytes_nvlink",  "comm_bytes_network",
+                                                         "exposed_comm_s",       "bubble_fraction",    "num_gpus"};
+        if (!o.is_string() || !kMinimised.count(o.get<std::string>())) {
+          std::string known;
+          for (const auto& k : kMinimised) known += (known.empty() ? "" : ", ") + k;
+          diag.error(json_pointer_append(fo->pointer_of("objectives"), i), "expected an objective to minimise (" + known + "), got " + o.dump());
+        }
         else
           spec.frontier_objectives.push_back(o.get<std::string>());
       }

@@ -241,6 +241,17 @@ TEST_F(SpecTest, BadSearchAxisNamesTheField) {
   EXPECT_NE(e.find("/search/offload_ratio: expected a non-empty array of numbers in [0, 1]"), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, FrontierObjectivesAreMinimisedMetrics) {
+  auto f = write([](json& j) { j["frontier"] = {{"objectives", {"step_time_s", "mfu"}}}; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/frontier/objectives/1: expected an objective to minimise ("), std::string::npos) << e;
+  EXPECT_NE(e.find("got \"mfu\""), std::string::npos) << e;
+  f = write([](json& j) { j["frontier"] = json::object(); });
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  EXPECT_EQ(spec->frontier_objectives.size(), 4u);
+}
+
 TEST_F(SpecTest, SpeedupBaselineMustBeAStrategyLabel) {
   auto f = write([](json& j) { j["plot"] = {{"speedup_over", "tp8"}, {"x_label", "micro-batch size"}}; });
   auto e = error_of(load(f));

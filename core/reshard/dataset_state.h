@@ -1,6 +1,7 @@
 // dataset_state.h — Tenplex's dataset state (SOSP'24; references/tenplex_tensoropt.md): where a
-// job is in its epoch and which samples each data-parallel rank reads, as Megatron's pretraining
-// sampler hands them out, and its re-partitioning when the DP size changes, so that training
+// job is in its epoch and which samples each data-parallel rank reads (each rank a contiguous
+// share of every global batch; Megatron's pretraining sampler interleaves micro-batch slices
+// instead — the same samples per step, in another order), and its re-partitioning when the DP size changes, so that training
 // resumes mid-epoch without repeating or skipping a sample and with the same global batch.
 // Requires: nothing but the standard library. The epoch's order is a seeded permutation
 // (Fisher-Yates over splitmix64: the same on every platform).

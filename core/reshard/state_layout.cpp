@@ -119,7 +119,7 @@ std::vector<Piece> rank_state(const ModelShape& m, const std::vector<ModelTensor
     return out;
   }
   // The (TP, PP) shard's flat buffer is its pieces in order, each row-major; DP rank d holds
-  // elements [d·N/dp, (d+1)·N/dp) of it (the last shard takes the remainder).
+  // elements [d·⌈N/dp⌉, (d+1)·⌈N/dp⌉) ∩ [0, N) of it (the last shard is the shorter).
   int64_t total = 0;
   for (const Piece& p : weights) total += p.rect.area();
   const int64_t per = (total + L.dp - 1) / L.dp, d = L.dp_rank(rank);

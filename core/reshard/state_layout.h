@@ -11,7 +11,9 @@
 // vocabulary is padded to a multiple of 128·t, the padding rows hold no state (zero on arrival);
 // tied embeddings put a copy of the word embedding on the last stage. The distributed optimizer
 // shards each (TP, PP) group's flat buffer of fp32 state (master weight, two Adam moments)
-// contiguously over the DP ranks, cutting across tensor boundaries.
+// contiguously over the DP ranks, cutting across tensor boundaries — simplified: Megatron shards
+// each gradient bucket (parameters in reverse order, padded to a multiple of dp) the same way, so
+// its cut points differ; what a re-shard must move is of the same kind.
 #pragma once
 
 #include <cstdint>

@@ -59,9 +59,12 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                 L.recompute = mode;
                 L.activation_offload_ratio = alpha;
                 L.sequence_parallel = t > 1;
-                // An overlap that cannot apply is one layout with it off, counted once.
+                // An overlap that cannot apply (TP overlap at t = 1; the parameter-gather overlap
+                // without the distributed optimizer or with a DP×CP group of one) is one layout
+                // with it off, counted once.
                 if ((tp_overlap && t == 1 && or_base(space.tp_comm_overlap, base.tp_comm_overlap).size() > 1) ||
-                    (param_overlap && !base.distributed_optimizer && space.overlap_param_gather.size() > 1)) {
+                    (param_overlap && (!base.distributed_optimizer || base.num_gpus / (t * p) <= 1) &&
+                     space.overlap_param_gather.size() > 1)) {
                   ++out.invalid;
                   continue;
                 }

@@ -88,7 +88,9 @@ TEST_F(SearchTest, TheBoundKnowsTheBytesAndMemoryTheSimulationReports) {
   };
   const std::vector<Case> cases = {{2, 1, 2, 1, false, false, false, plan_ptdp}, {2, 2, 2, 4, true, false, false, plan_ptdp},
                                    {1, 1, 4, 2, true, true, false, plan_ptdp},  {2, 1, 1, 1, false, false, true, plan_zero3},
-                                   {1, 2, 2, 1, false, false, true, plan_zero3}};
+                                   {1, 2, 2, 1, false, false, true, plan_zero3},
+                                   // DP×CP = 1: no gradient reduction, the optimizer after the last op's tail
+                                   {16, 1, 1, 1, false, false, false, plan_ptdp},  {8, 1, 2, 1, true, false, false, plan_ptdp}};
   for (const Case& k : cases) {
     ParallelConfig L = base_;
     L.tp = k.t;

@@ -268,7 +268,9 @@ class IterationGraph {
         const int64_t shards = L_.dp() * L_.cp;
         const bool sharded = L_.distributed_optimizer || L_.zero3;
         double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? shards : 1);
-        TaskSpec t{device, kComputeStream, optimizer_s(params), {}, -1, -1, "optimizer", 'o'};
+        // After the stage's last op with its blocking tail (its gradients are complete then, even
+        // without a DP reduction to wait for) and the stage's gradient reductions.
+        TaskSpec t{device, kComputeStream, optimizer_s(params), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
@@ -362,7 +364,8 @@ class IterationGraph {
   // stage, the stage's ops back to back (compute and blocking tails, no contention, no sends),
   // after the computes of the forward chain that feeds its first op and before those of the
   // backward chain its last op feeds (a consumer waits for its producer's compute, not for its
-  // blocking tail: append_pipeline_tasks), then the first stage's end of step.
+  // blocking tail when they share a stage: append_pipeline_tasks; across stages it waits for the
+  // send, later still), then the first stage's end of step.
   Expected<IterationBound> lower_bound() {
     double bound = 0, devices = 0;
     LinkBytes sent;
@@ -630,10 +633,17 @@ class IterationGraph {
     const Collective kind = grad_reduction_kind();
     const GradReduction reduction = grad_reduction(s);
     const double total_s = reduction.total_s;
+    // Chunks in the order their last backward runs (interleaving finishes the last chunk first):
+    // the dp stream is FIFO, so a chunk done early must not queue behind one done late.
+    std::vector<std::pair<int, int>> last_of;  // (its last backward's index, chunk)
     for (int c = 0; c < v_; ++c) {
       int last = -1;
       for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
         if (!schedule_[s][i].forward && schedule_[s][i].chunk == c) last = i;
+      last_of.emplace_back(last, c);
+    }
+    std::sort(last_of.begin(), last_of.end());
+    for (const auto& [last, c] : last_of) {
       const int last_task = tasks.done[s][last];
       const double early = total_s - reduction.late_s;
       std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
