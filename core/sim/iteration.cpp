@@ -623,9 +623,10 @@ class IterationGraph {
   }
 
 
-  // Gradient reduction of each chunk once its last backward has run, over the DP×CP ranks
-  // (Megatron reduces over the data-parallel group with CP): with overlap its buckets but the last
-  // go out while that backward runs, the last after it (grad_reduction).
+  // Gradient reduction of each chunk over the DP×CP ranks (Megatron reduces over the
+  // data-parallel group with CP): with overlap once its last backward has run — its buckets but
+  // the last while that backward runs, the last after it (grad_reduction); without, after the
+  // stage's last op.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
     if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
     const double grad_bytes = chunk_grad_bytes(s);
@@ -644,7 +645,10 @@ class IterationGraph {
     }
     std::sort(last_of.begin(), last_of.end());
     for (const auto& [last, c] : last_of) {
-      const int last_task = tasks.done[s][last];
+      // Without overlap the reduction runs after the stage's whole backward (Megatron's local DDP
+      // reduces once the pipeline is flushed), every chunk's then; with it, each chunk's as soon
+      // as its own last backward is done.
+      const int last_task = L_.overlap_grad_reduce ? tasks.done[s][last] : tasks.done[s].back();
       const double early = total_s - reduction.late_s;
       std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
       for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
