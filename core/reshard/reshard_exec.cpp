@@ -97,6 +97,17 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
   std::vector<std::vector<std::byte>> target(want.size());
   for (size_t i = 0; i < want.size(); ++i) target[i].assign(static_cast<size_t>(want[i].rect.area()) * bpe(want[i].kind), std::byte{0});
 
+  // Every slice this rank sends it holds, every slice it receives it keeps: checked on every rank
+  // and agreed before the first transfer, so a plan that does not fit the layouts is an error on
+  // all ranks instead of one rank leaving the others waiting in a collective.
+  double fits = 1;
+  for (const Transfer& t : plan.transfers)
+    if ((t.src == me && holder(have, t.piece) < 0) || (t.dst_gpu == me && holder(want, t.piece) < 0)) fits = 0;
+  if (auto s = comm.all_reduce(std::span<double>(&fits, 1), ReduceOp::kSum); !s) return s.errors();
+  if (fits < static_cast<double>(comm.size()))
+    return Error{"", "", "the plan moves slices a rank does not hold under " + q.from.str() + " or keep under " + q.to.str() +
+                             " (not a plan of this change)"};
+
   ReshardRun run;
   comm.reset_counters();
   if (auto s = comm.barrier(); !s) return s.errors();

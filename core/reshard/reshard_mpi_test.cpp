@@ -95,6 +95,22 @@ TEST_F(ReshardMpi, ScaleOutScaleInAndALostRank) {
   EXPECT_NE(run.error_str().find("needs a checkpoint"), std::string::npos) << run.error_str();
 }
 
+TEST_F(ReshardMpi, APlanThatDoesNotFitTheLayoutsIsAnErrorOnEveryRank) {
+  // A transfer whose sender does not hold the slice: every rank returns the error (none waits in
+  // a collective for the rank that found it).
+  const ModelShape m = model("tiny_gpt");
+  ReshardRequest q;
+  q.from = {2, 2, 1};
+  q.to = {4, 1, 1};
+  auto plan = plan_reshard(m, q);
+  ASSERT_TRUE(plan.ok());
+  for (Transfer& t : plan->transfers)
+    if (plan->tensors[t.piece.tensor].name == "layer7.fc2.weight") t.src = 0;  // stage 1's layer, from stage 0
+  auto run = execute_reshard(*world_, m, q, *plan);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.error_str().find("not a plan of this change"), std::string::npos) << run.error_str();
+}
+
 TEST_F(ReshardMpi, TwoRanksOnASubCommunicator) {
   auto sub = world_->split(world_->rank() < 2 ? 0 : -1, world_->rank());
   ASSERT_TRUE(sub.ok()) << sub.error_str();
