@@ -30,6 +30,11 @@ constexpr int kTagResult = 900;
 
 [[noreturn]] void fail(const std::string& message) { MpiCommunicator::abort_job(message, 1); }
 
+int refuse_input(int rank, const std::string& command, const std::string& why) {
+  if (rank == 0) std::cerr << "cpbench " << command << ": " << why << "\n";
+  return 2;
+}
+
 std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout) {
   auto world = MpiCommunicator::world(timeout);
   if (!world) {
@@ -225,10 +230,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   const int rank = comm.rank();
   // Every verdict before the first round depends on the arguments only: every rank returns 2
   // alike, and rank 0 says why.
-  auto refuse = [rank](const std::string& why) {
-    if (rank == 0) std::cerr << "cpbench exec --dynamic-cp: " << why << "\n";
-    return 2;
-  };
+  auto refuse = [rank](const std::string& why) { return refuse_input(rank, "exec --dynamic-cp", why); };
   if (a.max_seqlen_per_rank < 1) return refuse("give --max-seqlen-per-rank N (tokens per rank, N ≥ 1)");
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return refuse(lengths.error_str());

@@ -22,8 +22,11 @@ std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::mi
 // stops every rank with exit code 1 (a failed run; 2 is only for bad input), naming this rank:
 // an error on one rank must not leave the others waiting for it;
 [[noreturn]] void fail(const std::string& message);
-// rank 0 prints every rank's text in rank order (an all_gatherv of the texts).
+// rank 0 prints every rank's text in rank order (an all_gatherv of the texts);
 void print_in_rank_order(Communicator& comm, const std::string& text);
+// a verdict every rank reaches alike from the arguments (bad input): rank 0 prints
+// "cpbench COMMAND: WHY", every rank returns exit code 2.
+int refuse_input(int rank, const std::string& command, const std::string& why);
 
 struct ExecArgs {
   std::string layout = "zigzag";

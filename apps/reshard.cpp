@@ -51,10 +51,7 @@ int cmd_reshard(const ReshardArgs& a, const std::filesystem::path& experiments_d
   Communicator& comm = *world;
   const int rank = comm.rank();
   // Every verdict before the transfers depends on the arguments only: all ranks return 2 alike.
-  auto refuse = [rank](const std::string& why) {
-    if (rank == 0) std::cerr << "cpbench reshard: " << why << "\n";
-    return 2;
-  };
+  auto refuse = [rank](const std::string& why) { return refuse_input(rank, "reshard", why); };
   auto from = parse_layout(a.from, "--from");
   if (!from) return refuse(from.error_str());
   auto to = parse_layout(a.to, "--to");

@@ -20,7 +20,7 @@ inline constexpr int kResultsSchemaVersion = 1;
 
 struct PointResult {
   std::string id;
-  std::string status;  // "ok" | "infeasible" | "error"
+  std::string status;  // "ok" | "infeasible" | "error" | "pruned" (a frontier run)
   std::string reason;
   std::map<std::string, double> metrics;
   // Wall-clock measurements (plan_time_ms): written under the point's "timings", read by no

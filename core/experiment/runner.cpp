@@ -20,6 +20,7 @@
 #include "core/experiment/journal.h"
 #include "core/experiment/metrics.h"
 #include "core/experiment/strategy_registry.h"
+#include "core/common/parallel_for.h"
 #include "core/search/frontier.h"
 
 namespace cpbench {
@@ -196,62 +197,56 @@ std::string describe_point(const PointConfig& point) {
   return out + line + (e.status == "ok" ? "" : e.reason + "\n");
 }
 
-PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
-                      const fs::path& experiments_dir, double cpu_budget_s) {
+namespace {
+
+// The backend's verdict on a planned point: its planning time, the strategy's note beside the
+// backend's, the metrics (each one the registry knows). May throw.
+PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, const fs::path& trace_path,
+                             const std::string& backend, const fs::path& experiments_dir, double cpu_budget_s) {
   PointResult r{point.id, "ok", "", {}, {}};
-  try {
-    // The strategy decides ...
-    PlannedPoint pp = plan_point(point);
-    if (pp.plan_ms) r.timings["plan_time_ms"] = *pp.plan_ms;
-    if (pp.status != "ok") {
-      r.status = pp.status;
-      r.reason = pp.reason;
-      return r;
+  if (pp.plan_ms) r.timings["plan_time_ms"] = *pp.plan_ms;
+  if (pp.status != "ok") {
+    r.status = pp.status;
+    r.reason = pp.reason;
+    return r;
+  }
+  EvalInput in{point.cluster, point.model, pp.batch, point.flops_definition, trace_path,
+               experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
+  Evaluation out = evaluate(in, pp.plan, backend);
+  r.status = out.status;
+  // The strategy's note (what a search chose), then the backend's.
+  r.reason = pp.reason.empty() || out.reason.empty() ? pp.reason + out.reason : pp.reason + "; " + out.reason;
+  r.metrics = std::move(out.metrics);
+  r.timings.insert(out.timings.begin(), out.timings.end());
+  for (const auto& [k, v] : r.metrics) {
+    if (!find_metric(k)) {
+      r.status = "error";
+      r.reason = "backend " + backend + " reported unknown metric " + k;
     }
-    const Plan& plan = pp.plan;
-    const GlobalBatch& batch = pp.batch;
-    // ... and the backend prices what it decided.
-    EvalInput in{point.cluster, point.model, batch, point.flops_definition, trace_path,
-                 experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
-    Evaluation out = evaluate(in, plan, backend);
-    r.status = out.status;
-    // The strategy's note (what a search chose), then the backend's.
-    r.reason = pp.reason.empty() || out.reason.empty() ? pp.reason + out.reason : pp.reason + "; " + out.reason;
-    r.metrics = std::move(out.metrics);
-    r.timings.insert(out.timings.begin(), out.timings.end());
-    for (const auto& [k, v] : r.metrics) {
-      if (!find_metric(k)) {
-        r.status = "error";
-        r.reason = "backend " + backend + " reported unknown metric " + k;
-      }
-    }
-  } catch (const std::exception& e) {
-    r.status = "error";
-    r.reason = std::string("exception: ") + e.what();
   }
   return r;
 }
 
-PointResult bound_point(const PointConfig& point) {
-  PointResult r{point.id, "ok", "", {}, {}};
+PointResult exception_result(const PointConfig& point, const std::exception& e) {
+  return {point.id, "error", std::string("exception: ") + e.what(), {}, {}};
+}
+
+}  // namespace
+
+PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
+                      const fs::path& experiments_dir, double cpu_budget_s) {
   try {
-    PlannedPoint pp = plan_point(point);
-    if (pp.status != "ok") return {point.id, pp.status, pp.reason, {}, {}};
-    const Evaluation b = evaluate_bound(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan);
-    r.status = b.status;
-    r.reason = b.reason;
-    r.metrics = b.metrics;
+    // The strategy decides, and the backend prices what it decided.
+    return evaluate_planned(point, plan_point(point), trace_path, backend, experiments_dir, cpu_budget_s);
   } catch (const std::exception& e) {
-    r.status = "error";
-    r.reason = std::string("exception: ") + e.what();
+    return exception_result(point, e);
   }
-  return r;
 }
 
 namespace {
 
 // A frontier run (spec "frontier", TensorOpt's frontier tracking, core/search/frontier.h): every
-// point planned and bounded (memory, bytes, a step time it cannot beat) on `jobs` threads, then
+// point planned once and bounded (memory, bytes, a step time it cannot beat) on `jobs` threads, then
 // simulated in the order of that bound unless a point already simulated dominates its bounds;
 // those are "pruned", naming the point that dominates them. Simulated points get metric
 // pareto_optimal. Rank 0 does it all (a frontier run takes seconds); it is not resumable.
@@ -260,16 +255,6 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
   PointResults results(n);
   if (rank != 0) return results;
   const int jobs = std::max(1, options.jobs);
-  auto parallel_for = [jobs](size_t count, const std::function<void(size_t)>& f) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; (i = next++) < count;) f(i);
-    };
-    std::vector<std::thread> threads;
-    for (int t = 1; t < jobs; ++t) threads.emplace_back(worker);
-    worker();
-    for (auto& th : threads) th.join();
-  };
   const std::vector<std::string>& objectives = spec.frontier_objectives;
   // An objective of a point from its metrics; "num_gpus" is the layout's. Absent: nullopt.
   auto objective = [&](size_t i, const std::map<std::string, double>& metrics, const std::string& name) -> std::optional<double> {
@@ -277,8 +262,25 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
     auto it = metrics.find(name);
     return it == metrics.end() ? std::nullopt : std::optional<double>(it->second);
   };
+  // Each point planned once: bounded from its plan (evaluate_bound: no simulation), and the plan
+  // simulated later if the frontier does not prune it.
+  std::vector<PlannedPoint> planned(n);
   std::vector<PointResult> bounded(n);
-  parallel_for(n, [&](size_t i) { bounded[i] = bound_point(spec.points[i]); });
+  parallel_for(n, jobs, [&](size_t i) {
+    const PointConfig& point = spec.points[i];
+    try {
+      planned[i] = plan_point(point);
+      if (planned[i].status != "ok") {
+        bounded[i] = {point.id, planned[i].status, planned[i].reason, {}, {}};
+        return;
+      }
+      const Evaluation b = evaluate_bound(EvalInput{point.cluster, point.model, planned[i].batch, point.flops_definition, {}, {}, 0},
+                                          planned[i].plan);
+      bounded[i] = {point.id, b.status, b.reason, b.metrics, {}};
+    } catch (const std::exception& e) {
+      bounded[i] = exception_result(point, e);
+    }
+  });
   std::vector<std::optional<Objectives>> bounds(n);
   for (size_t i = 0; i < n; ++i) {
     if (bounded[i].status != "ok") {
@@ -294,7 +296,12 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
     bounds[i] = lb;
   }
   const FrontierResult frontier = track_frontier(bounds, [&](size_t i) -> std::optional<Objectives> {
-    PointResult r = run_point(spec.points[i], {}, options.backend, options.experiments_dir, options.cpu_budget_s);
+    PointResult r;
+    try {
+      r = evaluate_planned(spec.points[i], planned[i], {}, options.backend, options.experiments_dir, options.cpu_budget_s);
+    } catch (const std::exception& e) {
+      r = exception_result(spec.points[i], e);
+    }
     std::optional<Objectives> values;
     if (r.status == "ok") {
       values = Objectives{};

@@ -39,10 +39,6 @@ PointResult run_point(const PointConfig& point, const std::filesystem::path& tra
                       const std::string& backend = "sim", const std::filesystem::path& experiments_dir = {},
                       double cpu_budget_s = 60);
 
-// A point planned and bounded without simulation (evaluate_bound): status "ok" with metrics
-// step_time_lower_bound_s, peak_memory_gib and the comm_bytes_*, or why it cannot run.
-PointResult bound_point(const PointConfig& point);
-
 // `cpbench run --dry-run`: the point's plan summary and the sim backend's predicted step time, or
 // why it cannot run; nothing is executed or written.
 std::string describe_point(const PointConfig& point);

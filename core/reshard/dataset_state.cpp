@@ -4,19 +4,15 @@
 #include <numeric>
 #include <string>
 
+#include "core/workload/rng.h"
+
 namespace cpbench {
 
 std::vector<int64_t> epoch_order(int64_t samples, uint64_t seed) {
   std::vector<int64_t> order(static_cast<size_t>(std::max<int64_t>(0, samples)));
   std::iota(order.begin(), order.end(), 0);
-  uint64_t x = seed;
-  auto next = [&x] {  // splitmix64
-    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next() % i]);
+  SplitMix64 rng(seed);
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.uniform_below(i)]);
   return order;
 }
 

@@ -3,8 +3,8 @@
 // share of every global batch; Megatron's pretraining sampler interleaves micro-batch slices
 // instead — the same samples per step, in another order), and its re-partitioning when the DP size changes, so that training
 // resumes mid-epoch without repeating or skipping a sample and with the same global batch.
-// Requires: nothing but the standard library. The epoch's order is a seeded permutation
-// (Fisher-Yates over splitmix64: the same on every platform).
+// Requires: core/workload/rng.h. The epoch's order is a seeded permutation (Fisher-Yates over
+// cpbench's SplitMix64: the same on every platform).
 #pragma once
 
 #include <cstdint>

@@ -4,19 +4,18 @@
 #include <cstring>
 #include <set>
 
+#include "core/workload/rng.h"
+
 namespace cpbench {
 namespace {
 
 // A deterministic value in [-1, 1) for element (row, col) of tensor t, state component k
-// (0: the 16-bit weight, 1-3: fp32 master weight and the two moments): splitmix64 of the key.
+// (0: the 16-bit weight, 1-3: fp32 master weight and the two moments): the first draw of
+// SplitMix64 seeded with the key.
 float element_value(int tensor, int k, int64_t row, int64_t col) {
-  uint64_t x = (static_cast<uint64_t>(tensor) << 48) ^ (static_cast<uint64_t>(k) << 44) ^ (static_cast<uint64_t>(row) << 22) ^
-               static_cast<uint64_t>(col);
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return static_cast<float>(static_cast<double>(x >> 40) / static_cast<double>(1ull << 23) - 1.0);
+  const uint64_t key = (static_cast<uint64_t>(tensor) << 48) ^ (static_cast<uint64_t>(k) << 44) ^
+                       (static_cast<uint64_t>(row) << 22) ^ static_cast<uint64_t>(col);
+  return static_cast<float>(2 * SplitMix64(key).uniform01() - 1);
 }
 
 size_t bpe(StateKind kind) { return static_cast<size_t>(bytes_per_element(kind)); }

@@ -1,8 +1,8 @@
 #include "core/search/frontier.h"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
+
+#include "core/common/parallel_for.h"
 
 namespace cpbench {
 
@@ -46,14 +46,7 @@ FrontierResult track_frontier(const std::vector<std::optional<Objectives>>& boun
       }
       round.push_back(i);
     }
-    std::atomic<size_t> take{0};
-    auto worker = [&] {
-      for (size_t k; (k = take++) < round.size();) got[round[k]] = evaluate(round[k]);
-    };
-    std::vector<std::thread> threads;
-    for (int t = 1; t < std::min<int>(std::max(1, jobs), static_cast<int>(round.size())); ++t) threads.emplace_back(worker);
-    worker();
-    for (auto& th : threads) th.join();
+    parallel_for(round.size(), jobs, [&](size_t k) { got[round[k]] = evaluate(round[k]); });
     // Into the frontier, in candidate order: a point joins unless dominated, and evicts what it dominates.
     for (size_t i : round) {
       if (!got[i]) {

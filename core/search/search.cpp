@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/common/parallel_for.h"
 #include "core/evaluate/evaluate.h"
 #include "core/strategies/ptdp.h"
 
@@ -90,24 +91,13 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                 planned.emplace_back(L, std::move(outcome.plan));
               }
   const EvalInput in{cluster, model, batch, flops_definition, {}, {}, 0};
-  // Runs f(i) for i in [0, n) on `jobs` threads.
-  auto parallel_for = [jobs](size_t n, const std::function<void(size_t)>& f) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; (i = next++) < n;) f(i);
-    };
-    std::vector<std::thread> threads;
-    for (int k = 1; k < std::max(1, jobs); ++k) threads.emplace_back(worker);
-    worker();
-    for (auto& th : threads) th.join();
-  };
   // First the memory check and a lower bound on each layout's step (evaluate_bound: no
   // simulation); then the simulations in the order of that bound, in rounds of kRound, stopping
   // once the next bound exceeds the k-th best step simulated: those left cannot rank (exact: the
   // top is the one simulating every layout would give). Rounds of a fixed size, not one per
   // thread, keep the counts independent of `jobs`.
   std::vector<Evaluation> bounds(planned.size());
-  parallel_for(planned.size(), [&](size_t i) { bounds[i] = evaluate_bound(in, planned[i].second); });
+  parallel_for(planned.size(), jobs, [&](size_t i) { bounds[i] = evaluate_bound(in, planned[i].second); });
   std::vector<size_t> order;
   for (size_t i = 0; i < planned.size(); ++i) {
     if (bounds[i].status == "ok")
@@ -128,7 +118,7 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
       if (bound_of(order[next]) > steps[top_k - 1]) break;
     }
     const size_t round = std::min(kRound, order.size() - next);
-    parallel_for(round, [&](size_t k) {
+    parallel_for(round, jobs, [&](size_t k) {
       const size_t i = order[next + k];
       evaluated[i] = evaluate(in, planned[i].second);
       std::lock_guard<std::mutex> lock(mu);
