@@ -33,6 +33,7 @@
 #include "core/runtime/mpi_session.h"
 #include "core/search/search.h"
 #include "core/experiment/strategy_registry.h"
+#include "core/reshard/reconfigure.h"
 
 namespace {
 
@@ -446,6 +447,8 @@ int cmd_calibrate_local_presets(const std::string& stack_out, const std::string&
 int cmd_list(bool show_strategies, const fs::path& experiments_dir) {
   if (show_strategies) {
     for (const auto& s : strategies()) std::printf("%-16s %s\n", s.name.c_str(), s.summary.c_str());
+    std::printf("\nreconfiguration strategies (points with \"reconfigure\": a change of layout):\n");
+    for (const auto& s : reconfiguration_strategies()) std::printf("%-16s %s\n", s.name.c_str(), s.summary.c_str());
     return kExitOk;
   }
   for (const auto& name : list_experiments(experiments_dir)) {

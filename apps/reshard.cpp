@@ -68,7 +68,7 @@ int cmd_reshard(const ReshardArgs& a, const std::filesystem::path& experiments_d
   auto plan = plan_reshard(*model, q);
   if (!plan) return refuse(plan.error_str());
   if (auto why = check_reshard_plan(*model, q, *plan); !why.empty()) return refuse("the plan fails its check: " + why);
-  const RankBytes b = rank_bytes(*plan, q);
+  const GpuStateBytes b = rank_bytes(*plan, q);
   const int64_t ranks = reshard_gpus(q);
   double total[3] = {0, 0, 0};
   for (const auto& r : b.received)

@@ -364,7 +364,13 @@ def new_figure(n_panels, error_row=False):
 
 def set_x_axis(ax, lay, x_values):
     if lay.kind == "bar":
-        ax.set_xticks(range(len(x_values)), [fmt(x) for x in x_values])
+        labels = [fmt(x) for x in x_values]
+        # Categories whose names do not fit side by side (a character is about 0.55 of the
+        # 10 pt font wide) are written at an angle, ending under their bar.
+        width_in = ax.get_position().width * ax.figure.get_figwidth()
+        crowded = sum(len(s) + 1 for s in labels) * 10 * 0.55 / 72 > width_in
+        ax.set_xticks(range(len(x_values)), labels, rotation=35 if crowded else 0,
+                      ha="right" if crowded else "center", rotation_mode="anchor")
         ax.set_xlim(-0.6, len(x_values) - 0.4)
     else:
         if lay.logx:

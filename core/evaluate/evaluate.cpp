@@ -265,6 +265,39 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
   return out;
 }
 
+Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan,
+                                    const std::string& backend) {
+  Evaluation e;
+  if (backend != "sim") {
+    e.status = "infeasible";
+    e.reason = "the " + backend + " backend does not execute re-shards inside a run; `mpirun -np N cpbench reshard --from t,p,d --to t,p,d --model " +
+               model.name + "` executes this change with real tensors";
+    return e;
+  }
+  if (!cluster.reconfiguration.present) {
+    e.status = "error";
+    e.reason = "stack " + cluster.stack + " has no \"reconfiguration\" constants (state_store_GBps, restart_s)";
+    return e;
+  }
+  const ReconfigurationCost c = price_reconfiguration(model, plan, cluster.reconfiguration);
+  if (c.unrecoverable_bytes > 0) {
+    char why[200];
+    std::snprintf(why, sizeof why, "needs a checkpoint: %.3g GB of the target state have no surviving source (the lost ranks had no replica)",
+                  c.unrecoverable_bytes / 1e9);
+    e.status = "infeasible";
+    e.reason = why;
+    return e;
+  }
+  e.metrics = {{"params_b", params_exact(model, plan.request.max_seq) / 1e9},
+               {"reconfigure_time_s", c.seconds},
+               {"reconfigure_transfer_s", c.transfer_s},
+               {"reconfigure_restart_s", c.restart_s},
+               {"reshard_network_bytes", c.network_bytes},
+               {"reshard_local_bytes", c.local_bytes},
+               {"reshard_critical_bytes", c.critical_bytes}};
+  return e;
+}
+
 std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   const ParallelConfig& L = plan.layout;
   std::string s;

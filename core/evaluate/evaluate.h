@@ -24,6 +24,7 @@
 #include "core/hardware/hardware.h"
 #include "core/model/model.h"
 #include "core/plan/plan.h"
+#include "core/reshard/reconfigure.h"
 #include "core/workload/batch.h"
 
 namespace cpbench {
@@ -60,6 +61,15 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
 // evaluate reports them, "peak_memory_gib" and the comm_bytes_* metrics. A search prunes by them
 // and simulates only what could still rank.
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan);
+
+// A change of a running job's layout (core/reshard/reconfigure.h), priced by the sim backend with
+// the cluster's node size and its stack's ReconfigurationCosts: metrics reconfigure_time_s (and
+// its parts) and the plan's bytes. A plan that leaves target state without a source is
+// "infeasible" (it needs a checkpoint); a stack without reconfiguration constants is an "error".
+// The cpu backend does not execute re-shards inside a run (`mpirun … cpbench reshard` does, with
+// real tensors): "infeasible", saying so.
+Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan,
+                                    const std::string& backend = "sim");
 
 // A few lines describing a plan for `cpbench run --dry-run`: layout, schedule, micro-batches per
 // rank, CP group sizes, and the attention bytes per layer by link class.

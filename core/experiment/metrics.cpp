@@ -38,6 +38,12 @@ const std::vector<MetricInfo>& known_metrics() {
       {"cpu_attention_plans_skipped", "count", "cpu backend: CP attention plans it could not run here (ranks, budget)"},
       {"cpu_attention_predicted_s", "s", "cpu backend: the executed plans simulated on this machine's preset (one layer, fwd+bwd)"},
       {"cpu_bytes_match_plan", "bool", "cpu backend: 1 when every rank moved exactly the bytes its plans say"},
+      {"reconfigure_time_s", "s", "reconfiguration: time to change the job's layout (restart + state transfer)"},
+      {"reconfigure_transfer_s", "s", "reconfiguration: of which moving the state (the busiest node's network bytes / the store's rate)"},
+      {"reconfigure_restart_s", "s", "reconfiguration: of which stopping and restarting the workers (the stack's restart_s)"},
+      {"reshard_network_bytes", "B", "reconfiguration: state bytes that cross nodes, all nodes together"},
+      {"reshard_local_bytes", "B", "reconfiguration: state bytes that stay on their node (same GPU or another GPU of it)"},
+      {"reshard_critical_bytes", "B", "reconfiguration: bytes through the busiest node's network in its busier direction (central store: its upload plus download)"},
       // Wall-clock measurements: kept in a point's "timings", never in "metrics", and read by no
       // comparison, so results.json stays deterministic (DESIGN.md contract 4).
       {"plan_time_ms", "ms", "wall time of the planner for one iteration (timings)", true},

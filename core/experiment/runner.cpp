@@ -160,13 +160,47 @@ struct PlannedPoint {
   GlobalBatch batch;
   Plan plan;
   std::optional<double> plan_ms;  // set when the strategy ran
+  std::optional<ReconfigurationPlan> change;  // a reconfiguration point's plan (then `plan` is empty)
 };
 
-PlannedPoint plan_point(const PointConfig& point) {
+// A reconfiguration point: the layouts before (the point's "parallel") and after ("reconfigure")
+// and the route its strategy gives the state.
+PlannedPoint plan_change(const PointConfig& point) {
   PlannedPoint out;
-  if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}};
+  const ParallelConfig& p = point.parallel;
+  const ReconfigureConfig& r = point.reconfigure;
+  auto layout = [](int64_t gpus, int64_t tp, int64_t pp, bool dist_opt, const char* which) -> Expected<StateLayout> {
+    if (gpus % (tp * pp) != 0)
+      return Error{"", "", std::string(which) + ": tp·pp = " + std::to_string(tp * pp) + " does not divide " + std::to_string(gpus) + " GPUs"};
+    return StateLayout{tp, pp, gpus / (tp * pp), dist_opt};
+  };
+  if (p.cp != 1) return {"infeasible", "reconfiguration: the layout before has cp = " + std::to_string(p.cp) + " (re-sharding covers TP, PP and DP)", {}, {}, {}, {}};
+  auto from = layout(p.num_gpus, p.tp, p.pp, p.distributed_optimizer, "the layout before");
+  auto to = layout(r.num_gpus, r.tp, r.pp, r.distributed_optimizer, "the layout after");
+  if (!from || !to) return {"infeasible", (!from ? from : to).error_str(), {}, {}, {}, {}};
+  ReshardRequest q;
+  q.from = *from;
+  q.to = *to;
+  q.gpus_per_node = point.cluster.gpus_per_node;
+  q.lost = r.lost;
+  q.to_gpus = r.target_gpus;
+  q.max_seq = r.max_seq;
+  const ReconfigurationStrategyInfo* strategy = find_reconfiguration_strategy(point.strategy);
+  if (!strategy) return {"error", "unknown reconfiguration strategy " + point.strategy, {}, {}, {}, {}};
+  const auto start = std::chrono::steady_clock::now();
+  auto planned = plan_reconfiguration(point.model, q, strategy->store);
+  out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!planned) return {"infeasible", planned.error_str(), {}, {}, out.plan_ms, {}};
+  out.change = std::move(*planned);
+  return out;
+}
+
+PlannedPoint plan_point(const PointConfig& point) {
+  if (point.reconfigure.present) return plan_change(point);
+  PlannedPoint out;
+  if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}, {}};
   const StrategyInfo* strategy = find_strategy(point.strategy);
-  if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}};
+  if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}, {}};
   const auto& w = point.workload;
   out.batch = make_global_batch(
       w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
@@ -184,6 +218,19 @@ PlannedPoint plan_point(const PointConfig& point) {
 std::string describe_point(const PointConfig& point) {
   PlannedPoint pp = plan_point(point);
   if (pp.status != "ok") return "    " + pp.status + ": " + pp.reason + "\n";
+  if (pp.change) {
+    Evaluation e = evaluate_reconfiguration(point.cluster, point.model, *pp.change, "sim");
+    char line[300];
+    if (e.status == "ok")
+      std::snprintf(line, sizeof line, "    %s → %s: %zu slices %s; network %.3g GB, local %.3g GB, busiest node %.3g GB\n    predicted (sim): %.3g s\n",
+                    pp.change->request.from.str().c_str(), pp.change->request.to.str().c_str(), pp.change->transfers.transfers.size(),
+                    pp.change->store == StateStore::parallel ? "from their cheapest holders" : "through node 0's store",
+                    e.metrics["reshard_network_bytes"] / 1e9, e.metrics["reshard_local_bytes"] / 1e9,
+                    e.metrics["reshard_critical_bytes"] / 1e9, e.metrics["reconfigure_time_s"]);
+    else
+      std::snprintf(line, sizeof line, "    %s: %s\n", e.status.c_str(), e.reason.c_str());
+    return line;
+  }
   std::string out = (pp.reason.empty() ? "" : "    " + pp.reason + "\n") + plan_summary(pp.plan, point.cluster);
   // The prediction is the sim backend's (a dry run executes nothing, whatever the backend).
   Evaluation e = evaluate(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan,
@@ -212,7 +259,8 @@ PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, c
   }
   EvalInput in{point.cluster, point.model, pp.batch, point.flops_definition, trace_path,
                experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
-  Evaluation out = evaluate(in, pp.plan, backend);
+  Evaluation out = pp.change ? evaluate_reconfiguration(point.cluster, point.model, *pp.change, backend)
+                             : evaluate(in, pp.plan, backend);
   r.status = out.status;
   // The strategy's note (what a search chose), then the backend's.
   r.reason = pp.reason.empty() || out.reason.empty() ? pp.reason + out.reason : pp.reason + "; " + out.reason;
@@ -274,8 +322,12 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
         bounded[i] = {point.id, planned[i].status, planned[i].reason, {}, {}};
         return;
       }
-      const Evaluation b = evaluate_bound(EvalInput{point.cluster, point.model, planned[i].batch, point.flops_definition, {}, {}, 0},
-                                          planned[i].plan);
+      // A change of layout is priced in closed form: its exact metrics are its bound.
+      const Evaluation b =
+          planned[i].change
+              ? evaluate_reconfiguration(point.cluster, point.model, *planned[i].change, "sim")
+              : evaluate_bound(EvalInput{point.cluster, point.model, planned[i].batch, point.flops_definition, {}, {}, 0},
+                               planned[i].plan);
       bounded[i] = {point.id, b.status, b.reason, b.metrics, {}};
     } catch (const std::exception& e) {
       bounded[i] = exception_result(point, e);

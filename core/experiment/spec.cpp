@@ -7,6 +7,7 @@
 #include "core/cost/efficiency.h"
 #include "core/experiment/metrics.h"
 #include "core/experiment/strategy_registry.h"
+#include "core/reshard/reconfigure.h"
 
 namespace cpbench {
 namespace {
@@ -17,7 +18,7 @@ using Origins = std::map<std::string, Error>;
 // Keys of a spec that describe one point; cases, grid axes, strategy entries and --set may
 // override them. Every other top-level key describes the experiment as a whole.
 const std::vector<std::string> kPointKeys = {"hardware", "stack", "model", "workload", "parallel",
-                                             "search", "flops_definition"};
+                                             "search", "reconfigure", "flops_definition"};
 
 bool is_point_key(const std::string& k) {
   for (const auto& p : kPointKeys)
@@ -179,14 +180,17 @@ class Presets {
     } else if (cluster.stack_file.empty()) {
       base = json_pointer_append(po.pointer_of("hardware"), "default_stack");
     }
+    // A reconfiguration-only stack (Tenplex's state store) has no iteration constants to check;
+    // resolve_point refuses it to iteration points.
+    const bool iteration_constants = !(cluster.efficiency->empty() && cluster.reconfiguration.present);
     if (!cluster.stack_file.empty()) {
       if (!checked_.insert(cluster.stack_file).second) return;
       Diagnostics d(cluster.stack_file);
       JsonObject e(*cluster.efficiency, "/efficiency", d);
-      parse_efficiency(e);
+      if (iteration_constants) parse_efficiency(e);
       po.diag().add(d.errors());
       if (auto raw = load_json_file(cluster.stack_file); raw && d.ok()) used_["stacks"][cluster.stack] = *raw;
-    } else {
+    } else if (iteration_constants) {
       JsonObject e(*cluster.efficiency, json_pointer_append(base, "efficiency"), po.diag());
       parse_efficiency(e);
     }
@@ -340,9 +344,10 @@ std::vector<StrategyEntry> parse_strategies(JsonObject& root, std::set<std::stri
       so.finish();
     }
     if (e.label.empty()) e.label = e.name;
-    if (!e.name.empty() && !find_strategy(e.name)) {
+    if (!e.name.empty() && !find_strategy(e.name) && !find_reconfiguration_strategy(e.name)) {
       std::string known;
       for (const auto& s : strategies()) known += (known.empty() ? "" : ", ") + s.name;
+      for (const auto& s : reconfiguration_strategies()) known += ", " + s.name + " (with \"reconfigure\")";
       diag.error(strategies_json[i].is_string() ? ptr : json_pointer_append(ptr, "name"),
                  "unknown strategy \"" + e.name + "\" (known: " + known + ")");
     }
@@ -438,6 +443,33 @@ std::vector<size_t> grid_indices(const GridAxes& axes, size_t combination) {
   return idx;
 }
 
+// Reads "reconfigure": the layout after the change, and which GPUs run it.
+ReconfigureConfig parse_reconfigure(JsonObject& o) {
+  ReconfigureConfig r;
+  r.present = true;
+  r.num_gpus = o.integer("num_gpus", 1, 4096);
+  r.tp = o.integer_or("tp", 1, 1, 1024);
+  r.pp = o.integer_or("pp", 1, 1, 4096);
+  r.distributed_optimizer = o.boolean_or("distributed_optimizer", false);
+  r.max_seq = o.integer_or("max_seq", 2048, 1, int64_t{1} << 24);
+  auto ints = [&o](const std::string& key) {
+    std::vector<int64_t> v;
+    if (!o.has(key)) return v;
+    const json& a = o.array(key);
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].is_number_integer() || a[i].get<int64_t>() < 0 || a[i].get<int64_t>() >= 65536)
+        o.diag().error(json_pointer_append(o.pointer_of(key), i), "expected a GPU or rank index (0 … 65535), got " + a[i].dump());
+      else
+        v.push_back(a[i].get<int64_t>());
+    }
+    return v;
+  };
+  r.target_gpus = ints("target_gpus");
+  r.lost = ints("lost");
+  o.finish();
+  return r;
+}
+
 // Reads one point's merged document; resolves the presets it names and parses it into `pc`'s
 // cluster, model, workload, parallel config and FLOPs definition. Returns the errors, each named
 // where `origins` says its value was written.
@@ -459,6 +491,9 @@ Status resolve_point(const json& point, const Origins& origins, const fs::path& 
   JsonObject pa = po.object("parallel");
   pc.parallel = parse_parallel_config(pa);
   if (auto so = po.object_opt("search")) pc.search = parse_search_space(*so);
+  if (auto ro = po.object_opt("reconfigure")) pc.reconfigure = parse_reconfigure(*ro);
+  if (!pc.reconfigure.present && pc.cluster.efficiency->empty() && pc.cluster.reconfiguration.present)
+    pd.error("/stack", "stack " + pc.cluster.stack + " prices reconfigurations only (no \"efficiency\" constants); an iteration needs a stack with them");
   pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
   po.finish();
   if (pd.ok()) return ok_status();
@@ -511,6 +546,12 @@ Status expand_points(const fs::path& file, const json& base, const std::vector<C
         }
         pc.strategy = st.name;
         pc.label = st.label;
+        // A reconfiguration strategy prices a change of layout, an iteration strategy an iteration.
+        const bool changes = point.contains("reconfigure");
+        if (!st.name.empty() && changes != (find_reconfiguration_strategy(st.name) != nullptr))
+          diag.error(json_pointer_append("/strategies", st.index),
+                     changes ? "strategy \"" + st.name + "\" plans an iteration, but the point has \"reconfigure\" (a change of layout): use a reconfiguration strategy (tenplex, central_store)"
+                             : "strategy \"" + st.name + "\" prices a change of layout: the point needs a \"reconfigure\" object (the layout after the change)");
         pc.id = id + (id.empty() ? "" : "/") + "strategy=" + st.label;
         if (!diag.ok()) return diag.errors();
         if (auto resolved = resolve_point(point, origins, file, presets, pc); !resolved) return resolved.errors();

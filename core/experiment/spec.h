@@ -35,6 +35,18 @@ struct WorkloadConfig {
   double length_scale = 1.0;       // multiplies every sampled length before the clamp (DCP's 0.5–4×)
 };
 
+// A change of a running job's layout (spec "reconfigure", Tenplex): the point's "parallel"
+// (num_gpus, tp, pp, distributed_optimizer) is the layout before, this one the layout after; the
+// point's strategy is a reconfiguration strategy (core/reshard/reconfigure.h).
+struct ReconfigureConfig {
+  bool present = false;
+  int64_t num_gpus = 1, tp = 1, pp = 1;
+  bool distributed_optimizer = false;
+  std::vector<int64_t> target_gpus;  // GPU of each target rank; empty = rank r on GPU r
+  std::vector<int64_t> lost;         // ranks of the old layout whose state is gone
+  int64_t max_seq = 2048;            // rows of a learned position table
+};
+
 // One run of one strategy on one configuration.
 struct PointConfig {
   std::string id;         // "case=1.7B/parallel.micro_batch_size=2/strategy=ptdp"
@@ -47,6 +59,7 @@ struct PointConfig {
   WorkloadConfig workload;
   ParallelConfig parallel;
   SearchSpace search;            // the "search" object (strategy ptdp_search); defaults when absent
+  ReconfigureConfig reconfigure;  // the "reconfigure" object; present only on reconfiguration points
   std::string flops_definition;  // "sc21" | "megatron" | "kwai"
 };
 

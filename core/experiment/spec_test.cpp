@@ -241,6 +241,60 @@ TEST_F(SpecTest, BadSearchAxisNamesTheField) {
   EXPECT_NE(e.find("/search/offload_ratio: expected a non-empty array of numbers in [0, 1]"), std::string::npos) << e;
 }
 
+TEST_F(SpecTest, ReconfigurationPointsTakeReconfigurationStrategies) {
+  auto base = [](json& j) {
+    j.erase("grid");
+    j.erase("cases");
+    j["hardware"] = "tenplex_onprem";
+    j["parallel"] = {{"num_gpus", 8}, {"tp", 4}, {"pp", 2}};
+  };
+  // A change of layout, read whole.
+  auto f = write([&](json& j) {
+    base(j);
+    j["reconfigure"] = {{"num_gpus", 16}, {"tp", 8}, {"pp", 2}, {"lost", {3}}, {"target_gpus", {0, 1}}, {"max_seq", 1024}};
+    j["strategies"] = {"tenplex", "central_store"};
+  });
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  const ReconfigureConfig& r = spec->points.front().reconfigure;
+  EXPECT_TRUE(r.present);
+  EXPECT_EQ(r.num_gpus, 16);
+  EXPECT_EQ(r.tp, 8);
+  EXPECT_EQ(r.lost, (std::vector<int64_t>{3}));
+  EXPECT_EQ(r.target_gpus, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.max_seq, 1024);
+  EXPECT_TRUE(spec->points.front().cluster.reconfiguration.present);
+  // A reconfiguration strategy without "reconfigure", an iteration strategy with it.
+  f = write([&](json& j) {
+    base(j);
+    j["hardware"] = "a100_80gb_dgx";
+    j["strategies"] = {"tenplex"};
+  });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find("/strategies/0: strategy \"tenplex\" prices a change of layout: the point needs a \"reconfigure\" object"), std::string::npos) << e;
+  f = write([&](json& j) {
+    base(j);
+    j["reconfigure"] = {{"num_gpus", 16}};
+    j["strategies"] = {"ptdp"};
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/strategies/0: strategy \"ptdp\" plans an iteration, but the point has \"reconfigure\""), std::string::npos) << e;
+  // The reconfiguration-only stack has no iteration constants.
+  f = write([&](json& j) {
+    base(j);
+    j["strategies"] = {"ptdp"};
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/stack: stack tenplex_state_store prices reconfigurations only"), std::string::npos) << e;
+  f = write([&](json& j) {
+    base(j);
+    j["reconfigure"] = {{"num_gpus", 16}, {"lost", {-1}}};
+    j["strategies"] = {"tenplex"};
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/reconfigure/lost/0: expected a GPU or rank index"), std::string::npos) << e;
+}
+
 TEST_F(SpecTest, FrontierObjectivesAreMinimisedMetrics) {
   auto f = write([](json& j) { j["frontier"] = {{"objectives", {"step_time_s", "mfu"}}}; });
   auto e = error_of(load(f));

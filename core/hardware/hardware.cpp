@@ -78,7 +78,7 @@ std::vector<std::string> string_list(JsonObject& o, const std::string& key, bool
   return out;
 }
 
-FitRecord parse_fit(JsonObject& f, const json& efficiency) {
+FitRecord parse_fit(JsonObject& f, const json& efficiency, const ReconfigurationCosts& reconfiguration) {
   FitRecord r;
   r.experiment = f.string("experiment");
   r.metric = f.string("metric");
@@ -87,10 +87,13 @@ FitRecord parse_fit(JsonObject& f, const json& efficiency) {
     f.error("constants", "expected at least one efficiency constant");
   for (size_t i = 0; i < r.constants.size(); ++i)
     if (!efficiency.contains(r.constants[i]) && r.constants[i] != "memory/allocator_fragmentation" &&
-        r.constants[i] != "memory/reserved_gib")
+        r.constants[i] != "memory/reserved_gib" &&
+        !(reconfiguration.present &&
+          (r.constants[i] == "reconfiguration/state_store_GBps" || r.constants[i] == "reconfiguration/restart_s")))
       f.diag().error(json_pointer_append(f.pointer_of("constants"), i),
                      "\"" + r.constants[i] + "\" is not a constant of this stack's \"efficiency\" nor "
-                     "memory/allocator_fragmentation or memory/reserved_gib");
+                     "memory/allocator_fragmentation, memory/reserved_gib or (with a \"reconfiguration\" object) "
+                     "reconfiguration/state_store_GBps, reconfiguration/restart_s");
   r.train = string_list(f, "train", false);
   f.integer_or("values", 0, 1, 1 << 30);  // for readers: how many published values the fit used
   f.number_or("rms_log_error", 0, 0, 1e9);
@@ -141,6 +144,13 @@ StackSpec parse_stack(JsonObject& o) {
     o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", \"allocator_fragmentation\"}, each "
                       "{\"value\", \"source\"}): the device memory training cannot give to tensors");
   }
+  if (auto rc = o.object_opt("reconfiguration")) {
+    s.reconfiguration.present = true;
+    s.reconfiguration.state_store_GBps =
+        sourced_number(*rc, "state_store_GBps", "reconfiguration/state_store_GBps", 1e-6, 1e6, s.sources);
+    s.reconfiguration.restart_s = sourced_number(*rc, "restart_s", "reconfiguration/restart_s", 0, 1e6, s.sources);
+    rc->finish();
+  }
   if (const json* e = o.raw("efficiency")) {
     if (e->is_object())
       s.efficiency = shared_json(*e);
@@ -154,7 +164,7 @@ StackSpec parse_stack(JsonObject& o) {
     const json& fits = o.array("fits");
     for (size_t i = 0; i < fits.size(); ++i) {
       JsonObject f(fits[i], json_pointer_append(o.pointer_of("fits"), i), o.diag());
-      s.fits.push_back(parse_fit(f, *s.efficiency));
+      s.fits.push_back(parse_fit(f, *s.efficiency, s.reconfiguration));
     }
   }
   o.finish();
@@ -176,6 +186,7 @@ void apply_stack(ClusterSpec& cluster, const StackSpec& stack) {
   cluster.stack = stack.name;
   cluster.stack_file = stack.file;
   cluster.memory = stack.memory;
+  cluster.reconfiguration = stack.reconfiguration;
   cluster.efficiency = stack.efficiency;
   cluster.fits = stack.fits;
   for (const auto& [field, source] : stack.sources) cluster.sources[field] = source;

@@ -42,6 +42,15 @@ struct MemoryOverheads {
   double allocator_fragmentation = 0;
 };
 
+// What changing a running job's parallelism costs on a software stack (Tenplex's state store,
+// core/reshard/reconfigure.h): the stack's optional "reconfiguration" object. Absent (present =
+// false) on stacks that never reconfigure; a reconfiguration point on such a stack is an error.
+struct ReconfigurationCosts {
+  bool present = false;
+  double state_store_GBps = 0;  // state bytes one node's store moves per second, each direction
+  double restart_s = 0;         // stopping the job's workers and starting them under the new layout
+};
+
 // Which published values a stack's constants were fitted on (`cpbench calibrate --experiment`
 // writes one): a comparison of that experiment and metric is in-sample, not a prediction.
 struct FitRecord {
@@ -68,6 +77,7 @@ struct StackSpec {
   std::string description;
   std::string file;  // where it was read from; "" when written inline
   MemoryOverheads memory;
+  ReconfigurationCosts reconfiguration;
   // Parsed by core/cost/efficiency.h. Shared and immutable, as in ClusterSpec.
   SharedJson efficiency = shared_json(nlohmann::json::object());
   std::vector<FitRecord> fits;
@@ -90,6 +100,7 @@ struct ClusterSpec {
   // gpus_per_node (DGX A100: 8×200/8 = 200; AWS p4d: 4×100/8 = 50). Derived, never written.
   double nic_bandwidth_Gbps_per_gpu = 0;
   MemoryOverheads memory;  // from the stack
+  ReconfigurationCosts reconfiguration;  // from the stack
   // Efficiency-curve parameters of the cost model (core/cost reads them), from the stack; an
   // object, empty until a stack is merged.
   // Shared and immutable: every point of a sweep on one stack holds the same object (~15 KB as
@@ -118,7 +129,8 @@ ClusterSpec parse_hardware(JsonObject& o);
 // "description" (optional), "memory" {"reserved_gib", "allocator_fragmentation"}, "efficiency"
 // (an object of sourced constants; core/cost/efficiency.h checks its keys), "fits" (optional:
 // [{"experiment", "metric", "constants": [efficiency keys], "train": [labels], "values",
-// "rms_log_error"}]).
+// "rms_log_error"}]), "reconfiguration" (optional: {"state_store_GBps", "restart_s"}, each
+// sourced; constants a fit may name as "reconfiguration/KEY").
 StackSpec parse_stack(JsonObject& o);
 
 // Loads experiments/stacks/NAME.json (or any file of that form).

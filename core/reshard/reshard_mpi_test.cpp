@@ -31,7 +31,7 @@ void run_case(Communicator& comm, const std::string& model_name, ReshardRequest 
   ASSERT_TRUE(run.ok()) << run.error_str();
   EXPECT_TRUE(run->state_matches) << run->mismatch;
   // The bytes the Communicator counted are the plan's, for this rank.
-  const RankBytes b = rank_bytes(*plan, q);
+  const GpuStateBytes b = rank_bytes(*plan, q);
   const auto me = static_cast<size_t>(comm.rank());  // = the GPU
   EXPECT_EQ(run->bytes_sent, run->plan_bytes_sent);
   EXPECT_EQ(run->bytes_received, run->plan_bytes_received);

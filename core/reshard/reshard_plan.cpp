@@ -186,9 +186,9 @@ std::string check_reshard_plan(const ModelShape& model, const ReshardRequest& q,
   return "";
 }
 
-RankBytes rank_bytes(const ReshardPlan& plan, const ReshardRequest& q) {
+GpuStateBytes rank_bytes(const ReshardPlan& plan, const ReshardRequest& q) {
   const size_t n = static_cast<size_t>(reshard_gpus(q));
-  RankBytes out{std::vector<std::array<double, 3>>(n, {0, 0, 0}), std::vector<std::array<double, 3>>(n, {0, 0, 0})};
+  GpuStateBytes out{std::vector<std::array<double, 3>>(n, {0, 0, 0}), std::vector<std::array<double, 3>>(n, {0, 0, 0})};
   for (const Transfer& t : plan.transfers) {
     const int c = static_cast<int>(link_class(t.src, t.dst_gpu, q.gpus_per_node));
     out.sent[t.src][c] += t.bytes();

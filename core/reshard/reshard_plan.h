@@ -64,9 +64,9 @@ Expected<std::vector<int64_t>> target_gpus(const ReshardRequest& request);
 int64_t reshard_gpus(const ReshardRequest& request);
 
 // Bytes each GPU sends (and receives) by link class: [gpu][class].
-struct RankBytes {
+struct GpuStateBytes {
   std::vector<std::array<double, 3>> sent, received;
 };
-RankBytes rank_bytes(const ReshardPlan& plan, const ReshardRequest& request);
+GpuStateBytes rank_bytes(const ReshardPlan& plan, const ReshardRequest& request);
 
 }  // namespace cpbench

@@ -13,7 +13,7 @@ namespace {
 
 ModelShape model(const std::string& name) { return *load_model(default_experiments_dir() / "models" / (name + ".json")); }
 
-double total(const RankBytes& b, LinkClass c, bool received) {
+double total(const GpuStateBytes& b, LinkClass c, bool received) {
   double s = 0;
   for (const auto& r : received ? b.received : b.sent) s += r[static_cast<int>(c)];
   return s;
@@ -68,7 +68,7 @@ TEST(ReshardPlan, EveryChangeGivesEachTargetElementExactlyOneSource) {
     double want = 0;
     for (int64_t r = 0; r < c.to.ranks(); ++r)
       for (const Piece& p : rank_state(m, plan->tensors, c.to, r)) want += static_cast<double>(p.rect.area()) * bytes_per_element(p.kind);
-    const RankBytes b = rank_bytes(*plan, q);
+    const GpuStateBytes b = rank_bytes(*plan, q);
     EXPECT_DOUBLE_EQ(total(b, LinkClass::local, true) + total(b, LinkClass::nvlink, true) + total(b, LinkClass::network, true), want);
   }
 }
@@ -107,7 +107,7 @@ TEST(ReshardPlan, BytesAreWhatTheChangeMustMove) {
   ReshardRequest same{{4, 2, 1}, {4, 2, 1}};
   auto plan = plan_reshard(m, same);
   ASSERT_TRUE(plan.ok());
-  RankBytes b = rank_bytes(*plan, same);
+  GpuStateBytes b = rank_bytes(*plan, same);
   EXPECT_DOUBLE_EQ(total(b, LinkClass::local, true), held(m, tensors, same.from, 0, 8));
   EXPECT_EQ(total(b, LinkClass::nvlink, true) + total(b, LinkClass::network, true), 0);
   // DP 1 → 2 onto a second node (Tenplex's DP case): the new node's GPUs hold nothing and no GPU
