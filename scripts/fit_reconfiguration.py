@@ -49,7 +49,10 @@ def main():
     n = len(rows)
     mx = sum(x for x, _, _ in rows) / n
     my = sum(y for _, y, _ in rows) / n
-    u = sum((x - mx) * (y - my) for x, y, _ in rows) / sum((x - mx) ** 2 for x, _, _ in rows)
+    spread = sum((x - mx) ** 2 for x, _, _ in rows)
+    if spread == 0:
+        sys.exit("the training comparisons move the same bytes: they cannot separate the restart from the rate")
+    u = sum((x - mx) * (y - my) for x, y, _ in rows) / spread
     r = my - u * mx
     if u <= 0 or r < 0:
         sys.exit(f"the fit is not physical (restart {r:.3f} s, {1 / u if u else float('inf'):.3f} GB/s)")

@@ -5,7 +5,7 @@ set -euo pipefail
 
 apt_pkgs=(cmake g++ make pkg-config
           nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin libopenblas-dev)
+          libopenmpi-dev openmpi-bin libopenblas-dev libtrilinos-zoltan-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

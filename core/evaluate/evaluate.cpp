@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
@@ -128,11 +129,50 @@ std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
   return why;
 }
 
-Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
+// An attention micro-benchmark (Plan::attention_only): each rank runs its micro-batches' attention
+// one after the other; the time is the slowest rank's, forward plus backward, each micro-batch's
+// plan priced on its group's nodes. Bytes per GPU of that one layer.
+Evaluation evaluate_attention_only(const EvalInput& in, const Plan& plan) {
   Evaluation out;
+  workload_metrics(in, plan, out.metrics);
+  auto cost = CostModel::create(in.cluster);
+  if (!cost) return {"error", cost.error_str(), {}, {}};
+  CpAttentionCache cache(*cost, plan.layout);
+  double worst = 0, worst_fwd = 0, worst_bwd = 0;
+  for (const auto& rank : plan.micro_batches) {
+    double fwd = 0, bwd = 0;
+    for (const auto& mb : rank) {
+      if (!mb.attention) continue;
+      auto c = cache.get(mb);
+      if (!c) return {"error", c.error_str(), {}, {}};
+      fwd += c->fwd_s;
+      bwd += c->bwd_s;
+    }
+    if (fwd + bwd > worst) std::tie(worst, worst_fwd, worst_bwd) = std::make_tuple(fwd + bwd, fwd, bwd);
+  }
+  auto& mt = out.metrics;
+  mt["attention_time_s"] = worst;
+  mt["attention_fwd_s"] = worst_fwd;
+  mt["attention_bwd_s"] = worst_bwd;
+  // FlashAttention's count: 4·d per allowed pair and head forward, 2.5× that backward.
+  double pairs = 0;
+  for (int64_t L : in.batch.lengths) pairs += static_cast<double>(mask_pairs(in.batch.mask, L));
+  const double flops = pairs * static_cast<double>(in.model.heads) * 4.0 * static_cast<double>(in.model.hidden / in.model.heads) *
+                       (1 + kAttentionBwdFlopsPerFwd);
+  mt["attention_tflops_per_gpu"] = worst > 0 ? flops / worst / static_cast<double>(plan.layout.num_gpus) / 1e12 : 0;
+  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
+  const double ranks = static_cast<double>(plan.micro_batches.size());
+  mt["cp_comm_bytes_nvlink"] = cp.nvlink / ranks;
+  mt["cp_comm_bytes_network"] = cp.network / ranks;
+  return out;
+}
+
+Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
 #ifndef NDEBUG
   if (auto why = check_attention_plans(distinct_attention_plans(plan)); !why.empty()) return {"error", why, {}, {}};
 #endif
+  if (plan.attention_only) return evaluate_attention_only(in, plan);
+  Evaluation out;
   workload_metrics(in, plan, out.metrics);
   MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};

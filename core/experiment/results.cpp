@@ -74,6 +74,7 @@ json selector_json(const Selector& s) {
   json j = json::object();
   if (!s.case_name.empty()) j["case"] = s.case_name;
   if (!s.strategy.empty()) j["strategy"] = s.strategy;
+  if (!s.strategies.empty()) j["strategy"] = s.strategies;
   if (!s.params.empty()) j["params"] = s.params;
   if (s.best) j["best"] = true;
   return j;
@@ -273,7 +274,10 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
         out.push_back(std::move(c));
         break;
       }
-      Selector exact{p.case_name, p.label, p.params};
+      Selector exact;
+      exact.case_name = p.case_name;
+      exact.strategy = p.label;
+      exact.params = p.params;
       Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", selector_json(exact)};
       std::string note;
       c.reproduced = metric_of(spec, results, exact, pv.metric, &note);
@@ -311,7 +315,8 @@ json results_to_json(const Spec& spec, const Provenance& prov, const PointResult
     if (!c.expect.empty()) cj["expect"] = c.expect;
     // A value names its point at top level too, so readers (plot.py) place it without parsing selectors.
     if (c.kind == "value")
-      for (const auto& [k, v] : c.select.items()) cj[k] = v;
+      for (const auto& [k, v] : c.select.items())
+        if (!v.is_array()) cj[k] = v;  // a list of strategies stays in the selector
     comps.push_back(cj);
   }
   j["comparisons"] = comps;

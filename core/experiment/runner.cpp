@@ -204,6 +204,7 @@ PlannedPoint plan_point(const PointConfig& point) {
   const auto& w = point.workload;
   out.batch = make_global_batch(
       w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  out.batch.mask = w.mask;
   const auto start = std::chrono::steady_clock::now();
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch, &point.search});
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -222,9 +223,11 @@ std::string describe_point(const PointConfig& point) {
     Evaluation e = evaluate_reconfiguration(point.cluster, point.model, *pp.change, "sim");
     char line[300];
     if (e.status == "ok")
-      std::snprintf(line, sizeof line, "    %s → %s: %zu slices %s; network %.3g GB, local %.3g GB, busiest node %.3g GB\n    predicted (sim): %.3g s\n",
-                    pp.change->request.from.str().c_str(), pp.change->request.to.str().c_str(), pp.change->transfers.transfers.size(),
-                    pp.change->store == StateStore::parallel ? "from their cheapest holders" : "through node 0's store",
+      std::snprintf(line, sizeof line, "    %s → %s: %s; network %.3g GB, local %.3g GB, busiest node %.3g GB\n    predicted (sim): %.3g s\n",
+                    pp.change->request.from.str().c_str(), pp.change->request.to.str().c_str(),
+                    pp.change->store == StateStore::parallel
+                        ? (std::to_string(pp.change->transfers.transfers.size()) + " slices from their cheapest holders").c_str()
+                        : "the state through node 0's store",
                     e.metrics["reshard_network_bytes"] / 1e9, e.metrics["reshard_local_bytes"] / 1e9,
                     e.metrics["reshard_critical_bytes"] / 1e9, e.metrics["reconfigure_time_s"]);
     else

@@ -234,6 +234,7 @@ WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& s
                               std::to_string(wl.max_length));
   wl.seed = static_cast<uint64_t>(w.integer_or("seed", 1, 0, INT64_MAX));
   wl.length_scale = w.number_or("length_scale", 1.0, 1e-3, 1e3);
+  if (const json* m = w.raw("mask")) wl.mask = parse_mask_value(*m, w.pointer_of("mask"), w.diag());
   w.finish();
   return wl;
 }
@@ -242,9 +243,21 @@ Selector parse_selector(JsonObject& o, const std::set<std::string>& cases, const
   Selector s;
   s.case_name = o.string_or("case", "");
   if (!s.case_name.empty() && !cases.count(s.case_name)) o.error("case", "no case is named \"" + s.case_name + "\"");
-  s.strategy = o.string_or("strategy", "");
-  if (!s.strategy.empty() && !labels.count(s.strategy))
-    o.error("strategy", "no strategy entry is labelled \"" + s.strategy + "\"");
+  if (const json* st = o.raw("strategy"); st && st->is_array()) {
+    for (size_t i = 0; i < st->size(); ++i) {
+      const json& label = (*st)[i];
+      if (!label.is_string() || !labels.count(label.get<std::string>()))
+        o.diag().error(json_pointer_append(o.pointer_of("strategy"), i), "no strategy entry is labelled " + label.dump());
+      else
+        s.strategies.push_back(label.get<std::string>());
+    }
+    if (st->empty()) o.error("strategy", "expected a strategy label or a non-empty array of them");
+  } else if (st) {
+    if (!st->is_string()) o.error("strategy", "expected a strategy label or an array of them, got " + json_type_name(*st));
+    else s.strategy = st->get<std::string>();
+    if (!s.strategy.empty() && !labels.count(s.strategy))
+      o.error("strategy", "no strategy entry is labelled \"" + s.strategy + "\"");
+  }
   if (const json* p = o.raw("params")) {
     if (p->is_object()) s.params = *p;
     else o.error("params", "expected an object of grid axis -> value, got " + json_type_name(*p));
@@ -470,6 +483,30 @@ ReconfigureConfig parse_reconfigure(JsonObject& o) {
   return r;
 }
 
+// A change of layout that cannot be planned whatever the model: sizes that do not divide, a GPU
+// map of the wrong length, unknown lost ranks, a stack without reconfiguration constants.
+void check_reconfigure(const PointConfig& pc, const std::string& stack_at, Diagnostics& d) {
+  const ParallelConfig& p = pc.parallel;
+  const ReconfigureConfig& r = pc.reconfigure;
+  auto n = [](int64_t x) { return std::to_string(x); };
+  if (p.cp != 1) d.error("/parallel/cp", "a reconfiguration re-shards TP, PP and DP state: the layout before needs cp = 1, got " + n(p.cp));
+  if (p.num_gpus % (p.tp * p.pp) != 0)
+    d.error("/parallel/num_gpus", "the layout before: tp·pp = " + n(p.tp * p.pp) + " does not divide " + n(p.num_gpus) + " GPUs");
+  if (r.num_gpus % (r.tp * r.pp) != 0)
+    d.error("/reconfigure/num_gpus", "the layout after: tp·pp = " + n(r.tp * r.pp) + " does not divide " + n(r.num_gpus) + " GPUs");
+  if (!r.target_gpus.empty()) {
+    if (static_cast<int64_t>(r.target_gpus.size()) != r.num_gpus)
+      d.error("/reconfigure/target_gpus", "expected one GPU per rank of the layout after (" + n(r.num_gpus) + "), got " + n(static_cast<int64_t>(r.target_gpus.size())));
+    if (std::set<int64_t>(r.target_gpus.begin(), r.target_gpus.end()).size() != r.target_gpus.size())
+      d.error("/reconfigure/target_gpus", "a GPU appears twice");
+  }
+  for (size_t i = 0; i < r.lost.size(); ++i)
+    if (r.lost[i] >= p.num_gpus)
+      d.error(json_pointer_append("/reconfigure/lost", i), "rank " + n(r.lost[i]) + " is not a rank of the layout before (" + n(p.num_gpus) + " ranks)");
+  if (!pc.cluster.reconfiguration.present)
+    d.error(stack_at, "stack " + pc.cluster.stack + " has no \"reconfiguration\" constants (state_store_GBps, restart_s), which a change of layout needs");
+}
+
 // Reads one point's merged document; resolves the presets it names and parses it into `pc`'s
 // cluster, model, workload, parallel config and FLOPs definition. Returns the errors, each named
 // where `origins` says its value was written.
@@ -492,8 +529,10 @@ Status resolve_point(const json& point, const Origins& origins, const fs::path& 
   pc.parallel = parse_parallel_config(pa);
   if (auto so = po.object_opt("search")) pc.search = parse_search_space(*so);
   if (auto ro = po.object_opt("reconfigure")) pc.reconfigure = parse_reconfigure(*ro);
+  const std::string stack_at = point.contains("stack") ? "/stack" : "/hardware";
   if (!pc.reconfigure.present && pc.cluster.efficiency->empty() && pc.cluster.reconfiguration.present)
-    pd.error("/stack", "stack " + pc.cluster.stack + " prices reconfigurations only (no \"efficiency\" constants); an iteration needs a stack with them");
+    pd.error(stack_at, "stack " + pc.cluster.stack + " prices reconfigurations only (no \"efficiency\" constants); an iteration needs a stack with them");
+  if (pc.reconfigure.present && pd.ok()) check_reconfigure(pc, stack_at, pd);
   pc.flops_definition = po.choice_or("flops_definition", "megatron", {"sc21", "megatron", "kwai"});
   po.finish();
   if (pd.ok()) return ok_status();
@@ -621,7 +660,7 @@ std::vector<PublishedValue> parse_published(const json* published_json, const st
         pv.metric = metric;
         pv.kind = "value";
         pv.published = v.get<double>();
-        pv.select = Selector{c.name, "", json::object()};
+        pv.select.case_name = c.name;
         published.push_back(pv);
       }
     }
@@ -698,6 +737,7 @@ void check_published_selections(const SelectionCounts& counts, Diagnostics& diag
 bool Selector::matches(const PointConfig& p) const {
   if (!case_name.empty() && case_name != p.case_name) return false;
   if (!strategy.empty() && strategy != p.label) return false;
+  if (!strategies.empty() && std::find(strategies.begin(), strategies.end(), p.label) == strategies.end()) return false;
   for (const auto& [k, v] : params.items())
     if (!p.params.contains(k) || p.params[k] != v) return false;
   return true;
@@ -758,16 +798,19 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   if (!diag.ok()) return diag.errors();
   Presets presets(options.experiments_dir);
   SelectionCounts counts{spec.published};
-  bool first = true;
+  bool first = true, frontier_change = false;
   Status expanded = expand_points(file, base, cases, axes, entries, overrides, presets, [&](PointConfig&& p) {
     // The base workload seed is the first point's (unless it is 0).
     if (first && p.workload.seed != 0) spec.seed = p.workload.seed;
     first = false;
+    frontier_change |= p.reconfigure.present && !spec.frontier_objectives.empty();
     counts.add(p);
     if (options.stream_points) options.stream_points(p);
     else spec.points.push_back(std::move(p));
   });
   if (!expanded) return expanded.errors();
+  if (frontier_change)
+    diag.error("/frontier", "a frontier run searches iteration layouts; its points cannot be changes of layout (\"reconfigure\")");
   check_published_selections(counts, diag);
   if (!diag.ok()) return diag.errors();
 

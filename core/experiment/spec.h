@@ -33,6 +33,7 @@ struct WorkloadConfig {
   int64_t max_length = 0;
   uint64_t seed = 1;
   double length_scale = 1.0;       // multiplies every sampled length before the clamp (DCP's 0.5–4×)
+  MaskSpec mask;                   // the attention mask of every sequence (default causal)
 };
 
 // A change of a running job's layout (spec "reconfigure", Tenplex): the point's "parallel"
@@ -71,6 +72,7 @@ struct Selector {
   // A ratio's side may pick, of the points it selects that ran, the one with the highest metric
   // ("the best throughput without recomputation, at whatever batch fits").
   bool best = false;
+  std::vector<std::string> strategies;  // or any of these labels (a "strategy" array)
   bool matches(const PointConfig& p) const;
 };
 

@@ -251,17 +251,17 @@ TEST_F(SpecTest, ReconfigurationPointsTakeReconfigurationStrategies) {
   // A change of layout, read whole.
   auto f = write([&](json& j) {
     base(j);
-    j["reconfigure"] = {{"num_gpus", 16}, {"tp", 8}, {"pp", 2}, {"lost", {3}}, {"target_gpus", {0, 1}}, {"max_seq", 1024}};
+    j["reconfigure"] = {{"num_gpus", 4}, {"tp", 4}, {"pp", 1}, {"lost", {3}}, {"target_gpus", {4, 5, 6, 7}}, {"max_seq", 1024}};
     j["strategies"] = {"tenplex", "central_store"};
   });
   auto spec = load(f);
   ASSERT_TRUE(spec.ok()) << spec.error_str();
   const ReconfigureConfig& r = spec->points.front().reconfigure;
   EXPECT_TRUE(r.present);
-  EXPECT_EQ(r.num_gpus, 16);
-  EXPECT_EQ(r.tp, 8);
+  EXPECT_EQ(r.num_gpus, 4);
+  EXPECT_EQ(r.tp, 4);
   EXPECT_EQ(r.lost, (std::vector<int64_t>{3}));
-  EXPECT_EQ(r.target_gpus, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.target_gpus, (std::vector<int64_t>{4, 5, 6, 7}));
   EXPECT_EQ(r.max_seq, 1024);
   EXPECT_TRUE(spec->points.front().cluster.reconfiguration.present);
   // A reconfiguration strategy without "reconfigure", an iteration strategy with it.
@@ -285,7 +285,36 @@ TEST_F(SpecTest, ReconfigurationPointsTakeReconfigurationStrategies) {
     j["strategies"] = {"ptdp"};
   });
   e = error_of(load(f));
-  EXPECT_NE(e.find("/stack: stack tenplex_state_store prices reconfigurations only"), std::string::npos) << e;
+  EXPECT_NE(e.find("/hardware: stack tenplex_state_store prices reconfigurations only"), std::string::npos) << e;
+  // What no model can plan is refused at load, where it was written.
+  f = write([&](json& j) {
+    base(j);
+    j["parallel"]["cp"] = 2;
+    j["parallel"]["num_gpus"] = 16;
+    j["reconfigure"] = {{"num_gpus", 12}, {"tp", 8}, {"target_gpus", {0, 1}}, {"lost", {16}}};
+    j["strategies"] = {"tenplex"};
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/parallel/cp: a reconfiguration re-shards TP, PP and DP state"), std::string::npos) << e;
+  EXPECT_NE(e.find("/reconfigure/num_gpus: the layout after: tp·pp = 8 does not divide 12 GPUs"), std::string::npos) << e;
+  EXPECT_NE(e.find("/reconfigure/target_gpus: expected one GPU per rank of the layout after (12), got 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("/reconfigure/lost/0: rank 16 is not a rank of the layout before (16 ranks)"), std::string::npos) << e;
+  f = write([&](json& j) {
+    base(j);
+    j["hardware"] = "a100_80gb_dgx";
+    j["reconfigure"] = {{"num_gpus", 16}, {"tp", 4}, {"pp", 2}};
+    j["strategies"] = {"tenplex"};
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/hardware: stack megatron_sc21_a100 has no \"reconfiguration\" constants"), std::string::npos) << e;
+  f = write([&](json& j) {
+    base(j);
+    j["reconfigure"] = {{"num_gpus", 16}, {"tp", 4}, {"pp", 2}};
+    j["strategies"] = {"tenplex"};
+    j["frontier"] = json::object();
+  });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/frontier: a frontier run searches iteration layouts"), std::string::npos) << e;
   f = write([&](json& j) {
     base(j);
     j["reconfigure"] = {{"num_gpus", 16}, {"lost", {-1}}};

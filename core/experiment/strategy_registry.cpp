@@ -3,6 +3,7 @@
 #include "core/experiment/strategy_registry.h"
 
 #include "core/search/search.h"
+#include "core/strategies/attention_bench.h"
 #include "core/strategies/ptdp.h"
 #include "core/strategies/varlen.h"
 
@@ -18,6 +19,8 @@ const std::vector<StrategyInfo>& strategies() {
       {"packing_flops", "THD packing balanced by the model's FLOPs (Σ L, Σ L²), under one static CP size", plan_packing_flops},
       {"dynamic_cp", "Dynamic-CP, Megatron main's scheduler: CP size per sequence, balanced rounds, barrier per round", plan_dynamic_cp},
       {"dynamic_cp_dev", "Dynamic-CP, Megatron dev's packing-aware scheduler: rounds under a 1.05 cap, deferral, PP-friendly", plan_dynamic_cp_dev},
+      {"cp_attention", "attention micro-benchmark: the batch's attention (one layer, fwd + bwd) under a static CP layout (parallel.attention_layout) over all GPUs", plan_cp_attention},
+      {"dcp_attention", "attention micro-benchmark: DCP's blockwise placement by hypergraph partitioning (SOSP'25) over all GPUs", plan_dcp_attention},
       {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", plan_dynamic_cp_solver},
   };
   return table;

@@ -50,6 +50,15 @@ struct ParallelConfig {
   bool zero3 = false;
   bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
+  // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
+  // (baselines/cp_layouts.h: "ring", "zigzag", "all_gather", "a2a", "a2a+p2p").
+  std::string attention_layout = "zigzag";
+  // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (stages) and
+  // the balance tolerances of memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0:
+  // DCP's heuristic (dcp_block_size).
+  int64_t dcp_block_tokens = 0;
+  int64_t dcp_divisions = 4;
+  double dcp_eps_mem = 0.2, dcp_eps_comp = 0.1;
   // Kwai's CP overlap (ATC'24; needs cp_comm_type "all_gather"): the QKV GEMM computes the K and V
   // columns first, and the all-gather of K/V runs beside the Q columns' GEMM. Forward only: the
   // backward's dK/dV reduction is priced as without it.

@@ -48,6 +48,10 @@ struct Plan {
   // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round (micro-batch), so
   // micro-batch k starts on a stage only when every DP×CP rank of that stage is ready for it.
   bool round_barrier = false;
+  // An attention micro-benchmark (DCP, SOSP'25 §6.2): the plan is one layer's attention core of
+  // each micro-batch on its CP group, forward and backward, and nothing else — no linear layers,
+  // pipeline, gradient reduction or optimizer. Backends price or run exactly that.
+  bool attention_only = false;
 };
 
 }  // namespace cpbench

@@ -6,8 +6,12 @@
 // Note: the state lives in each node's store (Tenplex's in-memory file system) and travels between
 // stores over the network; a GPU failure loses the GPU, not its node's store, so a failed GPU's
 // state is still a source unless the request lists it as lost. The mechanism priced is the
-// network of each node: every node's store moves state_store_GBps in each direction at once, so
-// the transfer time is that of the busiest node. State moving inside a node (the same GPU or
+// network of each node (a range several ranks of one node need crosses the network to it once,
+// then is copied inside it): every node's store moves state_store_GBps in each direction at once
+// (full duplex), so the transfer time is that of the busiest node in its busier direction; the
+// central store transforms the whole state between receiving and sending it, so its upload and
+// download add. These are assumptions of the model (the reference does not describe the store's
+// network path); with them the central store is never faster than the parallel transformation. State moving inside a node (the same GPU or
 // another GPU of its node) is not charged: a local read of the node's store is far faster than its
 // network path. Every change pays restart_s once (stopping the workers, starting them under the
 // new layout, loading the state).
@@ -26,8 +30,8 @@ namespace cpbench {
 // Where the state goes on its way from the old layout to the new one.
 enum class StateStore {
   parallel,  // Tenplex: each target rank fetches its sub-slices from the node that holds them
-  central,   // Tenplex-Central: every source uploads its state to one node (the job's first), which
-             // sends every target rank its whole state
+  central,   // Tenplex-Central: the state goes up to one node's store (the job's first; one copy of
+             // what that node lacks), which sends every target rank off it its whole state
 };
 
 // A reconfiguration strategy as the registry lists it.
@@ -63,7 +67,8 @@ struct ReconfigurationCost {
   double unrecoverable_bytes = 0;  // target state no surviving source holds (a checkpoint is needed)
 };
 
-// Prices a plan on nodes of `gpus_per_node` GPUs (the request's) with the stack's costs.
+// Prices a plan on nodes of `gpus_per_node` GPUs (the request's) with the stack's costs
+// (costs.state_store_GBps > 0: the stack parser's bound).
 ReconfigurationCost price_reconfiguration(const ModelShape& model, const ReconfigurationPlan& plan,
                                           const ReconfigurationCosts& costs);
 

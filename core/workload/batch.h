@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/workload/length_profile.h"
+#include "core/workload/mask.h"
 
 namespace cpbench {
 
@@ -19,6 +20,7 @@ double sum_squares(const std::vector<int64_t>& lengths);
 
 struct GlobalBatch {
   std::vector<int64_t> lengths;  // tokens of each sequence, in draw order
+  MaskSpec mask;                 // every sequence's attention mask (the workload's; causal by default)
 
   int64_t total_tokens() const;  // Σ L: what linear layers see
   double sum_sq() const;         // Σ L²: what full (non-causal) attention scales with

@@ -1,0 +1,88 @@
+#include "core/strategies/attention_bench.h"
+
+#include <cstdio>
+#include <memory>
+
+#include "baselines/cp_layouts.h"
+#include "core/cost/cost_model.h"
+#include "core/strategies/dcp.h"
+
+namespace cpbench {
+namespace {
+
+// Why the layout cannot hold an attention micro-benchmark ("" when it can).
+std::string check_bench_layout(const ParallelConfig& p) {
+  if (p.tp != 1 || p.pp != 1 || p.cp != p.num_gpus)
+    return "an attention micro-benchmark runs on one CP group of every GPU: needs tp = pp = 1 and cp = num_gpus (got tp " +
+           std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", cp " + std::to_string(p.cp) + ", " +
+           std::to_string(p.num_gpus) + " GPUs)";
+  return "";
+}
+
+// One micro-batch holding the batch, on the group of all ranks, running `attention`.
+Plan bench_plan(const StrategyInput& in, std::shared_ptr<const AttentionPlan> attention) {
+  Plan plan;
+  plan.layout = in.parallel;
+  plan.attention_only = true;
+  PlanMicroBatch mb;
+  mb.lengths = in.batch.lengths;
+  mb.cp = in.parallel.cp;
+  mb.first_rank = 0;
+  mb.attention = std::move(attention);
+  plan.micro_batches.assign(static_cast<size_t>(in.parallel.cp), {mb});
+  return plan;
+}
+
+int32_t value_bytes(const ParallelConfig& p) { return p.dtype == "bf16" || p.dtype == "fp16" ? 2 : 4; }
+
+}  // namespace
+
+PlanOutcome plan_cp_attention(const StrategyInput& in) {
+  if (auto why = check_bench_layout(in.parallel); !why.empty()) return PlanOutcome::infeasible(why);
+  CpLayoutRequest r;
+  r.layout = in.parallel.attention_layout;
+  r.cp = static_cast<int32_t>(in.parallel.cp);
+  r.seq_lengths = in.batch.lengths;
+  r.mask = in.batch.mask;
+  r.heads_q = static_cast<int32_t>(in.model.heads);
+  r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
+  r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
+  r.pad = true;
+  auto a = plan_cp_layout(r);
+  if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
+  a->value_bytes = value_bytes(in.parallel);
+  a->fused_stages = true;
+  a->pipelined_backward = true;
+  return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a))));
+}
+
+PlanOutcome plan_dcp_attention(const StrategyInput& in) {
+  if (auto why = check_bench_layout(in.parallel); !why.empty()) return PlanOutcome::infeasible(why);
+  auto cost = CostModel::create(in.cluster);
+  if (!cost) return PlanOutcome::error(cost.error_str());
+  DcpRequest r;
+  r.seq_lengths = in.batch.lengths;
+  r.mask = in.batch.mask;
+  r.heads_q = static_cast<int32_t>(in.model.heads);
+  r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
+  r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
+  r.value_bytes = value_bytes(in.parallel);
+  r.ranks = static_cast<int32_t>(in.parallel.cp);
+  r.gpus_per_node = in.cluster.gpus_per_node;
+  r.block_tokens = in.parallel.dcp_block_tokens > 0 ? in.parallel.dcp_block_tokens
+                                                    : dcp_block_size(r.seq_lengths, r.ranks, in.parallel.dcp_eps_mem);
+  r.divisions = static_cast<int32_t>(in.parallel.dcp_divisions);
+  r.eps_mem = in.parallel.dcp_eps_mem;
+  r.eps_comp = in.parallel.dcp_eps_comp;
+  auto d = plan_dcp(r, *cost);
+  if (!d) return PlanOutcome::error("dcp: " + d.error_str());
+  char note[200];
+  std::snprintf(note, sizeof note, "dcp: %lld token blocks of %lld, %lld computation blocks, km1 %.4g MB, %d stages",
+                static_cast<long long>(d->data_blocks), static_cast<long long>(r.block_tokens),
+                static_cast<long long>(d->compute_blocks), d->km1_bytes / 1e6, r.divisions);
+  PlanOutcome out = PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(d->plan))));
+  out.reason = note;
+  return out;
+}
+
+}  // namespace cpbench

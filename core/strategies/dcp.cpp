@@ -1,0 +1,209 @@
+#include "core/strategies/dcp.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/strategies/hypergraph.h"
+
+namespace cpbench {
+namespace {
+
+struct TokenBlock {
+  int32_t seq;
+  int64_t begin, end;
+  int64_t tokens() const { return end - begin; }
+};
+
+struct ComputeBlock {
+  int32_t q, kv;  // token block indices
+  double seconds;
+};
+
+// Two-level placement: nodes, then the GPUs of each node. part[v] = rank.
+Expected<std::vector<int32_t>> place(const Hypergraph& h, const DcpRequest& r) {
+  const int32_t gpn = std::max(1, std::min(r.gpus_per_node, r.ranks));
+  const int32_t nodes = r.ranks % gpn == 0 ? r.ranks / gpn : 1;
+  if (nodes <= 1) return partition_hypergraph(h, BalanceLimits{r.ranks, r.eps_mem, r.eps_comp});
+  // DCP loosens the compute tolerance across nodes (×4 … ×16) and balances it inside each node.
+  // Memory: half the tolerance across nodes; inside a node every GPU is held to the cap of a
+  // one-level partition over all GPUs.
+  auto node_of = partition_hypergraph(h, BalanceLimits{nodes, r.eps_mem / 2, r.eps_comp * 4});
+  if (!node_of) return node_of.errors();
+  double total_memory = 0, heaviest = 0;
+  for (double m : h.memory) {
+    total_memory += m;
+    heaviest = std::max(heaviest, m);
+  }
+  const double gpu_memory_cap = std::max((1 + r.eps_mem) * total_memory / r.ranks, total_memory / r.ranks + heaviest);
+  std::vector<int32_t> part(h.vertices(), 0);
+  for (int32_t n = 0; n < nodes; ++n) {
+    std::vector<int32_t> local(h.vertices(), -1), members;
+    for (int32_t v = 0; v < h.vertices(); ++v)
+      if ((*node_of)[v] == n) {
+        local[v] = static_cast<int32_t>(members.size());
+        members.push_back(v);
+      }
+    Hypergraph sub;
+    for (int32_t v : members) {
+      sub.memory.push_back(h.memory[v]);
+      sub.compute.push_back(h.compute[v]);
+    }
+    std::vector<int32_t> pins;
+    for (int32_t e = 0; e < h.nets(); ++e) {
+      pins.clear();
+      for (int64_t j = h.net_begin[e]; j < h.net_begin[e + 1]; ++j)
+        if (local[h.pins[j]] >= 0) pins.push_back(local[h.pins[j]]);
+      if (pins.size() > 1) sub.add_net(pins, h.net_weight[e]);
+    }
+    auto sub_part = partition_hypergraph(sub, BalanceLimits{gpn, r.eps_mem, r.eps_comp, gpu_memory_cap});
+    if (!sub_part) return sub_part.errors();
+    for (size_t i = 0; i < members.size(); ++i) part[members[i]] = n * gpn + (*sub_part)[i];
+  }
+  return part;
+}
+
+}  // namespace
+
+int64_t dcp_block_size(const std::vector<int64_t>& seq_lengths, int32_t ranks, double eps_mem) {
+  int64_t longest = 1, total = 0;
+  for (int64_t L : seq_lengths) {
+    longest = std::max(longest, L);
+    total += L;
+  }
+  int64_t b = 256;
+  while (b < longest) b *= 2;
+  for (; b > 256; b /= 2) {
+    std::vector<int64_t> sizes;
+    for (int64_t L : seq_lengths)
+      for (int64_t t = 0; t < L; t += b) sizes.push_back(std::min(b, L - t));
+    std::sort(sizes.rbegin(), sizes.rend());
+    std::vector<int64_t> load(std::max(1, ranks), 0);
+    for (int64_t x : sizes) *std::min_element(load.begin(), load.end()) += x;
+    const double mean = static_cast<double>(total) / static_cast<double>(load.size());
+    if (static_cast<double>(*std::max_element(load.begin(), load.end())) <= (1 + eps_mem) * mean) break;
+  }
+  return b;
+}
+
+Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
+  if (r.ranks < 1 || r.block_tokens < 1 || r.divisions < 1 || r.heads_q < 1 || r.heads_kv < 1 ||
+      r.heads_q % r.heads_kv != 0)
+    return Error{"", "", "dcp: needs ranks ≥ 1, block_tokens ≥ 1, divisions ≥ 1 and heads_q a multiple of heads_kv"};
+  // 1. Token blocks and the computation blocks the mask leaves non-empty.
+  std::vector<TokenBlock> blocks;
+  std::vector<int32_t> first_block;  // per sequence
+  for (size_t s = 0; s < r.seq_lengths.size(); ++s) {
+    first_block.push_back(static_cast<int32_t>(blocks.size()));
+    for (int64_t b = 0; b < r.seq_lengths[s]; b += r.block_tokens)
+      blocks.push_back({static_cast<int32_t>(s), b, std::min(b + r.block_tokens, r.seq_lengths[s])});
+  }
+  first_block.push_back(static_cast<int32_t>(blocks.size()));
+  std::vector<ComputeBlock> work;
+  for (size_t s = 0; s < r.seq_lengths.size(); ++s)
+    for (int32_t i = first_block[s]; i < first_block[s + 1]; ++i)
+      for (int32_t j = first_block[s]; j < first_block[s + 1]; ++j) {
+        const TokenBlock &q = blocks[i], &k = blocks[j];
+        const double pairs = static_cast<double>(
+            mask_pairs_in_tile(r.mask, r.seq_lengths[s], q.begin, q.end, k.begin, k.end));
+        if (pairs <= 0) continue;
+        const double mean_len = 2 * pairs / static_cast<double>(q.tokens());
+        work.push_back({i, j,
+                        cost.flash_attention_fwd_s(pairs, r.heads_q, r.head_dim, mean_len) +
+                            cost.flash_attention_bwd_s(pairs, r.heads_q, r.head_dim, mean_len)});
+      }
+  // 2. The hypergraph: token blocks [0, D), computation blocks [D, D + C).
+  const int32_t D = static_cast<int32_t>(blocks.size());
+  const double hq = r.heads_q, hkv = r.heads_kv, d = r.head_dim, vb = r.value_bytes;
+  Hypergraph h;
+  for (const TokenBlock& b : blocks) {
+    h.memory.push_back(static_cast<double>(b.tokens()) * ((2 * hq + 2 * hkv) * d * vb + hq * 4));
+    h.compute.push_back(0);
+  }
+  for (const ComputeBlock& c : work) {
+    h.memory.push_back(0);
+    h.compute.push_back(c.seconds);
+  }
+  std::vector<std::vector<int32_t>> readers_q(D), readers_kv(D);
+  for (size_t c = 0; c < work.size(); ++c) {
+    readers_q[work[c].q].push_back(D + static_cast<int32_t>(c));
+    readers_kv[work[c].kv].push_back(D + static_cast<int32_t>(c));
+  }
+  for (int32_t i = 0; i < D; ++i) {
+    const double t = static_cast<double>(blocks[i].tokens());
+    // Per remote reader: Q in and the partial (O, LSE) back forward; Q, dO, O, LSE in and dQ back
+    // in backward. KV in forward; KV in and dK, dV back in backward.
+    std::vector<int32_t> pins{i};
+    pins.insert(pins.end(), readers_q[i].begin(), readers_q[i].end());
+    h.add_net(pins, t * hq * (6 * d * vb + 8));
+    pins.assign(1, i);
+    pins.insert(pins.end(), readers_kv[i].begin(), readers_kv[i].end());
+    h.add_net(pins, t * hkv * 6 * d * vb);
+  }
+  // 3. Placement.
+  auto part = place(h, r);
+  if (!part) return part.errors();
+  DcpResult out;
+  out.km1_bytes = km1(h, *part);
+  out.data_blocks = D;
+  out.compute_blocks = static_cast<int64_t>(work.size());
+  // 4. The plan.
+  AttentionPlan& p = out.plan;
+  p.layout = "dcp";
+  p.ranks = r.ranks;
+  p.seq_lengths = r.seq_lengths;
+  p.mask = r.mask;
+  p.heads_q = r.heads_q;
+  p.heads_kv = r.heads_kv;
+  p.head_dim = r.head_dim;
+  p.value_bytes = r.value_bytes;
+  p.fused_stages = true;        // one blockwise kernel call per stage and device
+  p.pipelined_backward = true;  // backward inputs and gradient returns travel stage by stage
+  p.home.assign(r.ranks, {});
+  auto slice = [&](int32_t b) { return AttnSlice{blocks[b].seq, blocks[b].begin, blocks[b].end, 0, r.heads_q}; };
+  for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(slice(b));
+  const int32_t stages = std::max(1, r.divisions);
+  p.stages.assign(stages, AttnStage{});
+  for (AttnStage& st : p.stages) st.tiles.assign(r.ranks, {});
+  // Each rank's computation blocks: local ones in stage 0; the others ordered by where their
+  // inputs come from, then cut into stages 1 … divisions − 1 of equal compute.
+  std::vector<std::vector<int32_t>> remote(r.ranks);
+  for (size_t c = 0; c < work.size(); ++c) {
+    const int32_t at = (*part)[D + c];
+    const bool local = (*part)[work[c].q] == at && (*part)[work[c].kv] == at;
+    if (local) p.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
+    else remote[at].push_back(static_cast<int32_t>(c));
+  }
+  for (int32_t rank = 0; rank < r.ranks; ++rank) {
+    auto& list = remote[rank];
+    auto source = [&](int32_t c) {
+      const int32_t a = (*part)[work[c].q], b = (*part)[work[c].kv];
+      return std::make_tuple(a == rank ? b : a, work[c].kv, work[c].q);
+    };
+    std::sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return source(a) < source(b); });
+    double total = 0;
+    for (int32_t c : list) total += work[c].seconds;
+    std::set<std::pair<int32_t, AttnTensor>> held;  // (token block, tensor) received so far
+    double done = 0;
+    for (int32_t c : list) {
+      const int32_t stage = stages == 1 ? 0 : 1 + std::min(stages - 2, static_cast<int32_t>(done / total * (stages - 1)));
+      done += work[c].seconds;
+      AttnStage& st = p.stages[stage];
+      for (auto [b, tensor] : {std::make_pair(work[c].q, AttnTensor::q), std::make_pair(work[c].kv, AttnTensor::kv)})
+        if ((*part)[b] != rank && held.insert({b, tensor}).second)
+          st.transfers.push_back({(*part)[b], rank, tensor, slice(b)});
+      st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+    }
+  }
+  // Partial outputs computed away from home go home once per (rank, Q block).
+  std::set<std::pair<int32_t, int32_t>> partials;
+  for (size_t c = 0; c < work.size(); ++c) {
+    const int32_t at = (*part)[D + c], home = (*part)[work[c].q];
+    if (at != home && partials.insert({at, work[c].q}).second)
+      p.gather_out.push_back({at, home, AttnTensor::out, slice(work[c].q)});
+  }
+  return out;
+}
+
+}  // namespace cpbench

@@ -1,0 +1,64 @@
+// dcp.h — DCP (Jiang et al., SOSP'25; references/dcp.md): blockwise placement of attention data
+// and computation by hypergraph partitioning, as an AttentionPlan the executors run and the
+// simulator prices.
+// Requires: core/cost (block weights from the target preset's cost model), core/plan
+// (AttentionPlan), hypergraph.h (Zoltan; MPI initialised).
+// Note: the algorithm, as built here:
+//   1. Blocks: every sequence in token blocks of `block_tokens` (the last one shorter; all heads
+//      in one head block); a computation block for every (Q block, KV block) pair of a sequence
+//      whose mask tile holds an allowed pair. Q, KV, O and LSE of a token block stay together
+//      (its home).
+//   2. Hypergraph: a vertex per token block (memory: its Q, K, V, O bytes and fp32 LSE) and per
+//      computation block (compute: its forward + backward seconds on the preset); per token block
+//      a net over it and the blocks reading its Q (and writing its O) and one over it and the
+//      blocks reading its KV, weighted by the bytes one remote reader costs forward and backward.
+//      km1 of a placement is then the bytes it moves.
+//   3. Placement in two levels: nodes (compute tolerance ×4, as DCP loosens it), then the GPUs of
+//      each node; memory within (1 + eps_mem), compute within (1 + eps_comp) of the mean.
+//   4. Stages (divisions): stage 0 holds every block whose inputs are home; each rank's other
+//      blocks are ordered by where their inputs come from and cut into divisions − 1 stages of
+//      equal compute; a stage's transfers bring the inputs its blocks lack (posted before the
+//      previous stage's compute). Partial outputs of blocks computed away from their Q's home go
+//      home after the last stage and merge there (LSE rule). Backward keeps the placement
+//      (derived by the IR: inputs again, partial dQ/dKV home).
+// Not yet: DCP's per-stage inter-node send budgets and prefetch, two-phase (per-node) transfers,
+// head blocks smaller than all heads, padding sequences to the block size.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/common/expected.h"
+#include "core/cost/cost_model.h"
+#include "core/plan/attention_plan.h"
+#include "core/workload/mask.h"
+
+namespace cpbench {
+
+struct DcpRequest {
+  std::vector<int64_t> seq_lengths;
+  MaskSpec mask;
+  int32_t heads_q = 1, heads_kv = 1, head_dim = 128;
+  int32_t value_bytes = 2;  // 16-bit values on the wire (LSE fp32)
+  int32_t ranks = 1;
+  int32_t gpus_per_node = 1;  // ranks fill nodes in order
+  int64_t block_tokens = 1024;
+  int32_t divisions = 4;
+  double eps_mem = 0.2, eps_comp = 0.1;
+};
+
+struct DcpResult {
+  AttentionPlan plan;
+  double km1_bytes = 0;  // the placement's communication volume (forward + backward), as partitioned
+  int64_t data_blocks = 0, compute_blocks = 0;
+};
+
+// DCP's block-size heuristic: start at the power of two ≥ the longest sequence and halve while a
+// longest-processing-time packing of the token blocks over `ranks` leaves the fullest rank more
+// than (1 + eps_mem) × the mean, not below 256.
+int64_t dcp_block_size(const std::vector<int64_t>& seq_lengths, int32_t ranks, double eps_mem);
+
+// Errors: sizes that cannot plan (no ranks, block size < 1), a partitioner failure.
+Expected<DcpResult> plan_dcp(const DcpRequest& request, const CostModel& cost);
+
+}  // namespace cpbench

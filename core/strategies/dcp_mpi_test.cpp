@@ -1,0 +1,199 @@
+// dcp_mpi_test.cpp — DCP's blockwise placement (mpirun -np 4: Zoltan needs MPI, and the plans are
+// executed on the ranks): km1 of small hypergraphs by hand; the refinement pass enforces the
+// balance Zoltan's single weight cannot; Zoltan's partition beats a blind one and is the same on
+// every rank; every DCP plan is well formed, moves exactly its km1 in bytes, keeps memory
+// balanced, and — executed for every mask, forward and backward — matches the single-device
+// reference with each rank moving the bytes the plan says.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/runtime/attention_check.h"
+#include "core/runtime/mpi_test_environment.h"
+#include "core/strategies/dcp.h"
+#include "core/strategies/hypergraph.h"
+
+namespace cpbench {
+namespace {
+
+[[maybe_unused]] auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment(std::chrono::seconds(120)));
+
+MpiCommunicator& world() { return MpiEnvironment::world(); }
+
+CostModel ideal_cost() {
+  ClusterSpec c;
+  c.gpu.peak_dense_tflops = 312;
+  c.gpu.hbm_bandwidth_GBps = 1555;
+  c.gpu.sm_count = 108;
+  return CostModel(c, EfficiencyParams::ideal());
+}
+
+TEST(Hypergraph, Km1CountsEachNetsExtraParts) {
+  Hypergraph h;
+  h.memory = {1, 1, 1, 1};
+  h.compute = {0, 0, 0, 0};
+  h.add_net({0, 1, 2}, 5);
+  h.add_net({2, 3}, 2);
+  EXPECT_EQ(km1(h, {0, 0, 0, 0}), 0);
+  EXPECT_EQ(km1(h, {0, 1, 1, 0}), 5 * 1 + 2 * 1);
+  EXPECT_EQ(km1(h, {0, 1, 2, 2}), 5 * 2);
+}
+
+TEST(Hypergraph, RefinementEnforcesBothBalancesAndStopsWhenBalanced) {
+  // 8 memory vertices and 8 compute vertices, all on part 0 of 4: both dimensions overloaded.
+  Hypergraph h;
+  for (int i = 0; i < 16; ++i) {
+    h.memory.push_back(i < 8 ? 1 : 0);
+    h.compute.push_back(i < 8 ? 0 : 1);
+  }
+  for (int i = 0; i < 8; ++i) h.add_net({i, 8 + i}, 1);
+  std::vector<int32_t> part(16, 0);
+  const BalanceLimits limits{4, 0.0, 0.0};
+  ASSERT_FALSE(balanced(h, part, limits));
+  EXPECT_GT(refine_balance(h, part, limits), 0);
+  EXPECT_TRUE(balanced(h, part, limits));
+  // Cheapest moves first: a memory vertex follows the compute vertex of its net when it can, so
+  // the cut stays at most one per net and no worse than moving blindly.
+  EXPECT_LE(km1(h, part), 8);
+  EXPECT_EQ(refine_balance(h, part, limits), 0);  // nothing left to do
+}
+
+// A hypergraph shaped like DCP's: data vertices with memory, computation vertices with compute,
+// nets joining each data vertex to the computations that read it.
+Hypergraph block_like(int blocks) {
+  Hypergraph h;
+  for (int b = 0; b < blocks; ++b) {
+    h.memory.push_back(1 + b % 3);
+    h.compute.push_back(0);
+  }
+  std::vector<std::vector<int32_t>> readers(blocks);
+  for (int q = 0; q < blocks; ++q)
+    for (int k = std::max(0, q - 6); k <= q; ++k) {  // a causal band
+      const int32_t v = static_cast<int32_t>(h.memory.size());
+      h.memory.push_back(0);
+      h.compute.push_back(k == q ? 0.5 : 1.0);
+      readers[q].push_back(v);
+      if (k != q) readers[k].push_back(v);
+    }
+  for (int b = 0; b < blocks; ++b) {
+    std::vector<int32_t> pins{b};
+    pins.insert(pins.end(), readers[b].begin(), readers[b].end());
+    h.add_net(pins, 10);
+  }
+  return h;
+}
+
+TEST(Hypergraph, ZoltanPartitionIsBalancedBetterThanBlindAndTheSameOnEveryRank) {
+  const Hypergraph h = block_like(64);
+  const BalanceLimits limits{4, 0.2, 0.1};
+  auto part = partition_hypergraph(h, limits);
+  ASSERT_TRUE(part.ok()) << part.error_str();
+  EXPECT_TRUE(balanced(h, *part, limits));
+  std::vector<int32_t> blind(h.vertices());
+  for (int32_t v = 0; v < h.vertices(); ++v) blind[v] = v % 4;
+  EXPECT_LT(km1(h, *part), km1(h, blind) / 2);
+  auto again = partition_hypergraph(h, limits);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *part);  // deterministic
+  std::vector<double> sum{static_cast<double>(std::accumulate(part->begin(), part->end(), int64_t{0}))};
+  std::vector<double> mine = sum;
+  ASSERT_TRUE(world().all_reduce(std::span<double>(sum), ReduceOp::kSum).ok());
+  EXPECT_EQ(sum[0], mine[0] * world().size()) << "every rank must plan the same placement";
+}
+
+struct DcpCase {
+  const char* name;
+  MaskSpec mask;
+  std::vector<int64_t> lengths;
+};
+
+std::vector<DcpCase> dcp_cases() {
+  MaskSpec causal{MaskKind::causal}, full{MaskKind::full};
+  MaskSpec lambda{MaskKind::lambda};
+  lambda.sink_tokens = 4;
+  lambda.window_tokens = 40;
+  MaskSpec shared{MaskKind::shared_question};
+  MaskSpec blockwise{MaskKind::causal_blockwise};
+  blockwise.block_tokens = 32;
+  const std::vector<int64_t> lengths{300, 37, 129, 64, 90};
+  return {{"causal", causal, lengths}, {"full", full, lengths}, {"lambda", lambda, lengths},
+          {"shared_question", shared, lengths}, {"causal_blockwise", blockwise, {256, 100, 40}}};
+}
+
+DcpRequest request(const DcpCase& c, int32_t ranks, int32_t gpus_per_node, int32_t divisions) {
+  DcpRequest r;
+  r.seq_lengths = c.lengths;
+  r.mask = c.mask;
+  r.heads_q = 8;
+  r.heads_kv = 4;
+  r.head_dim = 24;
+  r.value_bytes = 2;
+  r.ranks = ranks;
+  r.gpus_per_node = gpus_per_node;
+  r.block_tokens = 32;
+  r.divisions = divisions;
+  return r;
+}
+
+TEST(Dcp, PlansAreWellFormedMoveTheirKm1AndBalanceMemory) {
+  const CostModel cost = ideal_cost();
+  for (const DcpCase& c : dcp_cases())
+    for (auto [ranks, gpn, divisions] : {std::tuple{4, 2, 4}, std::tuple{4, 4, 1}, std::tuple{8, 4, 3}}) {
+      const DcpRequest r = request(c, ranks, gpn, divisions);
+      auto d = plan_dcp(r, cost);
+      ASSERT_TRUE(d.ok()) << c.name << ": " << d.error_str();
+      ASSERT_EQ(check_attention_plan(d->plan), "") << c.name << " ranks " << ranks;
+      EXPECT_EQ(d->plan.stages.size(), static_cast<size_t>(divisions));
+      // Stage 0 needs no transfer: its blocks read only what is home.
+      EXPECT_TRUE(d->plan.stages[0].transfers.empty() || divisions == 1) << c.name;
+      // The placement's km1 is the bytes the plan moves, forward and backward.
+      const RankBytes b = plan_bytes(d->plan, true);
+      const double sent = std::accumulate(b.sent.begin(), b.sent.end(), 0.0);
+      EXPECT_NEAR(sent, d->km1_bytes, 1e-6 * d->km1_bytes + 1) << c.name << " ranks " << ranks;
+      // Memory (home tokens) within the tolerance, or the mean plus one block.
+      int64_t total = 0;
+      for (int64_t L : c.lengths) total += L;
+      for (const auto& home : d->plan.home) {
+        int64_t tokens = 0;
+        for (const AttnSlice& s : home) tokens += s.tokens();
+        EXPECT_LE(tokens, std::max((1 + r.eps_mem) * total / ranks, static_cast<double>(total) / ranks + r.block_tokens))
+            << c.name << " ranks " << ranks;
+      }
+    }
+}
+
+TEST(Dcp, BlockSizeHeuristicHalvesUntilBlocksBalance) {
+  // One 4096-token sequence on 4 ranks: 4096 does not split; 1024-token blocks balance exactly.
+  EXPECT_EQ(dcp_block_size({4096}, 4, 0.2), 1024);
+  // Many equal short sequences balance at the first size.
+  EXPECT_EQ(dcp_block_size(std::vector<int64_t>(16, 300), 4, 0.2), 512);
+  EXPECT_EQ(dcp_block_size({100}, 8, 0.2), 256);  // never below 256
+}
+
+TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
+  MpiCommunicator& w = world();
+  ASSERT_EQ(w.size(), 4) << "run under mpirun -np 4";
+  const CostModel cost = ideal_cost();
+  for (const DcpCase& c : dcp_cases())
+    for (int divisions : {1, 3}) {
+      auto d = plan_dcp(request(c, 4, 2, divisions), cost);
+      ASSERT_TRUE(d.ok()) << d.error_str();
+      const AttentionPlan& plan = d->plan;
+      OwnedInputs in = make_attention_inputs(plan, 7);
+      auto rep = execute_attention(plan, w, in.view(), true);
+      ASSERT_TRUE(rep.ok()) << c.name << ": " << rep.error_str();
+      const ReferenceAttention ref = reference_attention(plan, in, true);
+      ASSERT_EQ(rep->home.size(), plan.home[w.rank()].size());
+      for (const auto& h : rep->home) {
+        const CheckResult r = check_home(plan, h, ref, true);
+        EXPECT_LE(r.worst, 1.0) << c.name << " divisions " << divisions << " rank " << w.rank() << ": " << r.where
+                                << " off by " << r.max_abs_error;
+      }
+      const RankBytes predicted = plan_bytes(plan, true);
+      EXPECT_EQ(rep->bytes_sent, predicted.sent[w.rank()]) << c.name;
+      EXPECT_EQ(rep->bytes_received, predicted.received[w.rank()]) << c.name;
+    }
+}
+
+}  // namespace
+}  // namespace cpbench
