@@ -23,3 +23,10 @@ if ! python3 -c "import matplotlib" 2>/dev/null; then
   echo "setup: installing matplotlib" >&2
   python3 -m pip install --quiet matplotlib
 fi
+
+# Mt-KaHyPar, only for scripts/compare_partitioners.py (DCP's partitioner against it); cpbench
+# itself partitions with Zoltan. Not fatal when PyPI cannot be reached.
+if ! python3 -c "import mtkahypar" 2>/dev/null; then
+  echo "setup: installing mtkahypar" >&2
+  python3 -m pip install --quiet mtkahypar || echo "setup: mtkahypar not installed (scripts/compare_partitioners.py needs it)" >&2
+fi

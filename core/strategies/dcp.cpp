@@ -21,6 +21,14 @@ struct ComputeBlock {
   double seconds;
 };
 
+// Steps 1 and 2: the blocks and their hypergraph (vertices: token blocks [0, D), then
+// computation blocks).
+struct DcpGraph {
+  std::vector<TokenBlock> blocks;
+  std::vector<ComputeBlock> work;
+  Hypergraph h;
+};
+
 // Two-level placement: nodes, then the GPUs of each node. part[v] = rank.
 Expected<std::vector<int32_t>> place(const Hypergraph& h, const DcpRequest& r) {
   const int32_t gpn = std::max(1, std::min(r.gpus_per_node, r.ranks));
@@ -87,12 +95,15 @@ int64_t dcp_block_size(const std::vector<int64_t>& seq_lengths, int32_t ranks, d
   return b;
 }
 
-Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
+namespace {
+
+Expected<DcpGraph> build_graph(const DcpRequest& r, const CostModel& cost) {
   if (r.ranks < 1 || r.block_tokens < 1 || r.divisions < 1 || r.heads_q < 1 || r.heads_kv < 1 ||
       r.heads_q % r.heads_kv != 0)
     return Error{"", "", "dcp: needs ranks ≥ 1, block_tokens ≥ 1, divisions ≥ 1 and heads_q a multiple of heads_kv"};
   // 1. Token blocks and the computation blocks the mask leaves non-empty.
-  std::vector<TokenBlock> blocks;
+  DcpGraph out;
+  std::vector<TokenBlock>& blocks = out.blocks;
   std::vector<int32_t> first_block;  // per sequence
   for (size_t s = 0; s < r.seq_lengths.size(); ++s) {
     first_block.push_back(static_cast<int32_t>(blocks.size()));
@@ -100,7 +111,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
       blocks.push_back({static_cast<int32_t>(s), b, std::min(b + r.block_tokens, r.seq_lengths[s])});
   }
   first_block.push_back(static_cast<int32_t>(blocks.size()));
-  std::vector<ComputeBlock> work;
+  std::vector<ComputeBlock>& work = out.work;
   for (size_t s = 0; s < r.seq_lengths.size(); ++s)
     for (int32_t i = first_block[s]; i < first_block[s + 1]; ++i)
       for (int32_t j = first_block[s]; j < first_block[s + 1]; ++j) {
@@ -116,7 +127,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   // 2. The hypergraph: token blocks [0, D), computation blocks [D, D + C).
   const int32_t D = static_cast<int32_t>(blocks.size());
   const double hq = r.heads_q, hkv = r.heads_kv, d = r.head_dim, vb = r.value_bytes;
-  Hypergraph h;
+  Hypergraph& h = out.h;
   for (const TokenBlock& b : blocks) {
     h.memory.push_back(static_cast<double>(b.tokens()) * ((2 * hq + 2 * hkv) * d * vb + hq * 4));
     h.compute.push_back(0);
@@ -141,6 +152,24 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     pins.insert(pins.end(), readers_kv[i].begin(), readers_kv[i].end());
     h.add_net(pins, t * hkv * 6 * d * vb);
   }
+  return out;
+}
+
+}  // namespace
+
+Expected<Hypergraph> dcp_hypergraph(const DcpRequest& r, const CostModel& cost) {
+  auto g = build_graph(r, cost);
+  if (!g) return g.errors();
+  return std::move(g->h);
+}
+
+Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
+  auto graph = build_graph(r, cost);
+  if (!graph) return graph.errors();
+  const std::vector<TokenBlock>& blocks = graph->blocks;
+  const std::vector<ComputeBlock>& work = graph->work;
+  const Hypergraph& h = graph->h;
+  const int32_t D = static_cast<int32_t>(blocks.size());
   // 3. Placement.
   auto part = place(h, r);
   if (!part) return part.errors();

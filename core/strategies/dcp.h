@@ -31,6 +31,7 @@
 #include "core/common/expected.h"
 #include "core/cost/cost_model.h"
 #include "core/plan/attention_plan.h"
+#include "core/strategies/hypergraph.h"
 #include "core/workload/mask.h"
 
 namespace cpbench {
@@ -57,6 +58,10 @@ struct DcpResult {
 // longest-processing-time packing of the token blocks over `ranks` leaves the fullest rank more
 // than (1 + eps_mem) × the mean, not below 256.
 int64_t dcp_block_size(const std::vector<int64_t>& seq_lengths, int32_t ranks, double eps_mem);
+
+// Steps 1-2 alone: the hypergraph plan_dcp partitions (token blocks first, then computation
+// blocks), for comparing partitioners on it (bench/dcp_bench.cpp).
+Expected<Hypergraph> dcp_hypergraph(const DcpRequest& request, const CostModel& cost);
 
 // Errors: sizes that cannot plan (no ranks, block size < 1), a partitioner failure.
 Expected<DcpResult> plan_dcp(const DcpRequest& request, const CostModel& cost);
