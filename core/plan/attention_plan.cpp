@@ -253,6 +253,12 @@ std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
   return phases;
 }
 
+int64_t tile_work_pairs(const AttentionPlan& plan, const AttnTile& tile) {
+  const MaskSpec causal{MaskKind::causal};
+  return mask_pairs_in_tile(plan.causal_envelope_work ? causal : plan.mask, plan.seq_lengths[tile.q.seq],
+                            tile.q.tok_begin, tile.q.tok_end, tile.kv.tok_begin, tile.kv.tok_end);
+}
+
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t) {
   const double tokens = static_cast<double>(t.slice.tokens()), heads = t.slice.heads(), d = plan.head_dim;
   const double kv_heads = heads / std::max(1, plan.group());

@@ -69,8 +69,13 @@ struct AttentionPlan {
   //   pipelined_backward: backward inputs and partial-gradient returns travel stage by stage
   //     under the kernels (TransformerEngine's ring backward); false: one exchange before all
   //     backward tiles and one after (backward_phases).
+  //   causal_envelope_work: the kernel computes every pair of a tile that the causal mask allows
+  //     and applies the plan's (sparser) mask inside, as TransformerEngine's static CP runs a
+  //     sliding-window or block-sparse mask — it cannot skip the masked work. The result is the
+  //     plan's mask's; the work priced is the causal envelope's. False: only allowed pairs cost.
   bool fused_stages = false;
   bool pipelined_backward = false;
+  bool causal_envelope_work = false;
   // [rank] the slices (all heads) a rank owns: its Q, K, V and dO on entry, its O, LSE, dQ, dK
   // and dV on exit. Every token of every sequence has exactly one home.
   std::vector<std::vector<AttnSlice>> home;
@@ -81,6 +86,10 @@ struct AttentionPlan {
 
   int32_t group() const { return heads_q / heads_kv; }
 };
+
+// The (query, key) pairs a tile's kernel computes: the plan's mask's, or with causal_envelope_work
+// the causal mask's (for every mask here a superset of the plan's).
+int64_t tile_work_pairs(const AttentionPlan& plan, const AttnTile& tile);
 
 // Payload bytes of one transfer: values at plan.value_bytes, LSE at 4 bytes.
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t);

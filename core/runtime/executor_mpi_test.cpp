@@ -101,6 +101,48 @@ TEST_P(Layouts, MatchesReferenceAndPredictedBytes) {
     }
 }
 
+// A static layout runs a sparse mask on the causal layout's tiles (causal_envelope_work, as
+// TransformerEngine does): the result is still the sparse mask's, the bytes the plan's.
+TEST(Executor, SparseMasksOnCausalTilesMatchTheReference) {
+  MpiCommunicator& w = world();
+  ASSERT_GE(w.size(), 4);
+  auto sub = w.split(w.rank() / 4, w.rank());
+  ASSERT_TRUE(sub.ok()) << sub.error_str();
+  Communicator& comm = **sub;
+  for (const auto& m : masks()) {
+    if (m.mask.kind == MaskKind::causal || m.mask.kind == MaskKind::full) continue;
+    for (const char* layout : {"ring", "zigzag", "a2a+p2p"}) {
+      CpLayoutRequest req;
+      req.layout = layout;
+      req.cp = 4;
+      req.a2a_size = 2;
+      req.seq_lengths = {37, 100, 5, 64};
+      req.mask = MaskSpec{MaskKind::causal};
+      req.heads_q = 8;
+      req.heads_kv = 4;
+      req.head_dim = 24;
+      req.pad = true;
+      auto plan = plan_cp_layout(req);
+      ASSERT_TRUE(plan.ok()) << plan.error_str();
+      plan->mask = m.mask;
+      plan->causal_envelope_work = true;
+      plan->value_bytes = 2;
+      plan->fused_stages = plan->pipelined_backward = true;
+      ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name;
+      OwnedInputs in = make_attention_inputs(*plan, 42);
+      auto rep = execute_attention(*plan, comm, in.view(), true);
+      ASSERT_TRUE(rep.ok()) << rep.error_str();
+      const ReferenceAttention ref = reference_attention(*plan, in, true);
+      for (const auto& h : rep->home) {
+        const CheckResult c = check_home(*plan, h, ref, true);
+        EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " rank " << comm.rank() << ": " << c.where;
+      }
+      const RankBytes predicted = plan_bytes(*plan, true);
+      EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << layout << " " << m.name;
+    }
+  }
+}
+
 // The forward runs a tile 256 query rows per kernel call (testing the pending transfers between
 // calls): a 1100-token sequence gives tiles of several blocks, whose merged output must still be
 // the reference's.

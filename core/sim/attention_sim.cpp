@@ -203,8 +203,7 @@ Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool 
 double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const CostModel& cost, bool backward) {
   const int64_t rows = tile.q.tokens();
   if (rows <= 0) return 0;
-  const double pairs = static_cast<double>(mask_pairs_in_tile(plan.mask, plan.seq_lengths[tile.q.seq], tile.q.tok_begin,
-                                                              tile.q.tok_end, tile.kv.tok_begin, tile.kv.tok_end));
+  const double pairs = static_cast<double>(tile_work_pairs(plan, tile));
   // The cost model takes the mean sequence length L and assumes a row sees L/2 keys (causal);
   // a tile's rows see pairs/rows keys on average, so its "length" is twice that.
   const double mean_len = 2 * pairs / static_cast<double>(rows);
@@ -217,8 +216,7 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
   double pair_heads = 0, rows = 0, pairs = 0;
   int64_t heads = 0;
   for (const AttnTile* tile : tiles) {
-    const double p = static_cast<double>(mask_pairs_in_tile(plan.mask, plan.seq_lengths[tile->q.seq], tile->q.tok_begin,
-                                                            tile->q.tok_end, tile->kv.tok_begin, tile->kv.tok_end));
+    const double p = static_cast<double>(tile_work_pairs(plan, *tile));
     if (p <= 0) continue;
     heads = std::max<int64_t>(heads, tile->q.heads());
     pair_heads += p * tile->q.heads();

@@ -71,6 +71,29 @@ TEST(AttentionSim, TileCostIsTheCostModelOnTheTilesAllowedPairs) {
   EXPECT_EQ(attention_tile_s(plan, masked, cost, false), 0.0);
 }
 
+// A static layout running a sparse mask computes its tiles' causal envelope (it cannot skip the
+// masked pairs): priced exactly as the causal plan, while the plan's own mask prices far less.
+TEST(AttentionSim, CausalEnvelopeWorkPricesASparseMaskAsCausal) {
+  MaskSpec lambda{.kind = MaskKind::lambda};
+  lambda.sink_tokens = 64;
+  lambda.window_tokens = 512;
+  const CostModel cost = ideal_model();
+  const AttentionPlan causal = layout("zigzag", 4, {8192, 4096});
+  AttentionPlan envelope = causal;
+  envelope.mask = lambda;
+  envelope.causal_envelope_work = true;
+  AttentionPlan skipping = envelope;
+  skipping.causal_envelope_work = false;
+  ASSERT_EQ(check_attention_plan(envelope), "");
+  for (bool backward : {false, true}) {
+    EXPECT_DOUBLE_EQ(max_of(sim(envelope, cost, backward).compute_s), max_of(sim(causal, cost, backward).compute_s));
+    EXPECT_LT(max_of(sim(skipping, cost, backward).compute_s), 0.6 * max_of(sim(causal, cost, backward).compute_s));
+  }
+  const AttnTile t = envelope.stages[0].tiles[0][0];
+  EXPECT_EQ(tile_work_pairs(envelope, t), tile_work_pairs(causal, t));
+  EXPECT_LT(tile_work_pairs(skipping, t), tile_work_pairs(causal, t));
+}
+
 // The merge moves, per tile, its partial output (value_bytes) and its fp32 accumulator twice, plus
 // the fp32 LSE (forward); dQ, dK and dV the same way (backward). One kernel for a fused stage.
 TEST(AttentionSim, MergeIsTheMemoryBoundTrafficOfThePartials) {

@@ -43,13 +43,19 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   r.layout = in.parallel.attention_layout;
   r.cp = static_cast<int32_t>(in.parallel.cp);
   r.seq_lengths = in.batch.lengths;
-  r.mask = in.batch.mask;
+  // A static layout cannot skip a sparse mask's work: its tiles are the causal mask's, computed
+  // whole, with the mask applied inside (DCP §6: only TransformerEngine runs the sparse masks, at
+  // the cost of the causal envelope).
+  const bool sparse = in.batch.mask.kind != MaskKind::causal && in.batch.mask.kind != MaskKind::full;
+  r.mask = sparse ? MaskSpec{MaskKind::causal} : in.batch.mask;
   r.heads_q = static_cast<int32_t>(in.model.heads);
   r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
   r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
   r.pad = true;
   auto a = plan_cp_layout(r);
   if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
+  a->mask = in.batch.mask;
+  a->causal_envelope_work = sparse;
   a->value_bytes = value_bytes(in.parallel);
   a->fused_stages = true;
   a->pipelined_backward = true;

@@ -10,8 +10,9 @@
 
 namespace cpbench {
 
-// parallel.attention_layout over the group (sequences padded to what the layout needs; the mask's
-// masked tiles left out where the layout's tiles allow it, as ring-flash-attention skips them).
+// parallel.attention_layout over the group (sequences padded to what the layout needs). Causal and
+// full masks as the layout runs them; a sparse mask (lambda, shared_question, causal_blockwise)
+// on the causal layout's tiles with the work of the causal envelope (causal_envelope_work).
 PlanOutcome plan_cp_attention(const StrategyInput& in);
 
 // DCP's blockwise placement (parallel.dcp_block_tokens, dcp_divisions, dcp_eps_mem, dcp_eps_comp);
