@@ -269,19 +269,24 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
 }
 
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
-                                                   const ParallelConfig& layout) {
+                                                   const ParallelConfig& layout, const MaskSpec& mask) {
   CpLayoutRequest req;
   req.layout = mb.cp > 1 ? cp_layout_for_comm_type(layout.cp_comm_type) : "single";
   if (req.layout.empty()) return layout_error("unknown cp_comm_type '" + layout.cp_comm_type + "'");
   req.cp = static_cast<int32_t>(mb.cp);
   req.seq_lengths = mb.padded_lengths();
-  req.mask = MaskSpec{.kind = MaskKind::causal};  // decoder language models
+  // Decoder language models: a sparse mask is computed over its causal envelope (TransformerEngine
+  // cannot skip the masked work), so the tiles are the causal ones.
+  const bool sparse = mask.kind != MaskKind::causal && mask.kind != MaskKind::full;
+  req.mask = sparse ? MaskSpec{.kind = MaskKind::causal} : mask;
   req.heads_q = static_cast<int32_t>(model.heads / layout.tp);
   req.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
   req.head_dim = static_cast<int32_t>(model.head_dim());
   req.pad = true;
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
+  plan->mask = mask;
+  plan->causal_envelope_work = sparse;
   plan->value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
   // As TransformerEngine runs CP attention on GPUs: a CP step's THD pack is one kernel call, and
   // the backward's inputs and partial gradients travel step by step under the kernels.
@@ -315,7 +320,7 @@ std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape
                                    "M); the configuration may run, cpbench cannot price it",
                                true};
         }
-        auto a = plan_micro_batch_attention(mb, model, plan->layout);
+        auto a = plan_micro_batch_attention(mb, model, plan->layout, plan->mask);
         if (!a) return AttachProblem{a.error_str(), false};
         it = made.emplace(std::move(key), std::make_shared<const AttentionPlan>(std::move(*a))).first;
       }

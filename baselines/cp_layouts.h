@@ -80,8 +80,10 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
 // wire for bf16/fp16 layouts (value_bytes 2; LSE stays fp32), run as TransformerEngine runs it
 // (fused_stages, pipelined_backward). The simulator prices
 // this plan (core/sim/cp_attention.h); the executors run plans built the same way.
+// A mask sparser than causal (lambda, shared_question, causal_blockwise) runs on the causal tiles
+// with causal_envelope_work; full runs on full tiles.
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
-                                                   const ParallelConfig& layout);
+                                                   const ParallelConfig& layout, const MaskSpec& mask = MaskSpec{});
 
 // Tiles plus transfers (forward) an upper bound for plan_cp_layout's plan of `sequences`
 // sequences on `cp` ranks, computed without building it. A plan lists per-sequence pieces, so
@@ -102,7 +104,7 @@ struct AttachProblem {
 };
 
 // Gives every micro-batch of `plan` with cp > 1 its AttentionPlan (plan_micro_batch_attention
-// under plan->layout); equal micro-batches (same padded lengths and group size) share one plan
+// under plan->layout, with plan->mask); equal micro-batches (same padded lengths and group size) share one plan
 // object, so the simulator's symmetry still sees them equal. Nothing, or why a micro-batch has none.
 std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape& model);
 

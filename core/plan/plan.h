@@ -48,6 +48,10 @@ struct Plan {
   // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round (micro-batch), so
   // micro-batch k starts on a stage only when every DP×CP rank of that stage is ready for it.
   bool round_barrier = false;
+  // Every sequence's attention mask (the workload's). The iteration strategies run decoder
+  // attention: causal, or a sparser mask computed over the causal envelope (TransformerEngine
+  // cannot skip its masked work), so every mask here is priced as causal and executed as itself.
+  MaskSpec mask;
   // An attention micro-benchmark (DCP, SOSP'25 §6.2): the plan is one layer's attention core of
   // each micro-batch on its CP group, forward and backward, and nothing else — no linear layers,
   // pipeline, gradient reduction or optimizer. Backends price or run exactly that.

@@ -58,6 +58,8 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
       mb.pad_to = pad_to;
       for (int64_t c = 0; c < cp; ++c) plan.micro_batches[r * cp + c].push_back(mb);
     }
+  if (auto why = check_decoder_mask(in.batch.mask); !why.empty()) return PlanOutcome::error(why);
+  plan.mask = in.batch.mask;
   if (auto problem = attach_attention_plans(&plan, m))
     return problem->beyond_cpbench ? PlanOutcome::error(problem->why) : no(problem->why);
   return PlanOutcome::ok(std::move(plan));

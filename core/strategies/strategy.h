@@ -41,4 +41,14 @@ struct PlanOutcome {
 
 using StrategyFn = PlanOutcome (*)(const StrategyInput&);
 
+// "" when an iteration strategy can price `mask`: causal, or sparser (priced over the causal
+// envelope, as TransformerEngine runs it); a full (bidirectional) mask is a limit of cpbench's
+// decoder layers (the attention micro-benchmarks take it).
+inline std::string check_decoder_mask(const MaskSpec& mask) {
+  if (mask.kind != MaskKind::full) return "";
+  return "cpbench limit: the iteration strategies price decoder attention (causal, or a sparser mask over the causal "
+         "envelope); a full (bidirectional) mask is priced only by the attention micro-benchmarks (cp_attention, "
+         "dcp_attention)";
+}
+
 }  // namespace cpbench

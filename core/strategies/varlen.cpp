@@ -36,6 +36,8 @@ std::string check_cp_heads(const StrategyInput& in, const Plan& plan) {
 // The plan's attention for every CP group (the layout of cp_comm_type), after the heads check.
 PlanOutcome finish(const StrategyInput& in, Plan plan) {
   if (auto why = check_cp_heads(in, plan); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = check_decoder_mask(in.batch.mask); !why.empty()) return PlanOutcome::error(why);
+  plan.mask = in.batch.mask;
   if (auto problem = attach_attention_plans(&plan, in.model))
     return problem->beyond_cpbench ? PlanOutcome::error(problem->why) : PlanOutcome::infeasible(problem->why);
   return PlanOutcome::ok(std::move(plan));

@@ -176,6 +176,37 @@ TEST_F(VarlenTest, EveryAttachedAttentionPlanIsWellFormed) {
   }
 }
 
+// The workload's mask reaches every CP group's plan: a sparse mask is executed as itself on the
+// causal tiles and priced over the causal envelope (static CP cannot skip it), so the step is the
+// causal run's; a full mask is a limit of cpbench's decoder layers, said so.
+TEST_F(VarlenTest, TheWorkloadsMaskReachesEveryAttentionPlan) {
+  const Evaluation causal = run(plan_packing);
+  ASSERT_EQ(causal.status, "ok") << causal.reason;
+  batch_.mask = MaskSpec{MaskKind::lambda};
+  for (StrategyFn strategy : {plan_packing, plan_dynamic_cp_dev}) {
+    PlanOutcome planned = strategy(input());
+    ASSERT_EQ(planned.status, "ok") << planned.reason;
+    EXPECT_EQ(planned.plan.mask.kind, MaskKind::lambda);
+    size_t checked = 0;
+    for (const auto& rank : planned.plan.micro_batches)
+      for (const auto& mb : rank)
+        if (mb.attention) {
+          EXPECT_EQ(mb.attention->mask.kind, MaskKind::lambda);
+          EXPECT_TRUE(mb.attention->causal_envelope_work);
+          EXPECT_EQ(check_attention_plan(*mb.attention), "");
+          ++checked;
+        }
+    EXPECT_GT(checked, 0u);
+  }
+  const Evaluation lambda = run(plan_packing);
+  ASSERT_EQ(lambda.status, "ok") << lambda.reason;
+  EXPECT_DOUBLE_EQ(lambda.metrics.at("step_time_s"), causal.metrics.at("step_time_s"));
+  batch_.mask = MaskSpec{MaskKind::full};
+  const PlanOutcome full = plan_packing(input());
+  EXPECT_EQ(full.status, "error");
+  EXPECT_NE(full.reason.find("full (bidirectional) mask"), std::string::npos) << full.reason;
+}
+
 TEST_F(VarlenTest, CpGroupNodesFollowTheRankOrder) {
   ParallelConfig L;
   L.num_gpus = 64;
