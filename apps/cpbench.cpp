@@ -291,8 +291,7 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
   if (spec->points.empty()) return report_errors(Errors{{{ref->file.string(), "", "no points"}}});
   const PointConfig& p = spec->points.front();
   const auto& w = p.workload;
-  const GlobalBatch batch = make_global_batch(
-      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  const GlobalBatch batch = w.batch();
   const bool tty = isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
   size_t shown = 0;

@@ -41,8 +41,7 @@ std::vector<BenchCase> cases(int64_t block) {
     for (const auto& c : out) seen |= c.name == name;
     if (seen) continue;
     const auto& w = p.workload;
-    const GlobalBatch batch = make_global_batch(
-        w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+    const GlobalBatch batch = w.batch();
     DcpRequest r;
     r.seq_lengths = batch.lengths;
     r.mask = w.mask;

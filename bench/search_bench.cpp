@@ -29,8 +29,7 @@ void BM_SearchKwai175B8K(benchmark::State& state) {
   }
   const PointConfig& p = spec->points.front();
   const auto& w = p.workload;
-  const GlobalBatch batch = make_global_batch(
-      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
+  const GlobalBatch batch = w.batch();
   const int jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   SearchResult found;
   for (auto _ : state) {

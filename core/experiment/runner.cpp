@@ -202,9 +202,7 @@ PlannedPoint plan_point(const PointConfig& point) {
   const StrategyInfo* strategy = find_strategy(point.strategy);
   if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}, {}};
   const auto& w = point.workload;
-  out.batch = make_global_batch(
-      w.dataset, BatchRequest{w.global_batch_sequences, w.global_batch_tokens, w.min_length, w.max_length, w.seed, w.length_scale});
-  out.batch.mask = w.mask;
+  out.batch = w.batch();
   const auto start = std::chrono::steady_clock::now();
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch, &point.search});
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

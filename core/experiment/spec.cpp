@@ -235,6 +235,9 @@ WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& s
   wl.seed = static_cast<uint64_t>(w.integer_or("seed", 1, 0, INT64_MAX));
   wl.length_scale = w.number_or("length_scale", 1.0, 1e-3, 1e3);
   if (const json* m = w.raw("mask")) wl.mask = parse_mask_value(*m, w.pointer_of("mask"), w.diag());
+  wl.min_fill = w.number_or("min_fill", 0, 0, 1);
+  if (wl.min_fill > 0 && wl.global_batch_tokens == 0 && w.diag().ok())
+    w.error("min_fill", "applies to a token budget (global_batch_tokens), not to a number of sequences");
   w.finish();
   return wl;
 }
@@ -733,6 +736,14 @@ void check_published_selections(const SelectionCounts& counts, Diagnostics& diag
 }
 
 }  // namespace
+
+GlobalBatch WorkloadConfig::batch() const {
+  BatchRequest r{global_batch_sequences, global_batch_tokens, min_length, max_length, seed, length_scale};
+  r.min_fill = min_fill;
+  GlobalBatch b = make_global_batch(dataset, r);
+  b.mask = mask;
+  return b;
+}
 
 bool Selector::matches(const PointConfig& p) const {
   if (!case_name.empty() && case_name != p.case_name) return false;

@@ -34,6 +34,10 @@ struct WorkloadConfig {
   uint64_t seed = 1;
   double length_scale = 1.0;       // multiplies every sampled length before the clamp (DCP's 0.5–4×)
   MaskSpec mask;                   // the attention mask of every sequence (default causal)
+  double min_fill = 0;             // token budget: batches below this fraction are redrawn (DCP: 0.75)
+
+  // The iteration's batch: drawn from the dataset by seed, with the mask.
+  GlobalBatch batch() const;
 };
 
 // A change of a running job's layout (spec "reconfigure", Tenplex): the point's "parallel"

@@ -39,14 +39,25 @@ GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& 
   int64_t max_len = std::min(r.max_length, r.tokens);
   int64_t min_len = std::min(r.min_length, max_len);
   LengthSampler sampler(profile, r.seed, min_len, max_len, r.length_scale);
-  int64_t total = 0;
-  for (;;) {
-    int64_t l = sampler.next();
-    if (total + l > r.tokens) break;
-    batch.lengths.push_back(l);
-    total += l;
+  GlobalBatch best;
+  int64_t carry = -1;  // the sequence that overflowed the previous batch opens the next one
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    batch.lengths.clear();
+    int64_t total = 0;
+    for (;;) {
+      const int64_t l = carry >= 0 ? carry : sampler.next();
+      carry = -1;
+      if (total + l > r.tokens) {
+        carry = l;
+        break;
+      }
+      batch.lengths.push_back(l);
+      total += l;
+    }
+    if (static_cast<double>(total) >= r.min_fill * static_cast<double>(r.tokens)) return batch;
+    if (total > best.total_tokens()) best = batch;
   }
-  return batch;
+  return best;
 }
 
 }  // namespace cpbench

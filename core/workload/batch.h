@@ -2,7 +2,8 @@
 // Requires: length_profile.h, sampling.h. A batch is either a number of sequences or a token
 // budget, drawn from a profile by seed; the same request always gives the same batch.
 // Note: by token budget, drawing stops before the first sequence that would overflow the budget
-// (that sequence is dropped, not cut), so total_tokens() ≤ tokens; the clamp is tightened to
+// (that sequence is dropped, not cut), so total_tokens() ≤ tokens (with min_fill, batches below it
+// are dropped and drawing goes on); the clamp is tightened to
 // max_length ≤ tokens so the first sequence always fits and a batch is never empty.
 #pragma once
 
@@ -34,6 +35,10 @@ struct BatchRequest {
   int64_t max_length = 1;
   uint64_t seed = 1;
   double length_scale = 1.0;  // multiplies each draw before clipping (DCP micro-benchmarks: 0.5–4×)
+  // Token-budget mode: a batch filled below this fraction of the budget is discarded and the next
+  // one drawn from the same stream (DCP's micro-benchmarks keep batches at least 75% full); 0 keeps
+  // the first batch. Up to 10,000 batches are tried; then the fullest is kept.
+  double min_fill = 0;
 };
 
 // Requires sequences > 0 or tokens > 0, and 1 ≤ min_length ≤ max_length. The lengths are the

@@ -2,6 +2,7 @@
 // stopping rule at the budget boundary, determinism, and the batch statistics.
 #include "core/workload/batch.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -50,6 +51,31 @@ TEST(MakeGlobalBatch, ByTokensStopsBeforeTheFirstSequenceThatWouldOverflow) {
     EXPECT_TRUE(std::equal(b.lengths.begin(), b.lengths.end(), stream.begin()));
     EXPECT_GT(b.total_tokens() + stream.back(), budget) << "seed " << seed;
   }
+}
+
+TEST(MakeGlobalBatch, MinFillRedrawsBatchesBelowItFromTheSameStream) {
+  auto p = lognormal_profile();
+  int redrawn = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const int64_t budget = 131072;
+    BatchRequest r{0, budget, 256, 131072, seed};
+    const GlobalBatch first = make_global_batch(p, r);
+    r.min_fill = 0.75;
+    const GlobalBatch b = make_global_batch(p, r);
+    EXPECT_GE(b.total_tokens(), 0.75 * budget) << "seed " << seed;
+    EXPECT_LE(b.total_tokens(), budget);
+    if (first.total_tokens() >= 0.75 * budget) {
+      EXPECT_EQ(b.lengths, first.lengths);  // the first batch was full enough
+      continue;
+    }
+    ++redrawn;
+    // A later run of the same stream: a contiguous stretch of it, after the first batch.
+    const auto stream = sample_lengths(p, seed, 20000, 256, 131072);
+    const auto at = std::search(stream.begin() + static_cast<long>(first.lengths.size()), stream.end(), b.lengths.begin(),
+                                b.lengths.end());
+    EXPECT_NE(at, stream.end()) << "seed " << seed;
+  }
+  EXPECT_GT(redrawn, 0) << "the test needs seeds whose first batch is below 75%";
 }
 
 TEST(MakeGlobalBatch, ByTokensCapsLengthsAtTheBudget) {
