@@ -1,6 +1,7 @@
 #include "core/strategies/dcp.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <tuple>
@@ -195,8 +196,11 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   const int32_t stages = std::max(1, r.divisions);
   p.stages.assign(stages, AttnStage{});
   for (AttnStage& st : p.stages) st.tiles.assign(r.ranks, {});
-  // Each rank's computation blocks: local ones in stage 0; the others ordered by where their
-  // inputs come from, then cut into stages 1 … divisions − 1 of equal compute.
+  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions − 1
+  // under a per-stage budget of received bytes, 1.2 × the rank's inputs / (divisions − 1) (DCP's
+  // per-stage communication budget, here on the receiving side): largest blocks first, a block
+  // joins the earliest stage whose budget its missing inputs fit (inputs already received cost
+  // nothing); the last stage takes the rest. So every stage's transfers have compute to hide under.
   std::vector<std::vector<int32_t>> remote(r.ranks);
   for (size_t c = 0; c < work.size(); ++c) {
     const int32_t at = (*part)[D + c];
@@ -204,25 +208,44 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     if (local) p.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
     else remote[at].push_back(static_cast<int32_t>(c));
   }
+  const double hq = r.heads_q, hkv = r.heads_kv, d = r.head_dim, vb = r.value_bytes;
+  auto input_bytes = [&](int32_t b, AttnTensor tensor) {
+    const double t = static_cast<double>(blocks[b].tokens());
+    return tensor == AttnTensor::q ? t * hq * d * vb : t * 2 * hkv * d * vb;
+  };
   for (int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& list = remote[rank];
-    auto source = [&](int32_t c) {
-      const int32_t a = (*part)[work[c].q], b = (*part)[work[c].kv];
-      return std::make_tuple(a == rank ? b : a, work[c].kv, work[c].q);
+    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
+    auto inputs = [&](int32_t c) {
+      return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
+                                                            std::make_pair(work[c].kv, AttnTensor::kv)};
     };
-    std::sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return source(a) < source(b); });
+    std::set<std::pair<int32_t, AttnTensor>> needed, held;  // (token block, tensor)
+    for (int32_t c : list)
+      for (auto in : inputs(c))
+        if ((*part)[in.first] != rank) needed.insert(in);
     double total = 0;
-    for (int32_t c : list) total += work[c].seconds;
-    std::set<std::pair<int32_t, AttnTensor>> held;  // (token block, tensor) received so far
-    double done = 0;
-    for (int32_t c : list) {
-      const int32_t stage = stages == 1 ? 0 : 1 + std::min(stages - 2, static_cast<int32_t>(done / total * (stages - 1)));
-      done += work[c].seconds;
+    for (const auto& [b, tensor] : needed) total += input_bytes(b, tensor);
+    const double budget = stages > 1 ? 1.2 * total / (stages - 1) : total;
+    std::vector<bool> placed(list.size(), false);
+    for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
+      const bool last = stage == stages - 1;
+      double used = 0;
       AttnStage& st = p.stages[stage];
-      for (auto [b, tensor] : {std::make_pair(work[c].q, AttnTensor::q), std::make_pair(work[c].kv, AttnTensor::kv)})
-        if ((*part)[b] != rank && held.insert({b, tensor}).second)
-          st.transfers.push_back({(*part)[b], rank, tensor, slice(b)});
-      st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (placed[i]) continue;
+        const int32_t c = list[i];
+        double fresh = 0;
+        for (auto in : inputs(c))
+          if ((*part)[in.first] != rank && !held.count(in)) fresh += input_bytes(in.first, in.second);
+        if (!last && used + fresh > budget) continue;
+        used += fresh;
+        placed[i] = true;
+        for (auto in : inputs(c))
+          if ((*part)[in.first] != rank && held.insert(in).second)
+            st.transfers.push_back({(*part)[in.first], rank, in.second, slice(in.first)});
+        st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+      }
     }
   }
   // Partial outputs computed away from home go home once per (rank, Q block).

@@ -16,12 +16,14 @@
 //   3. Placement in two levels: nodes (compute tolerance ×4, as DCP loosens it), then the GPUs of
 //      each node; memory within (1 + eps_mem), compute within (1 + eps_comp) of the mean.
 //   4. Stages (divisions): stage 0 holds every block whose inputs are home; each rank's other
-//      blocks are ordered by where their inputs come from and cut into divisions − 1 stages of
-//      equal compute; a stage's transfers bring the inputs its blocks lack (posted before the
-//      previous stage's compute). Partial outputs of blocks computed away from their Q's home go
+//      blocks, largest first, join the earliest stage whose budget of received bytes (1.2 × the
+//      rank's inputs / (divisions − 1), DCP's per-stage budget taken on the receiving side) their
+//      missing inputs fit, the last stage the rest; a stage's transfers bring the inputs its blocks
+//      lack (posted before the previous stage's compute). Partial outputs of blocks computed away from their Q's home go
 //      home after the last stage and merge there (LSE rule). Backward keeps the placement
 //      (derived by the IR: inputs again, partial dQ/dKV home).
-// Not yet: DCP's per-stage inter-node send budgets and prefetch, two-phase (per-node) transfers,
+// Not yet: DCP's sender-side budgets with the least-ready-device greedy and prefetch, two-phase
+// (per-node) transfers,
 // head blocks smaller than all heads, padding sequences to the block size.
 #pragma once
 
