@@ -657,7 +657,7 @@ int main(int argc, char** argv) {
   bool mpi = under_mpi_launcher();
   if (mpi) {
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);  // see core/runtime/mpi_session.h
     name_rank_on_termination();
   }
   int code = kExitFailed;

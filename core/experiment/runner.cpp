@@ -22,6 +22,7 @@
 #include "core/experiment/strategy_registry.h"
 #include "core/common/parallel_for.h"
 #include "core/search/frontier.h"
+#include "core/strategies/hypergraph.h"
 
 namespace cpbench {
 namespace {
@@ -299,11 +300,22 @@ namespace {
 // simulated in the order of that bound unless a point already simulated dominates its bounds;
 // those are "pruned", naming the point that dominates them. Simulated points get metric
 // pareto_optimal. Rank 0 does it all (a frontier run takes seconds); it is not resumable.
+// DCP partitions with Zoltan, which needs MPI: its session is opened here, on the main thread,
+// before worker threads plan (a plain run starts none). A failure is left to the points to report.
+void prepare_partitioner(const Spec& spec) {
+  for (const PointConfig& p : spec.points)
+    if (p.strategy == "dcp_attention") {
+      (void)init_partitioner();
+      return;
+    }
+}
+
 Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank) {
   const size_t n = spec.points.size();
   PointResults results(n);
   if (rank != 0) return results;
   const int jobs = std::max(1, options.jobs);
+  prepare_partitioner(spec);
   const std::vector<std::string>& objectives = spec.frontier_objectives;
   // An objective of a point from its metrics; "num_gpus" is the layout's. Absent: nullopt.
   auto objective = [&](size_t i, const std::map<std::string, double>& metrics, const std::string& name) -> std::optional<double> {
@@ -493,6 +505,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   }
   int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
   std::vector<std::thread> threads;
+  prepare_partitioner(spec);
   for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
 
   size_t local_left = mine.size();

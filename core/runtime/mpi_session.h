@@ -10,8 +10,9 @@
 
 namespace cpbench {
 
-// Initialises MPI with MPI_THREAD_FUNNELED (only the main thread calls MPI: kernels use OpenMP
-// inside a rank) unless it is already initialised, and finalises it only if it initialised it.
+// Initialises MPI asking for MPI_THREAD_MULTIPLE (DCP's partitioner calls Zoltan, under a mutex,
+// from worker threads; everything else calls MPI from the main thread) and requiring at least
+// MPI_THREAD_FUNNELED, unless it is already initialised, and finalises it only if it initialised it.
 // After MPI_Init: a rank ended by SIGTERM, SIGINT, SIGHUP or SIGQUIT first writes "cpbench: world
 // rank N: ended by SIGTERM" to stderr (mpirun's own message names only the job's rank; a SIGKILL
 // leaves only that). Handlers installed later (cpbench run's graceful stop) replace these.

@@ -82,10 +82,12 @@ PlanOutcome plan_dcp_attention(const StrategyInput& in) {
   r.eps_comp = in.parallel.dcp_eps_comp;
   auto d = plan_dcp(r, *cost);
   if (!d) return PlanOutcome::error("dcp: " + d.error_str());
-  char note[200];
-  std::snprintf(note, sizeof note, "dcp: %lld token blocks of %lld, %lld computation blocks, km1 %.4g MB, %d stages",
+  char note[320];
+  std::snprintf(note, sizeof note,
+                "dcp: %lld token blocks of %lld, %lld computation blocks, km1 %.4g MB, %d stages; fullest GPU %.2f× the mean memory, %.2f× the mean compute",
                 static_cast<long long>(d->data_blocks), static_cast<long long>(r.block_tokens),
-                static_cast<long long>(d->compute_blocks), d->km1_bytes / 1e6, r.divisions);
+                static_cast<long long>(d->compute_blocks), d->km1_bytes / 1e6, r.divisions, d->memory_over_mean,
+                d->compute_over_mean);
   PlanOutcome out = PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(d->plan))));
   out.reason = note;
   return out;

@@ -38,14 +38,17 @@ Expected<std::vector<int32_t>> place(const Hypergraph& h, const DcpRequest& r) {
   // DCP loosens the compute tolerance across nodes (×4 … ×16) and balances it inside each node.
   // Memory: half the tolerance across nodes; inside a node every GPU is held to the cap of a
   // one-level partition over all GPUs.
-  auto node_of = partition_hypergraph(h, BalanceLimits{nodes, r.eps_mem / 2, r.eps_comp * 4});
-  if (!node_of) return node_of.errors();
   double total_memory = 0, heaviest = 0;
   for (double m : h.memory) {
     total_memory += m;
     heaviest = std::max(heaviest, m);
   }
   const double gpu_memory_cap = std::max((1 + r.eps_mem) * total_memory / r.ranks, total_memory / r.ranks + heaviest);
+  // A node may hold what its GPUs can balance under that cap: some GPU at or below the node's mean
+  // must still have room for the heaviest block.
+  const double node_memory_cap = std::max(gpn * (gpu_memory_cap - heaviest), total_memory / nodes + heaviest);
+  auto node_of = partition_hypergraph(h, BalanceLimits{nodes, r.eps_mem / 2, r.eps_comp * 4, node_memory_cap});
+  if (!node_of) return node_of.errors();
   std::vector<int32_t> part(h.vertices(), 0);
   for (int32_t n = 0; n < nodes; ++n) {
     std::vector<int32_t> local(h.vertices(), -1), members;
@@ -176,6 +179,18 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   if (!part) return part.errors();
   DcpResult out;
   out.km1_bytes = km1(h, *part);
+  {
+    std::vector<double> mem(r.ranks, 0), comp(r.ranks, 0);
+    double total_m = 0, total_c = 0;
+    for (int32_t v = 0; v < h.vertices(); ++v) {
+      mem[(*part)[v]] += h.memory[v];
+      comp[(*part)[v]] += h.compute[v];
+      total_m += h.memory[v];
+      total_c += h.compute[v];
+    }
+    out.memory_over_mean = total_m > 0 ? *std::max_element(mem.begin(), mem.end()) * r.ranks / total_m : 0;
+    out.compute_over_mean = total_c > 0 ? *std::max_element(comp.begin(), comp.end()) * r.ranks / total_c : 0;
+  }
   out.data_blocks = D;
   out.compute_blocks = static_cast<int64_t>(work.size());
   // 4. The plan.

@@ -13,8 +13,10 @@
 //      a net over it and the blocks reading its Q (and writing its O) and one over it and the
 //      blocks reading its KV, weighted by the bytes one remote reader costs forward and backward.
 //      km1 of a placement is then the bytes it moves.
-//   3. Placement in two levels: nodes (compute tolerance ×4, as DCP loosens it), then the GPUs of
-//      each node; memory within (1 + eps_mem), compute within (1 + eps_comp) of the mean.
+//   3. Placement in two levels: nodes (compute tolerance ×4, as DCP loosens it; memory such that
+//      each node's GPUs can meet the GPU cap), then the GPUs of each node: memory within
+//      (1 + eps_mem) of the global mean, compute within (1 + eps_comp) of the node's — so up to
+//      (1 + 4·eps_comp)(1 + eps_comp) of the global mean (DcpResult reports both).
 //   4. Stages (divisions): stage 0 holds every block whose inputs are home; each rank's other
 //      blocks, largest first, join the earliest stage whose budget of received bytes (1.2 × the
 //      rank's inputs / (divisions − 1), DCP's per-stage budget taken on the receiving side) their
@@ -53,6 +55,10 @@ struct DcpRequest {
 struct DcpResult {
   AttentionPlan plan;
   double km1_bytes = 0;  // the placement's communication volume (forward + backward), as partitioned
+  // The fullest GPU's memory and compute over the mean: within 1 + eps_mem and, across nodes,
+  // (1 + 4·eps_comp)(1 + eps_comp) by design (DCP loosens compute between nodes); more when blocks
+  // are too coarse to balance (the partitioner then keeps the least-imbalanced seed).
+  double memory_over_mean = 0, compute_over_mean = 0;
   int64_t data_blocks = 0, compute_blocks = 0;
 };
 

@@ -75,6 +75,15 @@ std::vector<std::array<double, 2>> loads_of(const Hypergraph& h, const std::vect
 
 }  // namespace
 
+double worst_load_over_cap(const Hypergraph& h, const std::vector<int32_t>& part, const BalanceLimits& limits) {
+  const Caps c = caps_of(h, limits);
+  double worst = 0;
+  for (const auto& l : loads_of(h, part, limits.parts))
+    for (int d = 0; d < 2; ++d)
+      if (c.cap[d] > 0) worst = std::max(worst, l[d] / c.cap[d]);
+  return worst;
+}
+
 bool balanced(const Hypergraph& h, const std::vector<int32_t>& part, const BalanceLimits& limits) {
   const Caps c = caps_of(h, limits);
   for (const auto& l : loads_of(h, part, limits.parts))
@@ -261,17 +270,7 @@ Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const B
     for (int32_t v = 0; v < n; ++v) part[v] = v;
     return part;
   }
-  {
-    // Zoltan needs MPI: a plain `cpbench run` starts none, so the first partition opens a
-    // singleton session (closed at exit); under mpirun the job's own session is used.
-    std::lock_guard<std::mutex> lock(zoltan_mutex);
-    static MpiSession session;
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!session.status() || finalized)
-      return Error{"", "", "hypergraph partitioning needs MPI (Zoltan runs on MPI_COMM_SELF), which is not available: " +
-                               (finalized ? std::string("already finalised") : session.status().error_str())};
-  }
+  if (auto s = init_partitioner(); !s) return s.errors();
   ZoltanGraph g{&h, std::vector<float>(n, 0)};
   double total_m = 0, total_c = 0;
   for (int32_t v = 0; v < n; ++v) {
@@ -282,19 +281,37 @@ Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const B
     g.weight[v] = static_cast<float>((total_m > 0 ? h.memory[v] / total_m : 0) + (total_c > 0 ? h.compute[v] / total_c : 0));
   // Zoltan's multilevel partitioner is randomised: like DCP's 20 initial KaHyPar runs, several
   // seeds are tried and the balanced partition with the least km1 is kept.
+  // Balanced partitions first, then the least over their caps; among equals the least km1.
   std::vector<int32_t> best;
-  double best_km1 = 0;
+  std::pair<double, double> best_key;  // (over the caps, km1)
   for (unsigned seed = 1; seed <= kZoltanSeeds; ++seed) {
     auto p = zoltan_partition(h, g, limits, seed);
     if (!p) return p.errors();
     refine_balance(h, *p, limits);
-    const double cut = km1(h, *p);
-    if (best.empty() || cut < best_km1) {
+    const std::pair<double, double> key{std::max(1.0, worst_load_over_cap(h, *p, limits)), km1(h, *p)};
+    if (best.empty() || key < best_key) {
       best = std::move(*p);
-      best_km1 = cut;
+      best_key = key;
     }
   }
   return best;
+}
+
+Status init_partitioner() {
+  std::lock_guard<std::mutex> lock(zoltan_mutex);
+  static MpiSession session;  // a no-op when MPI is already initialised (mpirun)
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!session.status() || finalized)
+    return Error{"", "", "hypergraph partitioning needs MPI (Zoltan runs on MPI_COMM_SELF), which is not available: " +
+                             (finalized ? std::string("already finalised") : session.status().error_str())};
+  int level = 0, is_main = 0;
+  MPI_Query_thread(&level);
+  MPI_Is_thread_main(&is_main);
+  if (level < MPI_THREAD_MULTIPLE && !is_main)
+    return Error{"", "", "hypergraph partitioning from a worker thread needs MPI_THREAD_MULTIPLE; this MPI granted level " +
+                             std::to_string(level)};
+  return ok_status();
 }
 
 }  // namespace cpbench

@@ -7,8 +7,8 @@
 // Note: Zoltan takes one weight per vertex. The partition is computed on the sum of the two
 // normalised weights (memory / total memory + compute / total compute), then refine_balance moves
 // vertices, cheapest km1 increase first, until both constraints hold (or no move helps): the
-// second balance is enforced here, not by the library (tested). Calls are serialised by a mutex
-// (MPI_THREAD_FUNNELED: one thread in MPI at a time). Deterministic for a given hypergraph.
+// second balance is enforced here, not by the library (tested; Zoltan's own output seldom meets
+// both). Calls are serialised by a mutex. Deterministic for a given hypergraph.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +48,19 @@ bool balanced(const Hypergraph& h, const std::vector<int32_t>& part, const Balan
 // the mean, with room for the heaviest vertex, so it ends balanced. Returns the number of moves.
 int64_t refine_balance(const Hypergraph& h, std::vector<int32_t>& part, const BalanceLimits& limits);
 
-// Zoltan PHG (connectivity objective = km1) on the combined weight, then refine_balance.
+// Each part's load over its cap, the larger of the two weights (≤ 1: balanced()).
+double worst_load_over_cap(const Hypergraph& h, const std::vector<int32_t>& part, const BalanceLimits& limits);
+
+// Zoltan PHG (connectivity objective = km1) on the combined weight from 8 seeds, each refined by
+// refine_balance; the balanced partition with the least km1, or — when no seed could be balanced
+// (a part never has room for the heaviest vertex under a given memory_cap) — the least
+// over its caps (worst_load_over_cap says by how much).
 Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const BalanceLimits& limits);
+
+// Opens the MPI session Zoltan needs when none is open (a plain `cpbench run`: a singleton, closed
+// at exit). Call it from the main thread before partitioning from other threads (the runner does);
+// partition_hypergraph calls it too. Partitioning from a thread other than MPI's main thread needs
+// MPI_THREAD_MULTIPLE (an error otherwise).
+Status init_partitioner();
 
 }  // namespace cpbench
