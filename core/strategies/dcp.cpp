@@ -212,10 +212,12 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   p.stages.assign(stages, AttnStage{});
   for (AttnStage& st : p.stages) st.tiles.assign(r.ranks, {});
   // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions − 1
-  // under a per-stage budget of received bytes, 1.2 × the rank's inputs / (divisions − 1) (DCP's
-  // per-stage communication budget, here on the receiving side): largest blocks first, a block
-  // joins the earliest stage whose budget its missing inputs fit (inputs already received cost
-  // nothing); the last stage takes the rest. So every stage's transfers have compute to hide under.
+  // under DCP's per-stage communication budgets — each rank may receive 1.2 × its inputs /
+  // (divisions − 1) per stage, and send across nodes 1.2 × all inter-node inputs / ranks /
+  // (divisions − 1) — filled round-robin over the ranks, least compute so far first, each taking
+  // its largest block whose missing inputs fit both budgets (inputs already received cost
+  // nothing); the last stage takes the rest. So every stage's transfers are spread over senders
+  // and have compute to hide under.
   std::vector<std::vector<int32_t>> remote(r.ranks);
   for (size_t c = 0; c < work.size(); ++c) {
     const int32_t at = (*part)[D + c];
@@ -228,38 +230,70 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     const double t = static_cast<double>(blocks[b].tokens());
     return tensor == AttnTensor::q ? t * hq * d * vb : t * 2 * hkv * d * vb;
   };
+  auto inputs = [&](int32_t c) {
+    return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
+                                                          std::make_pair(work[c].kv, AttnTensor::kv)};
+  };
+  const int32_t gpn_eff = std::max(1, std::min(r.gpus_per_node, r.ranks));
+  auto across_nodes = [&](int32_t a, int32_t b) { return a / gpn_eff != b / gpn_eff; };
+  std::vector<std::set<std::pair<int32_t, AttnTensor>>> held(r.ranks);  // (token block, tensor) received
+  std::vector<double> receive_budget(r.ranks, 0), compute_done(r.ranks, 0);
+  double inter_node = 0;
   for (int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& list = remote[rank];
     std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
-    auto inputs = [&](int32_t c) {
-      return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
-                                                            std::make_pair(work[c].kv, AttnTensor::kv)};
-    };
-    std::set<std::pair<int32_t, AttnTensor>> needed, held;  // (token block, tensor)
+    std::set<std::pair<int32_t, AttnTensor>> needed;
     for (int32_t c : list)
       for (auto in : inputs(c))
         if ((*part)[in.first] != rank) needed.insert(in);
     double total = 0;
-    for (const auto& [b, tensor] : needed) total += input_bytes(b, tensor);
-    const double budget = stages > 1 ? 1.2 * total / (stages - 1) : total;
-    std::vector<bool> placed(list.size(), false);
-    for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
-      const bool last = stage == stages - 1;
-      double used = 0;
-      AttnStage& st = p.stages[stage];
-      for (size_t i = 0; i < list.size(); ++i) {
-        if (placed[i]) continue;
-        const int32_t c = list[i];
-        double fresh = 0;
-        for (auto in : inputs(c))
-          if ((*part)[in.first] != rank && !held.count(in)) fresh += input_bytes(in.first, in.second);
-        if (!last && used + fresh > budget) continue;
-        used += fresh;
-        placed[i] = true;
-        for (auto in : inputs(c))
-          if ((*part)[in.first] != rank && held.insert(in).second)
-            st.transfers.push_back({(*part)[in.first], rank, in.second, slice(in.first)});
-        st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+    for (const auto& [b, tensor] : needed) {
+      total += input_bytes(b, tensor);
+      if (across_nodes((*part)[b], rank)) inter_node += input_bytes(b, tensor);
+    }
+    receive_budget[rank] = stages > 1 ? 1.2 * total / (stages - 1) : total;
+  }
+  const double send_budget = stages > 1 ? 1.2 * inter_node / r.ranks / (stages - 1) : inter_node;
+  std::vector<std::vector<bool>> placed(r.ranks);
+  for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
+  for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
+    const bool last = stage == stages - 1;
+    AttnStage& st = p.stages[stage];
+    std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
+    // One block per rank and round, the least-loaded rank first, until no rank can add one.
+    for (bool added = true; added;) {
+      added = false;
+      std::vector<int32_t> order(r.ranks);
+      for (int32_t k = 0; k < r.ranks; ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return compute_done[a] < compute_done[b]; });
+      for (int32_t rank : order) {
+        const auto& list = remote[rank];
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (placed[rank][i]) continue;
+          const int32_t c = list[i];
+          double fresh = 0;
+          bool fits = true;
+          for (auto in : inputs(c)) {
+            const int32_t src = (*part)[in.first];
+            if (src == rank || held[rank].count(in)) continue;
+            const double bytes = input_bytes(in.first, in.second);
+            fresh += bytes;
+            if (across_nodes(src, rank) && sent[src] + bytes > send_budget) fits = false;
+          }
+          if (!last && (!fits || received[rank] + fresh > receive_budget[rank])) continue;
+          for (auto in : inputs(c)) {
+            const int32_t src = (*part)[in.first];
+            if (src == rank || !held[rank].insert(in).second) continue;
+            st.transfers.push_back({src, rank, in.second, slice(in.first)});
+            if (across_nodes(src, rank)) sent[src] += input_bytes(in.first, in.second);
+          }
+          received[rank] += fresh;
+          placed[rank][i] = true;
+          compute_done[rank] += work[c].seconds;
+          st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+          added = true;
+          break;
+        }
       }
     }
   }

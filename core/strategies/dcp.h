@@ -17,15 +17,15 @@
 //      each node's GPUs can meet the GPU cap), then the GPUs of each node: memory within
 //      (1 + eps_mem) of the global mean, compute within (1 + eps_comp) of the node's — so up to
 //      (1 + 4·eps_comp)(1 + eps_comp) of the global mean (DcpResult reports both).
-//   4. Stages (divisions): stage 0 holds every block whose inputs are home; each rank's other
-//      blocks, largest first, join the earliest stage whose budget of received bytes (1.2 × the
-//      rank's inputs / (divisions − 1), DCP's per-stage budget taken on the receiving side) their
-//      missing inputs fit, the last stage the rest; a stage's transfers bring the inputs its blocks
-//      lack (posted before the previous stage's compute). Partial outputs of blocks computed away from their Q's home go
+//   4. Stages (divisions): stage 0 holds every block whose inputs are home; the other blocks fill
+//      stages 1 … divisions − 1 under DCP's per-stage budgets — a rank receives at most 1.2 × its
+//      inputs / (divisions − 1), a rank sends across nodes at most 1.2 × all inter-node inputs /
+//      ranks / (divisions − 1) — round-robin over the ranks, least compute so far first, each
+//      taking its largest block that fits; the last stage the rest. A stage's transfers bring the
+//      inputs its blocks lack (posted before the previous stage's compute). Partial outputs of blocks computed away from their Q's home go
 //      home after the last stage and merge there (LSE rule). Backward keeps the placement
 //      (derived by the IR: inputs again, partial dQ/dKV home).
-// Not yet: DCP's sender-side budgets with the least-ready-device greedy and prefetch, two-phase
-// (per-node) transfers,
+// Not yet: DCP's prefetch into spare budget, two-phase (per-node) transfers,
 // head blocks smaller than all heads, padding sequences to the block size.
 #pragma once
 
