@@ -170,18 +170,10 @@ PlannedPoint plan_change(const PointConfig& point) {
   PlannedPoint out;
   const ParallelConfig& p = point.parallel;
   const ReconfigureConfig& r = point.reconfigure;
-  auto layout = [](int64_t gpus, int64_t tp, int64_t pp, bool dist_opt, const char* which) -> Expected<StateLayout> {
-    if (gpus % (tp * pp) != 0)
-      return Error{"", "", std::string(which) + ": tp·pp = " + std::to_string(tp * pp) + " does not divide " + std::to_string(gpus) + " GPUs"};
-    return StateLayout{tp, pp, gpus / (tp * pp), dist_opt};
-  };
-  if (p.cp != 1) return {"infeasible", "reconfiguration: the layout before has cp = " + std::to_string(p.cp) + " (re-sharding covers TP, PP and DP)", {}, {}, {}, {}};
-  auto from = layout(p.num_gpus, p.tp, p.pp, p.distributed_optimizer, "the layout before");
-  auto to = layout(r.num_gpus, r.tp, r.pp, r.distributed_optimizer, "the layout after");
-  if (!from || !to) return {"infeasible", (!from ? from : to).error_str(), {}, {}, {}, {}};
+  // load_spec refused what cannot divide (check_reconfigure): cp = 1, tp·pp dividing both counts.
   ReshardRequest q;
-  q.from = *from;
-  q.to = *to;
+  q.from = StateLayout{p.tp, p.pp, p.num_gpus / (p.tp * p.pp), p.distributed_optimizer};
+  q.to = StateLayout{r.tp, r.pp, r.num_gpus / (r.tp * r.pp), r.distributed_optimizer};
   q.gpus_per_node = point.cluster.gpus_per_node;
   q.lost = r.lost;
   q.to_gpus = r.target_gpus;

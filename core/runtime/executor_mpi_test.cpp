@@ -6,6 +6,7 @@
 
 #include "baselines/cp_layouts.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/executor_test_util.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
 
@@ -18,22 +19,7 @@ MpiCommunicator& world() {
   return **comm;
 }
 
-struct MaskCase {
-  const char* name;
-  MaskSpec mask;
-};
-
-std::vector<MaskCase> masks() {
-  MaskSpec full{MaskKind::full}, causal{MaskKind::causal};
-  MaskSpec lambda{MaskKind::lambda};
-  lambda.sink_tokens = 4;
-  lambda.window_tokens = 16;
-  MaskSpec shared{MaskKind::shared_question};
-  MaskSpec blockwise{MaskKind::causal_blockwise};
-  blockwise.block_tokens = 16;
-  return {{"full", full}, {"causal", causal}, {"lambda", lambda}, {"shared_question", shared},
-          {"causal_blockwise", blockwise}};
-}
+std::vector<MaskCase> masks() { return every_mask(16, 16); }
 
 // How a plan runs: the CPU style (fp32 on the wire, one kernel call per tile, the three-phase
 // backward) or an experiment's (bf16 on the wire, fused stages, pipelined backward).
@@ -73,20 +59,8 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
     plan->fused_stages = plan->pipelined_backward = true;
   }
   ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name << " cp=" << cp;
-  OwnedInputs in = make_attention_inputs(*plan, 42);
-  auto rep = execute_attention(*plan, comm, in.view(), true);
-  ASSERT_TRUE(rep.ok()) << rep.error_str();
-  ReferenceAttention ref = reference_attention(*plan, in, true);
-  ASSERT_EQ(rep->home.size(), plan->home[comm.rank()].size()) << layout << " " << m.name << " cp=" << cp;
-  for (const auto& h : rep->home) {
-    CheckResult c = check_home(*plan, h, ref, true);
-    EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " cp=" << cp << " " << style.name() << " rank "
-                            << comm.rank() << ": " << c.where << " off by " << c.max_abs_error;
-  }
-  RankBytes predicted = plan_bytes(*plan, true);
-  EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << layout << " " << m.name << " cp=" << cp << " " << style.name();
-  EXPECT_EQ(rep->bytes_received, predicted.received[comm.rank()]) << layout << " " << m.name << " cp=" << cp << " "
-                                                                  << style.name();
+  expect_runs_as_planned(*plan, comm, 42,
+                         layout + " " + m.name + " cp=" + std::to_string(cp) + " " + style.name());
 }
 
 class Layouts : public ::testing::TestWithParam<std::string> {};
@@ -129,16 +103,7 @@ TEST(Executor, SparseMasksOnCausalTilesMatchTheReference) {
       plan->value_bytes = 2;
       plan->fused_stages = plan->pipelined_backward = true;
       ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name;
-      OwnedInputs in = make_attention_inputs(*plan, 42);
-      auto rep = execute_attention(*plan, comm, in.view(), true);
-      ASSERT_TRUE(rep.ok()) << rep.error_str();
-      const ReferenceAttention ref = reference_attention(*plan, in, true);
-      for (const auto& h : rep->home) {
-        const CheckResult c = check_home(*plan, h, ref, true);
-        EXPECT_LE(c.worst, 1.0) << layout << " " << m.name << " rank " << comm.rank() << ": " << c.where;
-      }
-      const RankBytes predicted = plan_bytes(*plan, true);
-      EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << layout << " " << m.name;
+      expect_runs_as_planned(*plan, comm, 42, std::string(layout) + " " + m.name);
     }
   }
 }

@@ -8,7 +8,7 @@
 
 #include <numeric>
 
-#include "core/runtime/attention_check.h"
+#include "core/runtime/executor_test_util.h"
 #include "core/runtime/mpi_test_environment.h"
 #include "core/strategies/dcp.h"
 #include "core/strategies/hypergraph.h"
@@ -114,16 +114,11 @@ struct DcpCase {
 };
 
 std::vector<DcpCase> dcp_cases() {
-  MaskSpec causal{MaskKind::causal}, full{MaskKind::full};
-  MaskSpec lambda{MaskKind::lambda};
-  lambda.sink_tokens = 4;
-  lambda.window_tokens = 40;
-  MaskSpec shared{MaskKind::shared_question};
-  MaskSpec blockwise{MaskKind::causal_blockwise};
-  blockwise.block_tokens = 32;
   const std::vector<int64_t> lengths{300, 37, 129, 64, 90};
-  return {{"causal", causal, lengths}, {"full", full, lengths}, {"lambda", lambda, lengths},
-          {"shared_question", shared, lengths}, {"causal_blockwise", blockwise, {256, 100, 40}}};
+  std::vector<DcpCase> out;
+  for (const MaskCase& m : every_mask(40, 32))
+    out.push_back({m.name, m.mask, m.mask.kind == MaskKind::causal_blockwise ? std::vector<int64_t>{256, 100, 40} : lengths});
+  return out;
 }
 
 DcpRequest request(const DcpCase& c, int32_t ranks, int32_t gpus_per_node, int32_t divisions) {
@@ -206,20 +201,7 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
     for (int divisions : {1, 3}) {
       auto d = plan_dcp(request(c, 4, 2, divisions), cost);
       ASSERT_TRUE(d.ok()) << d.error_str();
-      const AttentionPlan& plan = d->plan;
-      OwnedInputs in = make_attention_inputs(plan, 7);
-      auto rep = execute_attention(plan, w, in.view(), true);
-      ASSERT_TRUE(rep.ok()) << c.name << ": " << rep.error_str();
-      const ReferenceAttention ref = reference_attention(plan, in, true);
-      ASSERT_EQ(rep->home.size(), plan.home[w.rank()].size());
-      for (const auto& h : rep->home) {
-        const CheckResult r = check_home(plan, h, ref, true);
-        EXPECT_LE(r.worst, 1.0) << c.name << " divisions " << divisions << " rank " << w.rank() << ": " << r.where
-                                << " off by " << r.max_abs_error;
-      }
-      const RankBytes predicted = plan_bytes(plan, true);
-      EXPECT_EQ(rep->bytes_sent, predicted.sent[w.rank()]) << c.name;
-      EXPECT_EQ(rep->bytes_received, predicted.received[w.rank()]) << c.name;
+      expect_runs_as_planned(d->plan, w, 7, std::string(c.name) + " divisions " + std::to_string(divisions));
     }
 }
 
