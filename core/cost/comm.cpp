@@ -1,4 +1,4 @@
-// comm.cpp — CostModel::p2p_s and CostModel::collective_s: α-β costs of NCCL's algorithms.
+// comm.cpp — CostModel::p2p_s, nic_p2p_s and collective_s: α-β costs of NCCL's algorithms.
 // n = group size, r = ranks per node, N = nodes; S = bytes per rank (nccl-tests convention).
 #include <algorithm>
 #include <cmath>
@@ -55,6 +55,14 @@ double CostModel::p2p_s(double bytes, Link link) const {
     }
   }
   return 0;
+}
+
+double CostModel::nic_p2p_s(double bytes) const {
+  if (bytes <= 0) return 0;
+  const EfficiencyParams& e = params_;
+  const double bw = cluster_.nic_bandwidth_Gbps / 8 * 1e9 * e.network_p2p_efficiency;
+  return std::min(phases_s({{1, bytes, bw, e.network_step_latency_us * 1e-6}}, Protocol::simple),
+                  phases_s({{1, bytes, bw, e.network_ll_step_latency_us * 1e-6}}, Protocol::ll));
 }
 
 double CostModel::collective_s(Collective kind, double bytes, const GroupPlacement& group) const {

@@ -86,6 +86,11 @@ class CostModel {
   // of NCCL's LL and Simple protocols on NVLink and network; a copy engine on PCIe.
   double p2p_s(double bytes, Link link) const;
 
+  // One transfer of `bytes` across the network through one whole NIC (nic_bandwidth_Gbps, not a
+  // GPU's share of the node's NICs): what a transfer gets when it is the only one on its NIC. A
+  // simulation that shares NICs queues the transfers of a NIC one after the other.
+  double nic_p2p_s(double bytes) const;
+
   // NCCL-like collective; `bytes` is the full buffer per rank (nccl-tests convention: the output
   // of all-gather, the input of reduce-scatter). One node: ring on NVLink. Several: the fastest
   // of NCCL's node-crossing ring, a hierarchical scheme (intra-node reduce-scatter, inter-node

@@ -129,6 +129,21 @@ std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
   return why;
 }
 
+// The timeline of the first micro-batch's forward and backward (an attention micro-benchmark runs
+// one plan on every rank), per rank: tiles, transfers and wait points. Nothing without a path.
+Status trace_attention_only(const EvalInput& in, const Plan& plan, const CostModel& cost) {
+  if (in.trace_path.empty()) return ok_status();
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank)
+      if (mb.attention) {
+        auto traced = simulate_attention_plan(*mb.attention, cost, true,
+                                              cp_group_nodes(mb, plan.layout, in.cluster.gpus_per_node), in.trace_path);
+        if (!traced) return traced.errors();
+        return ok_status();
+      }
+  return ok_status();
+}
+
 // An attention micro-benchmark (Plan::attention_only): each rank runs its micro-batches' attention
 // one after the other; the time is the slowest rank's, forward plus backward, each micro-batch's
 // plan priced on its group's nodes. Bytes per GPU of that one layer.
@@ -153,6 +168,7 @@ Evaluation evaluate_attention_only(const EvalInput& in, const Plan& plan) {
     }
     if (fwd + bwd > worst) std::tie(worst, worst_fwd, worst_bwd) = std::make_tuple(fwd + bwd, fwd, bwd);
   }
+  if (auto s = trace_attention_only(in, plan, *cost); !s) return {"error", s.error_str(), {}, {}};
   auto& mt = out.metrics;
   mt["attention_time_s"] = worst;
   mt["attention_fwd_s"] = worst_fwd;

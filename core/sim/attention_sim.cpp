@@ -4,6 +4,7 @@
 #include "core/sim/attention_sim.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "core/sim/layer_cost.h"
@@ -35,8 +36,16 @@ struct Lowering {
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
 
+  // [rank] the link of the NIC its network transfers leave through: GPU i of a node uses NIC
+  // i mod nics_per_node, so the GPUs of a node share its NICs (ids after the ranks' own links).
+  std::vector<int> nic_of;
+
   Lowering(const AttentionPlan& p, const CostModel& c, std::vector<int> nodes)
-      : plan(p), cost(c), node_of(std::move(nodes)), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {}
+      : plan(p), cost(c), node_of(std::move(nodes)), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {
+    const int nics = std::max(1, c.cluster().nics_per_node);
+    std::map<int, int> seen;  // node -> its GPUs so far
+    for (int32_t r = 0; r < p.ranks; ++r) nic_of.push_back(p.ranks + node_of[r] * nics + seen[node_of[r]]++ % nics);
+  }
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
   void phase(const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<const AttnTile*>>& tiles,
@@ -44,11 +53,14 @@ struct Lowering {
     std::vector<std::vector<int>> posted(plan.ranks);
     for (const AttnTransfer& t : transfers) {
       TaskSpec task;
+      // Inside a node the sender's NVLink ports; across nodes its NIC, which the node's other GPUs
+      // on that NIC share: their transfers queue on it, each at the NIC's whole rate.
+      const bool local = node_of[t.src] == node_of[t.dst];
       task.device = t.src;
       task.stream = 1;
-      task.link = t.src;
+      task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
-      task.duration_s = cost.p2p_s(transfer_bytes(plan, t), node_of[t.src] == node_of[t.dst] ? Link::nvlink : Link::network);
+      task.duration_s = local ? cost.p2p_s(transfer_bytes(plan, t), Link::nvlink) : cost.nic_p2p_s(transfer_bytes(plan, t));
       // A rendezvous: both ends must have reached this phase's post point.
       task.deps = barrier[t.src];
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
@@ -57,7 +69,7 @@ struct Lowering {
       // The send kernel shares the sender's GPU with its tiles (its receive kernel the receiver's;
       // only the sender's side is modelled).
       const double bytes = transfer_bytes(plan, t);
-      set_contention(cost, task, node_of[t.src] == node_of[t.dst] ? LinkBytes{bytes, 0} : LinkBytes{0, bytes});
+      set_contention(cost, task, local ? LinkBytes{bytes, 0} : LinkBytes{0, bytes});
       task.name = label + " " + attn_tensor_name(t.tensor) + " " + std::to_string(t.src) + "->" +
                   std::to_string(t.dst) + " " + str(t.slice);
       const int id = graph.add(std::move(task));

@@ -338,5 +338,40 @@ TEST(AttentionSim, EachTransferIsPricedByItsEndpointsNodes) {
   EXPECT_FALSE(simulate_attention_plan(plan, cost, true, std::vector<int>{0, 0}).ok());
 }
 
+
+// Two GPUs of one node send across the network at once: with one NIC per node they queue on it,
+// each at the NIC's whole rate; with a NIC each they run side by side; alone, one takes the NIC.
+TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
+  AttentionPlan p;
+  p.layout = "hand";
+  p.ranks = 4;
+  p.seq_lengths = {4096};
+  p.heads_q = p.heads_kv = 8;
+  p.head_dim = 128;
+  p.value_bytes = 2;
+  for (int32_t r = 0; r < 4; ++r) p.home.push_back({{0, r * 1024, (r + 1) * 1024, 0, 8}});
+  auto plan_with = [&](std::vector<AttnTransfer> transfers) {
+    AttentionPlan q = p;
+    q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(4)});
+    return q;
+  };
+  const AttnTransfer a{0, 2, AttnTensor::kv, p.home[0][0]}, b{1, 3, AttnTensor::kv, p.home[1][0]};
+  const std::vector<int> nodes{0, 0, 1, 1};
+  auto step = [&](int nics, const AttentionPlan& plan) {
+    ClusterSpec c = test_cluster();
+    c.gpus_per_node = 2;
+    c.nics_per_node = nics;
+    c.nic_bandwidth_Gbps_per_gpu = c.nic_bandwidth_Gbps * nics / 2;
+    auto r = simulate_attention_plan(plan, CostModel(c, EfficiencyParams::ideal()), false, nodes);
+    EXPECT_TRUE(r.ok()) << r.error_str();
+    return r.ok() ? r->step_time_s : 0.0;
+  };
+  const double t = CostModel(test_cluster(), EfficiencyParams::ideal()).nic_p2p_s(transfer_bytes(p, a));
+  ASSERT_GT(t, 0);
+  EXPECT_DOUBLE_EQ(step(1, plan_with({a})), t);  // alone: the whole NIC, not half of it
+  EXPECT_DOUBLE_EQ(step(1, plan_with({a, b})), 2 * t);
+  EXPECT_DOUBLE_EQ(step(2, plan_with({a, b})), t);
+}
+
 }  // namespace
 }  // namespace cpbench
