@@ -57,6 +57,17 @@ Homes contiguous_homes(const std::vector<int64_t>& lengths, int32_t cp, int32_t 
   return homes;
 }
 
+// Every sequence in cp equal chunks; rank r owns chunk r of each (ring-flash-attention's varlen
+// ring: every rank holds 1/cp of every sequence, its cu_seqlens divided by the ring size).
+Homes per_sequence_homes(const std::vector<int64_t>& lengths, int32_t cp, int32_t heads_q) {
+  Homes homes(cp);
+  for (int32_t s = 0; s < static_cast<int32_t>(lengths.size()); ++s) {
+    const int64_t chunk = lengths[s] / cp;
+    for (int32_t r = 0; r < cp; ++r) homes[r].push_back({s, r * chunk, (r + 1) * chunk, 0, heads_q});
+  }
+  return homes;
+}
+
 // Every sequence in 2·cp chunks; rank r owns chunks r and 2cp−1−r (the causal work of the two
 // chunks sums to the same for every rank: references/context_parallel.md, "zigzag").
 Homes zigzag_homes(const std::vector<int64_t>& lengths, int32_t cp, int32_t heads_q) {
@@ -209,13 +220,14 @@ std::optional<Error> fit_total(const CpLayoutRequest& r, std::vector<int64_t>& l
   return std::nullopt;
 }
 
-// Zigzag needs L % (2·cp) == 0 for every sequence; padding grows each.
-std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& lengths) {
-  const int64_t m = 2 * int64_t{r.cp};
+// Layouts that split every sequence need L % m == 0 (m = cp, or 2·cp for the zigzag chunks);
+// padding grows each.
+std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& lengths, int64_t m) {
+  const std::string rule = m == r.cp ? "cp" : "2·cp";
   for (size_t s = 0; s < lengths.size(); ++s) {
     if (lengths[s] % m == 0) continue;
     if (!r.pad) {
-      return layout_error(r.layout + " needs every sequence length to be a multiple of 2·cp = " + std::to_string(m) +
+      return layout_error(r.layout + " needs every sequence length to be a multiple of " + rule + " = " + std::to_string(m) +
                           ": sequence " + std::to_string(s) + " has " + std::to_string(lengths[s]) +
                           " tokens; pass pad = true to pad");
     }
@@ -295,10 +307,12 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   return plan;
 }
 
-int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences) {
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size) {
   // Per stage and rank: tiles (up to 4 per chunk pair of a sequence) and one transfer per piece.
-  const bool two_chunks = layout == "zigzag" || layout == "all_gather";
-  const int64_t pieces_per_rank = two_chunks ? 2 * sequences : sequences / std::max<int64_t>(cp, 1) + 2;
+  const int64_t pieces_per_rank = layout == "zigzag" || layout == "all_gather" ? 2 * sequences
+                                  : layout == "a2a+p2p"                        ? 2 * sequences * std::max<int64_t>(1, a2a_size)
+                                  : layout == "ring"                           ? sequences
+                                                     : sequences / std::max<int64_t>(cp, 1) + 2;
   return 3 * cp * cp * pieces_per_rank;
 }
 
@@ -311,7 +325,9 @@ std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape
       auto it = made.find(key);
       if (it == made.end()) {
         const std::string layout = cp_layout_for_comm_type(plan->layout.cp_comm_type);
-        const int64_t entries = cp_layout_plan_entries(layout, mb.cp, static_cast<int64_t>(mb.lengths.size()));
+        const int64_t a2a = auto_a2a_size(static_cast<int32_t>(mb.cp), static_cast<int32_t>(model.heads / plan->layout.tp),
+                                          static_cast<int32_t>(model.kv_heads / plan->layout.tp));
+        const int64_t entries = cp_layout_plan_entries(layout, mb.cp, static_cast<int64_t>(mb.lengths.size()), a2a);
         if (entries > kMaxAttentionPlanEntries) {
           return AttachProblem{"cpbench limit: the " + layout + " plan of a CP group of " + std::to_string(mb.cp) +
                                    " ranks over " + std::to_string(mb.lengths.size()) + " sequences would hold ~" +
@@ -363,8 +379,11 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
 
   int32_t a2a_size = 1;
   if (r.layout == "single" && r.cp != 1) return layout_error("single needs cp = 1, got cp = " + std::to_string(r.cp));
-  if (r.layout == "zigzag" || r.layout == "all_gather") {
-    if (auto e = fit_each(r, p.seq_lengths)) return *e;
+  // TransformerEngine splits every sequence into 2·cp chunks under static CP, a2a+p2p included
+  // (references/context_parallel.md, THD packing); ring-flash-attention's ring into cp.
+  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather" || r.layout == "a2a+p2p";
+  if (two_chunks || r.layout == "ring") {
+    if (auto e = fit_each(r, p.seq_lengths, two_chunks ? 2 * int64_t{r.cp} : r.cp)) return *e;
   } else if (auto e = fit_total(r, p.seq_lengths)) {
     return *e;
   }
@@ -382,9 +401,12 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
   }
 
   // all_gather balances causal work as the ring does: TransformerEngine's all-gather CP keeps two
-  // Q chunks per rank (references/context_parallel.md), the zigzag chunks.
-  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather";
-  p.home = two_chunks ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q) : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
+  // Q chunks per rank (references/context_parallel.md), the zigzag chunks. a2a+p2p: after the
+  // all-to-all inside a group of a consecutive ranks, the group holds a chunks from each end of
+  // every sequence, so the ring of groups is balanced the zigzag way.
+  p.home = two_chunks            ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
+           : r.layout == "ring" ? per_sequence_homes(p.seq_lengths, r.cp, r.heads_q)
+                                : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
   if (r.layout == "all_gather") {
     build_all_gather(p);
   } else {

@@ -1,5 +1,5 @@
 // cp_layouts.h — the static context-parallel layouts of the field as AttentionPlans: single rank,
-// ring P2P on contiguous chunks, zigzag ring, all-gather (Llama 3), a2a (Ulysses), a2a+p2p (USP).
+// ring P2P on per-sequence chunks, zigzag ring, all-gather (Llama 3), a2a (Ulysses), a2a+p2p (USP).
 // Requires: core/plan/attention_plan.h. Sequences are packed THD-style (no attention across them);
 // a batch that breaks a layout's divisibility rule is an Error unless `pad` pads it.
 // Note: facts from references/context_parallel.md and zhuzilin/ring-flash-attention (varlen ring,
@@ -33,8 +33,9 @@ struct CpLayoutRequest {
 
 // The plan of `r.layout` on r.cp ranks. Layouts (T = total tokens, L = one sequence's length):
 //   single      cp = 1; one tile per sequence.
-//   ring        rank r owns tokens [r·T/cp, (r+1)·T/cp) of the packed batch (a sequence may span
-//               ranks); needs T % cp == 0 (pad: the last sequence grows). Stage 0 computes local
+//   ring        every sequence in cp equal chunks, rank r owns chunk r of each
+//               (ring-flash-attention's varlen ring); needs L % cp == 0 for every sequence (pad:
+//               each grows). Stage 0 computes local
 //               Q × local KV without transfers; in stage i ≥ 1 every rank sends the KV it used in
 //               stage i−1 (its own in stage 1) to rank+1 and computes local Q × the KV of rank
 //               r−i. cp stages; (cp−1)·|KV shard| per rank. Fully masked tiles are left out.
@@ -47,9 +48,10 @@ struct CpLayoutRequest {
 //   a2a         contiguous as ring; needs heads_q % cp == 0 and heads_kv % cp == 0. Stage 0:
 //               each rank sends every rank j the Q and KV of its tokens for j's head range;
 //               rank j computes whole sequences for its heads; gather_out returns O to owners.
-//   a2a+p2p     cp = a2a_size × ring_size; ranks [g·a, (g+1)·a) form Ulysses group g over the
-//               contiguous token chunk g (T/ring_size tokens), and the groups form a ring: rank
-//               (g, i) exchanges the KV of head range i with (g±1, i). Auto a2a_size: the
+//   a2a+p2p     cp = a2a_size × ring_size; zigzag homes over all cp ranks (TransformerEngine
+//               splits every sequence into 2·cp chunks under static CP; same length rule); ranks
+//               [g·a, (g+1)·a) form Ulysses group g over their home chunks, and the groups form a
+//               ring: rank (g, i) passes the KV of head range i to (g+1, i). Auto a2a_size: the
 //               largest divisor of cp that divides heads_q and heads_kv.
 // Every rank's tiles are (q piece × kv piece) of one sequence where the mask allows a pair.
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
@@ -86,10 +88,12 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
                                                    const ParallelConfig& layout, const MaskSpec& mask = MaskSpec{});
 
 // Tiles plus transfers (forward) an upper bound for plan_cp_layout's plan of `sequences`
-// sequences on `cp` ranks, computed without building it. A plan lists per-sequence pieces, so
-// zigzag and all_gather, where every rank holds two chunks of every sequence, grow with
-// cp² · sequences; the contiguous layouts with cp · (sequences + cp).
-int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences);
+// sequences on `cp` ranks (a2a+p2p: in groups of `a2a_size`), computed without building it. A
+// plan lists per-sequence pieces, so zigzag and all_gather, where every rank holds two chunks of
+// every sequence, grow with cp² · sequences (a2a+p2p with a2a_size · cp² · sequences: a group's
+// tiles pair its 2·a2a_size pieces of a sequence); ring with cp² · sequences; the contiguous
+// layouts with cp · (sequences + cp).
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size = 1);
 
 // The largest plan cpbench builds: about 64 bytes an entry, with its derived backward, ~4 GiB.
 // Beyond it (a Dynamic-CP group of 257 ranks over 2048 sequences would need 811M entries) the

@@ -109,7 +109,8 @@ TEST(CpLayouts, PlanEntriesBoundHoldsTheBuiltPlan) {
         entries += static_cast<int64_t>(st.transfers.size());
         for (const auto& tiles : st.tiles) entries += static_cast<int64_t>(tiles.size());
       }
-      const int64_t bound = cp_layout_plan_entries(layout, cp, 40);
+      // The request's heads (16 q, 8 kv) let a2a+p2p's automatic group reach every cp here.
+      const int64_t bound = cp_layout_plan_entries(layout, cp, 40, layout == "a2a+p2p" ? cp : 1);
       EXPECT_GE(bound, entries) << layout << " cp " << cp;
       if ((layout == "zigzag" || layout == "all_gather") && cp >= 4) EXPECT_LE(bound, 4 * entries) << layout << " cp " << cp;
     }
@@ -117,7 +118,9 @@ TEST(CpLayouts, PlanEntriesBoundHoldsTheBuiltPlan) {
 }
 
 TEST(CpLayouts, PaddingFollowsEachLayoutsRule) {
-  EXPECT_EQ(plan_cp_layout(request("ring", 4))->seq_lengths, (std::vector<int64_t>{37, 101, 9, 64, 5}));  // 214 → 216
+  EXPECT_EQ(plan_cp_layout(request("ring", 4))->seq_lengths, (std::vector<int64_t>{40, 104, 12, 64, 4}));
+  EXPECT_EQ(plan_cp_layout(request("a2a", 4))->seq_lengths, (std::vector<int64_t>{37, 101, 9, 64, 5}));  // 214 → 216
+  EXPECT_EQ(plan_cp_layout(request("a2a+p2p", 4))->seq_lengths, (std::vector<int64_t>{40, 104, 16, 64, 8}));
   EXPECT_EQ(plan_cp_layout(request("zigzag", 4))->seq_lengths, (std::vector<int64_t>{40, 104, 16, 64, 8}));
   EXPECT_EQ(plan_cp_layout(request("single", 1))->seq_lengths, kOddBatch);
 }
@@ -137,16 +140,22 @@ TEST(CpLayouts, RingAndZigzagForwardMoveCpMinusOneKvShards) {
     }
   }
   // Backward of one sequence under a full mask reads every remote KV once and returns every dKV
-  // partial; in a packed batch it reads only the KV of its own sequences.
+  // partial, both ways it can run: from the homes (the executor's three phases) or round the ring
+  // (pipelined: K/V and the running dK/dV travel to rank + 1 and dK/dV ends on its owner).
   CpLayoutRequest one = request("ring", 4, {.kind = MaskKind::full});
   one.seq_lengths = {216};
-  const AttentionPlan p = *plan_cp_layout(one);
+  AttentionPlan p = *plan_cp_layout(one);
   const BackwardTransfers bt = backward_transfers(p);
   EXPECT_TRUE(std::all_of(bt.inputs.begin(), bt.inputs.end(),
                           [](const AttnTransfer& t) { return t.tensor == AttnTensor::kv; }));
-  const RankBytes fb = plan_bytes(p, true);
   const double shard = kv_bytes(p, 216 / 4);
-  for (int32_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(fb.sent[r], 3 * shard + 3 * shard + 3 * shard);
+  for (bool pipelined : {false, true}) {
+    p.pipelined_backward = pipelined;
+    const RankBytes fb = plan_bytes(p, true);
+    for (int32_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(fb.sent[r], 3 * shard + 3 * shard + 3 * shard) << pipelined;
+  }
+  for (const AttnBackwardPhase& ph : backward_phases(p))
+    for (const AttnTransfer& t : ph.transfers) EXPECT_EQ(t.dst, (t.src + 1) % 4) << attn_tensor_name(t.tensor);
 }
 
 TEST(CpLayouts, RingSkipsFullyMaskedTilesAndZigzagOffDiagonalTilesAreUnmasked) {
@@ -216,11 +225,15 @@ TEST(CpLayouts, UspCombinesAnA2aGroupWithARing) {
   r.a2a_size = 2;  // ring of 4 groups
   const AttentionPlan p = *plan_cp_layout(r);
   EXPECT_EQ(p.stages.size(), 4u);
-  const int64_t tokens = 216 / 8;
+  const int64_t tokens = home_tokens(p, 0);  // the zigzag chunks: every rank holds as many
+  EXPECT_EQ(tokens * 8, 256);                // each sequence padded to a multiple of 2·cp
   const double a2a = 0.5 * (q_bytes(p, tokens) + kv_bytes(p, tokens) + out_bytes(p, tokens));
   const double ring = 3 * kv_bytes(p, tokens);  // each member forwards its head half of 2·tokens
   const RankBytes b = plan_bytes(p, false);
-  for (int32_t rank = 0; rank < 8; ++rank) EXPECT_NEAR(b.sent[rank], a2a + ring, 1e-6 * (a2a + ring));
+  for (int32_t rank = 0; rank < 8; ++rank) {
+    EXPECT_EQ(home_tokens(p, rank), tokens);
+    EXPECT_NEAR(b.sent[rank], a2a + ring, 1e-6 * (a2a + ring));
+  }
   r.a2a_size = 0;  // auto: the largest divisor of cp dividing both head counts
   EXPECT_EQ(plan_cp_layout(r)->stages.size(), 1u);
 }
@@ -238,7 +251,8 @@ TEST(CpLayouts, ZigzagBalancesCausalWorkAndContiguousRingDoesNot) {
 
   r.layout = "ring";
   const std::vector<int64_t> wr = work_per_rank(*plan_cp_layout(r));
-  EXPECT_EQ(wr, (std::vector<int64_t>{1830, 1846, 5190, 2646}));  // Σ rows of rank r's tokens
+  // chunk r of each sequence (c = L/4 rows, seeing r·c + i + 1 keys): c·r·c + c(c+1)/2 summed
+  EXPECT_EQ(wr, (std::vector<int64_t>{742, 2166, 3590, 5014}));
   EXPECT_GT(*std::max_element(wr.begin(), wr.end()) / (total / 4), 1.5);
 }
 
@@ -253,7 +267,11 @@ TEST(CpLayouts, BadBatchesGiveTheStatedErrors) {
   r.seq_lengths = {5, 6};
   EXPECT_EQ(
       plan_cp_layout(r).error_str(),
-      "ring needs the packed batch's total tokens to be a multiple of cp = 4: the batch has 11 tokens; pass pad = "
+      "ring needs every sequence length to be a multiple of cp = 4: sequence 0 has 5 tokens; pass pad = true to pad");
+  r.layout = "a2a";
+  EXPECT_EQ(
+      plan_cp_layout(r).error_str(),
+      "a2a needs the packed batch's total tokens to be a multiple of cp = 4: the batch has 11 tokens; pass pad = "
       "true to pad the last sequence");
   r.layout = "a2a";
   r.seq_lengths = {8};
@@ -274,6 +292,33 @@ TEST(CpLayouts, BadBatchesGiveTheStatedErrors) {
             "ring: sequence 1 has 0 tokens; every sequence needs at least one token");
   EXPECT_EQ(plan_cp_layout(request("ulysses", 2)).error_str(),
             "unknown CP layout \"ulysses\"; known layouts: single, ring, zigzag, all_gather, a2a, a2a+p2p");
+}
+
+
+// The pipelined backward of a 3-rank ring under a full mask, phase by phase: K/V travel as in the
+// forward (stage i's transfers in phase i, beside stage i − 1's tiles); rank 1's dK/dV partial of
+// rank 0's shard leaves in phase 3, after its stage-1 tiles ran in phase 2, to rank 2, which it
+// forwarded the shard to; rank 2 adds its own (stage 2, phase 3) and sends the sum home in phase 4.
+TEST(CpLayouts, RingBackwardCarriesTheRunningGradientToItsOwner) {
+  CpLayoutRequest r = request("ring", 3, {.kind = MaskKind::full});
+  r.seq_lengths = {12};
+  AttentionPlan p = *plan_cp_layout(r);
+  p.pipelined_backward = true;
+  const auto phases = backward_phases(p);
+  ASSERT_EQ(phases.size(), 5u);
+  const AttnSlice shard0 = p.home[0][0];
+  auto phase_of = [&](int32_t src, int32_t dst, AttnTensor t) {
+    for (size_t i = 0; i < phases.size(); ++i)
+      for (const AttnTransfer& x : phases[i].transfers)
+        if (x.src == src && x.dst == dst && x.tensor == t && x.slice == shard0) return static_cast<int>(i);
+    return -1;
+  };
+  EXPECT_EQ(phase_of(0, 1, AttnTensor::kv), 1);
+  EXPECT_EQ(phase_of(1, 2, AttnTensor::kv), 2);
+  EXPECT_EQ(phase_of(1, 2, AttnTensor::dkv), 3);
+  EXPECT_EQ(phase_of(2, 0, AttnTensor::dkv), 4);
+  EXPECT_EQ(phase_of(1, 0, AttnTensor::dkv), -1);  // not home directly: round the ring
+  for (size_t i = 0; i < phases.size(); ++i) EXPECT_EQ(phases[i].stage, i >= 1 && i <= 3 ? int(i) - 1 : -1);
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include "core/plan/attention_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <sstream>
 #include <utility>
 
@@ -211,45 +213,82 @@ const char* attn_tensor_name(AttnTensor t) {
   return "?";
 }
 
-std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
-  const BackwardTransfers bt = backward_transfers(plan);
+namespace {
+
+// Whether stage st's tiles on `rank` touch `slice` on the Q side (q, dout, out, dq: through the
+// tiles' q) or the KV side (kv, dkv: through their kv).
+bool touches(const AttentionPlan& plan, size_t st, int32_t rank, bool kv_side, const AttnSlice& slice) {
+  if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
+  for (const AttnTile& tile : plan.stages[st].tiles[rank])
+    if (intersect(kv_side ? tile.kv : tile.q, slice)) return true;
+  return false;
+}
+
+using SliceKey = std::tuple<int32_t, int32_t, int64_t, int64_t, int32_t, int32_t>;  // rank, tensor, slice
+SliceKey key_of(int32_t rank, AttnTensor t, const AttnSlice& s) {
+  return {rank, static_cast<int32_t>(t), s.seq, s.tok_begin, s.tok_end, s.head_begin};
+}
+
+// The pipelined backward: the forward's paths run again. Phase i (0 … stages + 1, more when a
+// relay chain runs late) runs stage i − 1's tiles. Inputs: every forward transfer of stage i again
+// in phase i (a Q slice brings its dO and final O along). Gradients: a rank's partial of a slice it
+// received travels on with the slice when the rank forwarded it to exactly one rank (a ring: the
+// running dK/dV goes round with K/V and ends at its owner), otherwise it goes home; it leaves in the
+// phase after the rank's last tile that touches the slice, and after the partial it merges
+// arrived.
+std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
   const size_t stages = plan.stages.size();
-  std::vector<AttnBackwardPhase> phases;
-  if (!plan.pipelined_backward) {
-    phases.push_back({bt.inputs, -1});
-    for (size_t st = 0; st < stages; ++st) phases.push_back({{}, static_cast<int32_t>(st)});
-    phases.push_back({bt.returns, -1});
-    return phases;
-  }
-  auto overlaps = [](const AttnSlice& a, const AttnSlice& b) {
-    return a.seq == b.seq && a.tok_begin < b.tok_end && b.tok_begin < a.tok_end && a.head_begin < b.head_end &&
-           b.head_begin < a.head_end;
+  std::vector<AttnBackwardPhase> phases(stages + 2);
+  auto phase = [&](size_t i) -> AttnBackwardPhase& {
+    while (phases.size() <= i) phases.push_back({});
+    return phases[i];
   };
-  // Whether stage st's tiles on `rank` touch the transfer's slice: Q-side tensors (q, dout, out,
-  // dq) through the tiles' q, KV-side ones (kv, dkv) through their kv.
-  auto touches = [&](size_t st, int32_t rank, const AttnTransfer& t) {
-    if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
-    const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
-    for (const AttnTile& tile : plan.stages[st].tiles[rank])
-      if (overlaps(kv_side ? tile.kv : tile.q, t.slice)) return true;
-    return false;
-  };
-  // Phase i (0..stages + 1) runs stage i − 1's tiles (none in the first and the last).
-  phases.resize(stages + 2);
   for (size_t i = 0; i < phases.size(); ++i)
     phases[i].stage = i > 0 && i <= stages ? static_cast<int32_t>(i - 1) : -1;
-  for (const AttnTransfer& t : bt.inputs) {
-    size_t first = stages;
-    for (size_t st = 0; st < stages && first == stages; ++st)
-      if (touches(st, t.dst, t)) first = st;
-    phases[first == stages ? 0 : first].transfers.push_back(t);  // arrives before stage `first` runs
-  }
-  for (const AttnTransfer& t : bt.returns) {
-    size_t last = 0;
-    for (size_t st = 0; st < stages; ++st)
-      if (touches(st, t.src, t)) last = st;
-    phases[last + 2].transfers.push_back(t);  // stage `last` ran in phase last + 1
-  }
+  // Where each received slice goes next in the forward: (rank, tensor, slice) -> its forwards.
+  std::map<SliceKey, std::vector<std::pair<size_t, int32_t>>> forwards;
+  for (size_t i = 0; i < stages; ++i)
+    for (const AttnTransfer& t : plan.stages[i].transfers) {
+      phase(i).transfers.push_back(t);
+      if (t.tensor == AttnTensor::q)
+        for (AttnTensor x : {AttnTensor::dout, AttnTensor::out}) phase(i).transfers.push_back({t.src, t.dst, x, t.slice});
+      forwards[key_of(t.src, t.tensor, t.slice)].emplace_back(i, t.dst);
+    }
+  std::map<SliceKey, size_t> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
+  for (size_t i = 0; i < stages; ++i)
+    for (const AttnTransfer& t : plan.stages[i].transfers) {
+      if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;
+      const bool kv_side = t.tensor == AttnTensor::kv;
+      const AttnTensor grad = kv_side ? AttnTensor::dkv : AttnTensor::dq;
+      const int32_t r = t.dst;
+      size_t when = i + 1;  // not before the slice arrived
+      for (size_t st = i; st < stages; ++st)
+        if (touches(plan, st, r, kv_side, t.slice)) when = std::max(when, st + 2);
+      if (auto m = merged_after.find(key_of(r, grad, t.slice)); m != merged_after.end()) when = std::max(when, m->second + 1);
+      std::vector<std::pair<size_t, int32_t>> onward;
+      if (auto f = forwards.find(key_of(r, t.tensor, t.slice)); f != forwards.end())
+        for (const auto& [st, dst] : f->second)
+          if (st > i) onward.emplace_back(st, dst);
+      if (onward.size() == 1) {
+        phase(when).transfers.push_back({r, onward[0].second, grad, t.slice});
+        merged_after[key_of(onward[0].second, grad, t.slice)] = when;
+      } else {
+        for (const auto& [h, piece] : split_by_home(plan, t.slice))
+          if (h != r) phase(when).transfers.push_back({r, h, grad, piece});
+      }
+    }
+  return phases;
+}
+
+}  // namespace
+
+std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
+  if (plan.pipelined_backward) return relayed_backward(plan);
+  const BackwardTransfers bt = backward_transfers(plan);
+  std::vector<AttnBackwardPhase> phases;
+  phases.push_back({bt.inputs, -1});
+  for (size_t st = 0; st < plan.stages.size(); ++st) phases.push_back({{}, static_cast<int32_t>(st)});
+  phases.push_back({bt.returns, -1});
   return phases;
 }
 
@@ -325,11 +364,8 @@ RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward) {
     }
   };
   add(forward_transfers(plan));
-  if (with_backward) {
-    BackwardTransfers bt = backward_transfers(plan);
-    add(bt.inputs);
-    add(bt.returns);
-  }
+  if (with_backward)
+    for (const AttnBackwardPhase& ph : backward_phases(plan)) add(ph.transfers);
   return b;
 }
 

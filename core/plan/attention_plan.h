@@ -2,8 +2,8 @@
 // (Q slice × KV slice) tiles each rank computes, and which slices move between ranks, in stages.
 // Requires: core/workload (masks). The runtime executes exactly this (core/runtime/executor.h);
 // the byte counts below are what it must move (tests compare them with the Communicator's).
-// Note: forward is described explicitly; backward is derived mechanically (backward_transfers):
-// every input a forward tile used is brought to the computing rank again, gradients go home.
+// Note: forward is described explicitly; backward is derived mechanically (backward_phases): the
+// forward's inputs are brought to the computing ranks again, gradient partials end at home.
 #pragma once
 
 #include <cstdint>
@@ -64,11 +64,16 @@ struct AttentionPlan {
   // FlashAttention and TransformerEngine keep them. The executor sends exactly this.
   int32_t value_bytes = 4;
   // How the plan runs, the same for every backend (the simulator prices it, the executors run it):
-  //   fused_stages: a rank's tiles of one stage are one varlen kernel call (TransformerEngine
-  //     runs a CP step's THD pack in one call); false: one call per tile.
-  //   pipelined_backward: backward inputs and partial-gradient returns travel stage by stage
-  //     under the kernels (TransformerEngine's ring backward); false: one exchange before all
-  //     backward tiles and one after (backward_phases).
+  //   fused_stages: a rank's tiles of one stage are one varlen kernel call, and what it sends one
+  //     peer of one tensor in a phase is one message (TransformerEngine runs a CP step's THD pack
+  //     in one call and sends its K/V as one buffer); false: one call per tile, one message per
+  //     slice. (The CPU executor sends per slice either way: the same bytes.)
+  //   pipelined_backward: the backward runs the forward's paths again, stage by stage under the
+  //     kernels: inputs travel as in the forward, and a gradient partial travels on with its slice
+  //     where the forward relayed it (TransformerEngine's and ring-flash-attention's ring
+  //     backward: K/V and the running dK/dV go to the next rank, dK/dV ends on its owner); false:
+  //     inputs fetched from the homes before all backward tiles, partials sent home after
+  //     (backward_phases).
   //   causal_envelope_work: the kernel computes every pair of a tile that the causal mask allows
   //     and applies the plan's (sparser) mask inside, as TransformerEngine's static CP runs a
   //     sliding-window or block-sparse mask — it cannot skip the masked work. The result is the
@@ -108,11 +113,15 @@ struct BackwardTransfers {
 BackwardTransfers backward_transfers(const AttentionPlan& plan);
 
 // The backward pass as every backend runs it, phase by phase: post `transfers`, run the backward
-// of forward stage `stage`'s tiles (−1: no tiles), then wait for the rank's transfers. Derived
-// from the plan: without pipelined_backward, [inputs], one phase per stage, [returns]; with it,
-// each input is posted in the phase before the first stage whose tiles on its destination read it
-// and each return in the phase after the last stage whose tiles on its source write it (stages + 2
-// phases). The same transfers either way.
+// of forward stage `stage`'s tiles (−1: no tiles), then wait for the rank's transfers; a received
+// gradient partial is added to the receiver's partial of that slice (its home's, or the one it
+// passes on). Derived from the plan: without pipelined_backward, [backward_transfers inputs], one
+// phase per stage, [returns]. With it, phase i (0 … stages + 1, more if a relay runs late) runs
+// stage i − 1 and posts forward stage i's transfers again (a Q slice with its dO and final O); a
+// rank's partial of a slice it received goes to the one rank it forwarded the slice to, or else
+// home, in the phase after its last tile on the slice and after the partial it merges arrived.
+// A relaying layout moves more that way (every relayed slice, as the ring runs); a plan that
+// sends each slice from its home straight to its readers (DCP) moves the same transfers.
 struct AttnBackwardPhase {
   std::vector<AttnTransfer> transfers;
   int32_t stage = -1;

@@ -74,9 +74,10 @@ TEST(AttentionPlan, TransferBytesFollowTheFp32Formulas) {
   EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::out, s}), 10 * 8 * (16 * 2 + 4));
 }
 
-// The backward phases carry exactly the derived backward transfers, either way they are
-// scheduled; pipelined, an input arrives no later than the phase before the first stage that reads
-// it and a return leaves no earlier than the phase after the last stage that writes it.
+// On a 2-rank ring (no relay) the backward phases carry exactly the derived backward transfers,
+// either way they are scheduled; pipelined, an input arrives no later than the phase before the
+// first stage that reads it and a return leaves no earlier than the phase after the last stage
+// that writes it. (Relays: cp_layouts_test, RingBackwardCarriesTheRunningGradientToItsOwner.)
 TEST(AttentionPlan, BackwardPhasesCarryTheBackwardTransfers) {
   AttentionPlan p = causal_ring();
   const BackwardTransfers bt = backward_transfers(p);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "core/sim/layer_cost.h"
 #include "core/sim/trace.h"
@@ -51,7 +52,29 @@ struct Lowering {
   void phase(const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<const AttnTile*>>& tiles,
              bool backward, const std::string& label) {
     std::vector<std::vector<int>> posted(plan.ranks);
+    // What one message carries: a transfer, or with fused_stages everything a rank sends one peer
+    // of one tensor in the phase (TransformerEngine and ring-flash-attention send a CP step's
+    // packed K/V as one buffer); the message costs one latency and its summed bytes.
+    struct Message {
+      const AttnTransfer* first;
+      double bytes;
+      size_t count;
+    };
+    std::vector<Message> messages;
+    std::map<std::tuple<int32_t, int32_t, AttnTensor>, size_t> by_peer;
     for (const AttnTransfer& t : transfers) {
+      if (plan.fused_stages) {
+        auto [it, fresh] = by_peer.emplace(std::make_tuple(t.src, t.dst, t.tensor), messages.size());
+        if (!fresh) {
+          messages[it->second].bytes += transfer_bytes(plan, t);
+          ++messages[it->second].count;
+          continue;
+        }
+      }
+      messages.push_back({&t, transfer_bytes(plan, t), 1});
+    }
+    for (const Message& m : messages) {
+      const AttnTransfer& t = *m.first;
       TaskSpec task;
       // Inside a node the sender's NVLink ports; across nodes its NIC, which the node's other GPUs
       // on that NIC share: their transfers queue on it, each at the NIC's whole rate.
@@ -60,7 +83,7 @@ struct Lowering {
       task.stream = 1;
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
-      task.duration_s = local ? cost.p2p_s(transfer_bytes(plan, t), Link::nvlink) : cost.nic_p2p_s(transfer_bytes(plan, t));
+      task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes);
       // A rendezvous: both ends must have reached this phase's post point.
       task.deps = barrier[t.src];
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
@@ -68,10 +91,9 @@ struct Lowering {
       task.deps.erase(std::unique(task.deps.begin(), task.deps.end()), task.deps.end());
       // The send kernel shares the sender's GPU with its tiles (its receive kernel the receiver's;
       // only the sender's side is modelled).
-      const double bytes = transfer_bytes(plan, t);
-      set_contention(cost, task, local ? LinkBytes{bytes, 0} : LinkBytes{0, bytes});
+      set_contention(cost, task, local ? LinkBytes{m.bytes, 0} : LinkBytes{0, m.bytes});
       task.name = label + " " + attn_tensor_name(t.tensor) + " " + std::to_string(t.src) + "->" +
-                  std::to_string(t.dst) + " " + str(t.slice);
+                  std::to_string(t.dst) + " " + str(t.slice) + (m.count > 1 ? " +" + std::to_string(m.count - 1) + " slices" : "");
       const int id = graph.add(std::move(task));
       posted[t.src].push_back(id);
       posted[t.dst].push_back(id);

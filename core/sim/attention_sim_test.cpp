@@ -254,28 +254,47 @@ TEST(AttentionSim, LoweringPutsTilesOnComputeAndSendsOnTheSendersLink) {
   EXPECT_EQ(g->device_count(), 4);
 }
 
-TEST(AttentionSim, GpuModeBackwardMovesTheSameTransfersButOverlapsThem) {
-  // TransformerEngine's ring backward passes KV and dKV step by step under the kernels; the
-  // executor exchanges everything before and after. Same transfers, less exposed time.
+TEST(AttentionSim, GpuModeBackwardRelaysRoundTheRingAndOverlaps) {
+  // TransformerEngine's ring backward passes KV and the running dKV to the next rank step by step
+  // under the kernels; the executor's three-phase backward fetches from the homes before and
+  // returns after. The ring moves the whole forward again (K/V) plus as much dK/dV, to rank + 1.
   const AttentionPlan plan = layout("zigzag", 4, {16384});
   AttentionPlan gpu_plan = plan;  // as TransformerEngine runs it: fused stages, pipelined backward
   gpu_plan.fused_stages = true;
   gpu_plan.pipelined_backward = true;
   const CostModel cost = ideal_model(50);
   const BackwardTransfers bt = backward_transfers(plan);
-  // The transfers of a lowering: (src, dst, duration), sorted.
   auto sends = [](const TaskGraph& g) {
-    std::vector<std::tuple<int, int, double>> out;
-    for (const TaskSpec& t : g.tasks())
-      if (t.kind == 'm') out.emplace_back(t.device, t.link, t.duration_s);
-    std::sort(out.begin(), out.end());
-    return out;
+    size_t n = 0;
+    for (const TaskSpec& t : g.tasks()) n += t.kind == 'm';
+    return n;
   };
   auto cpu = lower_attention_plan(plan, cost, true);
   auto gpu = lower_attention_plan(gpu_plan, cost, true, Link::nvlink);
   ASSERT_TRUE(cpu.ok() && gpu.ok());
-  EXPECT_EQ(sends(*cpu).size(), forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
-  EXPECT_EQ(sends(*gpu), sends(*cpu));  // the same transfers, only scheduled differently
+  EXPECT_EQ(sends(*cpu), forward_transfers(plan).size() + bt.inputs.size() + bt.returns.size());
+  size_t relayed = 0;
+  for (const AttnBackwardPhase& ph : backward_phases(gpu_plan))
+    for (const AttnTransfer& t : ph.transfers) {
+      EXPECT_EQ(t.dst, (t.src + 1) % 4);
+      ++relayed;
+    }
+  // Fused stages send a phase's slices to one peer as one message: fewer messages, the same
+  // bytes (no latency in the ideal model: the send time is the bytes).
+  AttentionPlan per_slice = gpu_plan;
+  per_slice.fused_stages = false;
+  auto unfused = lower_attention_plan(per_slice, cost, true, Link::nvlink);
+  ASSERT_TRUE(unfused.ok());
+  EXPECT_EQ(sends(*unfused), forward_transfers(plan).size() + relayed);
+  EXPECT_LT(sends(*gpu), sends(*unfused));
+  auto send_time = [](const TaskGraph& g) {
+    double s = 0;
+    for (const TaskSpec& t : g.tasks()) s += t.kind == 'm' ? t.duration_s : 0;
+    return s;
+  };
+  EXPECT_NEAR(send_time(*gpu), send_time(*unfused), 1e-12);
+  const RankBytes fwd_bytes = plan_bytes(plan, false), all_bytes = plan_bytes(gpu_plan, true);
+  for (int32_t r = 0; r < 4; ++r) EXPECT_DOUBLE_EQ(all_bytes.sent[r], 3 * fwd_bytes.sent[r]);
   auto fwd_cpu = simulate_attention_plan(plan, cost, false);
   auto bwd_cpu = simulate_attention_plan(plan, cost, true);
   auto fwd_gpu = simulate_attention_plan(gpu_plan, cost, false, Link::nvlink);
