@@ -129,28 +129,38 @@ void check_homes(const AttentionPlan& p, Problems& out) {
   std::vector<std::vector<std::pair<AttnSlice, int32_t>>> by_seq(p.seq_lengths.size());
   for (int32_t r = 0; r < static_cast<int32_t>(p.home.size()); ++r) {
     for (const AttnSlice& h : p.home[r]) {
-      check_slice(p, h, true, "home of rank " + std::to_string(r), out);
-      if (h.head_begin != 0 || h.head_end != p.heads_q)
-        out.add("home of rank " + std::to_string(r) + ": " + str(h) + " does not carry all heads");
-      if (h.seq >= 0 && h.seq < static_cast<int32_t>(by_seq.size())) by_seq[h.seq].emplace_back(h, r);
+      // A home holds whole K/V heads: its query heads start and end on multiples of g.
+      if (check_slice(p, h, true, "home of rank " + std::to_string(r), out) && h.seq >= 0 &&
+          h.seq < static_cast<int32_t>(by_seq.size()))
+        by_seq[h.seq].emplace_back(h, r);
     }
   }
-  for (size_t s = 0; s < by_seq.size(); ++s) {
-    auto& v = by_seq[s];
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first.tok_begin < b.first.tok_begin; });
-    int64_t next = 0;
+  // Every (token, head) of a sequence has exactly one home: cut the sequence at every home's
+  // token and head bounds and count the homes holding each cell.
+  for (size_t s = 0; s < by_seq.size() && !out.full(); ++s) {
+    const auto& v = by_seq[s];
+    std::vector<int64_t> toks = {0, p.seq_lengths[s]};
+    std::vector<int32_t> heads = {0, p.heads_q};
     for (const auto& [h, r] : v) {
-      if (h.tok_begin > next)
-        out.add("sequence " + std::to_string(s) + ": tokens [" + std::to_string(next) + ", " +
-                std::to_string(h.tok_begin) + ") have no home");
-      if (h.tok_begin < next)
-        out.add("sequence " + std::to_string(s) + ": tokens from " + std::to_string(h.tok_begin) +
-                " have two homes (one is rank " + std::to_string(r) + ")");
-      next = std::max(next, h.tok_end);
+      toks.insert(toks.end(), {h.tok_begin, h.tok_end});
+      heads.insert(heads.end(), {h.head_begin, h.head_end});
     }
-    if (next < p.seq_lengths[s])
-      out.add("sequence " + std::to_string(s) + ": tokens [" + std::to_string(next) + ", " +
-              std::to_string(p.seq_lengths[s]) + ") have no home");
+    std::sort(toks.begin(), toks.end());
+    toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+    std::sort(heads.begin(), heads.end());
+    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+    for (size_t i = 0; i + 1 < toks.size() && toks[i + 1] <= p.seq_lengths[s]; ++i)
+      for (size_t j = 0; j + 1 < heads.size() && heads[j + 1] <= p.heads_q; ++j) {
+        const AttnSlice cell{static_cast<int32_t>(s), toks[i], toks[i + 1], heads[j], heads[j + 1]};
+        std::vector<int32_t> holders;
+        for (const auto& [h, r] : v)
+          if (h.contains(cell)) holders.push_back(r);
+        if (holders.size() == 1) continue;
+        out.add(str(cell) + (holders.empty() ? " has no home"
+                                             : " has " + std::to_string(holders.size()) + " homes (ranks " +
+                                                   std::to_string(holders[0]) + " and " + std::to_string(holders[1]) + ")"));
+        if (out.full()) return;
+      }
   }
 }
 
@@ -249,6 +259,7 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
   std::map<SliceKey, std::vector<std::pair<size_t, int32_t>>> forwards;
   for (size_t i = 0; i < stages; ++i)
     for (const AttnTransfer& t : plan.stages[i].transfers) {
+      if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;  // a forward output
       phase(i).transfers.push_back(t);
       if (t.tensor == AttnTensor::q)
         for (AttnTensor x : {AttnTensor::dout, AttnTensor::out}) phase(i).transfers.push_back({t.src, t.dst, x, t.slice});
@@ -399,6 +410,8 @@ std::string check_attention_plan(const AttentionPlan& p) {
   check_homes(p, out);
 
   std::vector<std::vector<AttnSlice>> held_q(p.home), held_kv(p.home), computed_q(p.ranks);
+  // Partial outputs sent home inside the stages: (stage, transfer); checked once all tiles are known.
+  std::vector<std::pair<size_t, const AttnTransfer*>> early_out;
   auto check_transfer = [&](const AttnTransfer& t, const std::string& where) {
     if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
       out.add(where + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
@@ -416,6 +429,14 @@ std::string check_attention_plan(const AttentionPlan& p) {
     for (const AttnTransfer& t : st.transfers) {
       if (!check_transfer(t, at + " transfer")) continue;
       const bool is_q = t.tensor == AttnTensor::q, is_kv = t.tensor == AttnTensor::kv;
+      if (t.tensor == AttnTensor::out) {
+        early_out.emplace_back(s, &t);
+        continue;
+      }
+      if (!is_q && !is_kv) {
+        out.add(at + ": a stage carries " + std::string(attn_tensor_name(t.tensor)) + "; stages carry q, kv and out");
+        continue;
+      }
       if ((is_q && !held(t.slice, held_q[t.src])) || (is_kv && !held(t.slice, held_kv[t.src]))) {
         out.add(at + ": rank " + std::to_string(t.src) + " sends " + attn_tensor_name(t.tensor) + " of " +
                 str(t.slice) + " that it does not hold");
@@ -448,6 +469,20 @@ std::string check_attention_plan(const AttentionPlan& p) {
   }
   if (!out.list.empty()) return out.str();
 
+  // A partial output sent inside stage s is final: its sender computed it in stages before s − 1
+  // (stage s's transfers are posted while stage s − 1 runs) and computes no more of it after.
+  for (const auto& [s, t] : early_out) {
+    if (!check_transfer(*t, "stage " + std::to_string(s) + " out")) continue;
+    bool before = false, after = false;
+    for (size_t k = 0; k < p.stages.size(); ++k)
+      for (const AttnTile& tile : p.stages[k].tiles[t->src])
+        if (intersect(tile.q, t->slice)) (k + 2 <= s ? before : after) = true;
+    if (!before || after)
+      out.add("stage " + std::to_string(s) + ": rank " + std::to_string(t->src) + " sends out of " + str(t->slice) +
+              (before ? " while it still computes rows of it" : " that it computed in no stage before " + std::to_string(s - 1)));
+  }
+  std::vector<AttnTransfer> outputs = p.gather_out;
+  for (const auto& [s, t] : early_out) outputs.push_back(*t);
   // Outputs: every row computed away from home goes home; only computed rows are sent.
   for (const AttnTransfer& t : p.gather_out) {
     if (!check_transfer(t, "gather_out")) continue;
@@ -462,7 +497,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
       for (const auto& [h, piece] : split_by_home(p, q)) {
         if (h == r) continue;
         std::vector<AttnSlice> to_h;
-        for (const AttnTransfer& t : p.gather_out) {
+        for (const AttnTransfer& t : outputs) {
           if (t.src == r && t.dst == h && t.tensor == AttnTensor::out) to_h.push_back(t.slice);
         }
         if (!covered(piece, to_h))

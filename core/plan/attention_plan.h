@@ -48,7 +48,9 @@ struct AttnTile {
 };
 
 // A stage's transfers are posted before the previous stage's tiles run, so communication of
-// stage i+1 overlaps compute of stage i (ring attention's double buffering).
+// stage i+1 overlaps compute of stage i (ring attention's double buffering). They carry inputs
+// (q, kv) and, in stage s, final partial outputs (out) of rows their sender computed in stages
+// before s − 1 and computes no more of: DCP's reductions inside the divisions.
 struct AttnStage {
   std::vector<AttnTransfer> transfers;
   std::vector<std::vector<AttnTile>> tiles;  // [rank]
@@ -81,8 +83,9 @@ struct AttentionPlan {
   bool fused_stages = false;
   bool pipelined_backward = false;
   bool causal_envelope_work = false;
-  // [rank] the slices (all heads) a rank owns: its Q, K, V and dO on entry, its O, LSE, dQ, dK
-  // and dV on exit. Every token of every sequence has exactly one home.
+  // [rank] the slices a rank owns (all heads, or a head range on multiples of g: DCP's head
+  // blocks): its Q, K, V and dO on entry, its O, LSE, dQ, dK and dV on exit. Every (token, head)
+  // of every sequence has exactly one home.
   std::vector<std::vector<AttnSlice>> home;
   std::vector<AttnStage> stages;
   // After the last stage: partial or final (O, LSE) of slices computed away from home, sent home

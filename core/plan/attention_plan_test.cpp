@@ -145,7 +145,15 @@ TEST(AttentionPlan, CheckFindsUnheldInputsAndWrongCoverage) {
 
   AttentionPlan two_homes = causal_ring();
   two_homes.home[1][0].tok_begin = 3;
-  EXPECT_EQ(check_attention_plan(two_homes), "sequence 0: tokens from 3 have two homes (one is rank 1)");
+  EXPECT_EQ(check_attention_plan(two_homes), "sequence 0 tokens [3, 4) heads [0, 1) has 2 homes (ranks 0 and 1)");
+
+  // Homes may split the heads (DCP's head blocks): every (token, head) still needs one home.
+  AttentionPlan split = ulysses();  // 2 heads, 2 KV heads: g = 1
+  split.home = {{sl(0, 8, 0, 1)}, {sl(0, 8, 1, 2)}};
+  EXPECT_EQ(check_attention_plan(split).find("home"), std::string::npos) << check_attention_plan(split);
+  split.home = {{sl(0, 8, 0, 1)}, {sl(0, 4, 1, 2)}};
+  EXPECT_NE(check_attention_plan(split).find("sequence 0 tokens [4, 8) heads [1, 2) has no home"), std::string::npos)
+      << check_attention_plan(split);
 
   AttentionPlan relay = causal_ring();  // rank 1 forwards KV it never received
   relay.stages[1].transfers = {{1, 0, AttnTensor::kv, sl(0, 4)}};

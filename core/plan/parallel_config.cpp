@@ -28,6 +28,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.attention_layout = o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p"});
   p.dcp_block_tokens = o.integer_or("dcp_block_tokens", 0, 0, int64_t{1} << 24);
   p.dcp_divisions = o.integer_or("dcp_divisions", 4, 1, 64);
+  p.dcp_head_blocks = o.integer_or("dcp_head_blocks", 0, 0, 1024);
   p.dcp_eps_mem = o.number_or("dcp_eps_mem", 0.2, 0, 10);
   p.dcp_eps_comp = o.number_or("dcp_eps_comp", 0.1, 0, 10);
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);

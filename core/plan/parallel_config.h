@@ -58,6 +58,7 @@ struct ParallelConfig {
   // DCP's heuristic (dcp_block_size).
   int64_t dcp_block_tokens = 0;
   int64_t dcp_divisions = 4;
+  int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)
   double dcp_eps_mem = 0.2, dcp_eps_comp = 0.1;
   // Kwai's CP overlap (ATC'24; needs cp_comm_type "all_gather"): the QKV GEMM computes the K and V
   // columns first, and the all-gather of K/V runs beside the Q columns' GEMM. Forward only: the

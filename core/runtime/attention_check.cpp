@@ -77,11 +77,16 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
   const auto off = packed_offsets(p);
   int64_t T = off.back();
   const int64_t row0 = off[h.slice.seq] + h.slice.tok_begin, n = h.slice.tokens(), d = p.head_dim;
+  // The home slice holds query heads [head_begin, head_end) (K/V heads of those / g) of the
+  // reference's `heads`-head rows.
+  const int64_t g = p.heads_q / p.heads_kv;
   auto cmp = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want, int64_t heads,
                  Tolerance tol) {
+    const int64_t div = heads == p.heads_q ? 1 : g;
+    const int64_t sh = h.slice.heads() / div, h0 = h.slice.head_begin / div;
     for (int64_t t = 0; t < n; ++t)
-      for (int64_t i = 0; i < heads * d; ++i) {
-        double x = got[t * heads * d + i], y = want[(row0 + t) * heads * d + i];
+      for (int64_t i = 0; i < sh * d; ++i) {
+        double x = got[t * sh * d + i], y = want[((row0 + t) * heads + h0) * d + i];
         double err = std::fabs(x - y), ratio = err / (tol.atol + tol.rtol * std::fabs(y));
         r.max_abs_error = std::max(r.max_abs_error, err);
         if (ratio > r.worst) {
@@ -95,9 +100,9 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
   const Tolerance out_tol = bf16 ? kBf16OutTolerance : kOutTolerance;
   const Tolerance grad_tol = bf16 ? kBf16GradTolerance : kGradTolerance;
   cmp("O", h.out, ref.out, p.heads_q, out_tol);
-  for (int64_t hd = 0; hd < p.heads_q; ++hd)
+  for (int64_t hd = 0; hd < h.slice.heads(); ++hd)
     for (int64_t t = 0; t < n; ++t) {
-      double x = h.lse[hd * n + t], y = ref.lse[hd * T + row0 + t];
+      double x = h.lse[hd * n + t], y = ref.lse[(h.slice.head_begin + hd) * T + row0 + t];
       if (std::isinf(x) || std::isinf(y)) {
         if (x != y) {
           r.worst = std::max(r.worst, 1e30);

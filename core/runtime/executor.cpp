@@ -244,13 +244,17 @@ class Rank {
     store(t).push_back(std::move(e));
     return store(t).back();
   }
-  // Loads a home slice of a global tensor.
+  // Loads a home slice (its tokens and heads) of a global tensor of `heads` heads per token.
   void load_home(AttnTensor t, const AttnSlice& s, std::span<const float> a, std::span<const float> b, int32_t heads) {
     const Shape sh = shape_of(p_, t);
     Entry& e = fresh(t, s);
-    const int64_t row = heads * sh.width;
-    std::copy_n(&a[(offsets_[s.seq] + s.tok_begin) * row], s.tokens() * row, e.x.data());
-    if (!b.empty()) std::copy_n(&b[(offsets_[s.seq] + s.tok_begin) * row], s.tokens() * row, e.y.data());
+    const int64_t row = heads * sh.width, h0 = s.head_begin / sh.heads_div * sh.width;
+    const int64_t n = s.heads() / sh.heads_div * sh.width;
+    for (int64_t k = 0; k < s.tokens(); ++k) {
+      const int64_t at = (offsets_[s.seq] + s.tok_begin + k) * row + h0;
+      std::copy_n(&a[at], n, &e.x[k * n]);
+      if (!b.empty()) std::copy_n(&b[at], n, &e.y[k * n]);
+    }
   }
 
   // Posts one transfer; `data` keeps the message alive until wait_all.

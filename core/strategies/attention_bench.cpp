@@ -78,13 +78,14 @@ PlanOutcome plan_dcp_attention(const StrategyInput& in) {
   r.block_tokens = in.parallel.dcp_block_tokens > 0 ? in.parallel.dcp_block_tokens
                                                     : dcp_block_size(r.seq_lengths, r.ranks, in.parallel.dcp_eps_mem);
   r.divisions = static_cast<int32_t>(in.parallel.dcp_divisions);
+  r.head_blocks = static_cast<int32_t>(in.parallel.dcp_head_blocks);
   r.eps_mem = in.parallel.dcp_eps_mem;
   r.eps_comp = in.parallel.dcp_eps_comp;
   auto d = plan_dcp(r, *cost);
   if (!d) return PlanOutcome::error("dcp: " + d.error_str());
   char note[320];
   std::snprintf(note, sizeof note,
-                "dcp: %lld token blocks of %lld, %lld computation blocks, km1 %.4g MB, %d stages; fullest GPU %.2f× the mean memory, %.2f× the mean compute",
+                "dcp: %lld data blocks (%lld tokens × a head block), %lld computation blocks, km1 %.4g MB, %d stages; fullest GPU %.2f× the mean memory, %.2f× the mean compute",
                 static_cast<long long>(d->data_blocks), static_cast<long long>(r.block_tokens),
                 static_cast<long long>(d->compute_blocks), d->km1_bytes / 1e6, r.divisions, d->memory_over_mean,
                 d->compute_over_mean);

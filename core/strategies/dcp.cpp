@@ -11,9 +11,12 @@
 namespace cpbench {
 namespace {
 
+// B tokens of one sequence and one head block: query heads [head_begin, head_end) and their
+// K/V groups (DCP's data block; Q, KV, O and LSE of it live on one device).
 struct TokenBlock {
   int32_t seq;
   int64_t begin, end;
+  int32_t head_begin, head_end;
   int64_t tokens() const { return end - begin; }
 };
 
@@ -105,14 +108,21 @@ Expected<DcpGraph> build_graph(const DcpRequest& r, const CostModel& cost) {
   if (r.ranks < 1 || r.block_tokens < 1 || r.divisions < 1 || r.heads_q < 1 || r.heads_kv < 1 ||
       r.heads_q % r.heads_kv != 0)
     return Error{"", "", "dcp: needs ranks ≥ 1, block_tokens ≥ 1, divisions ≥ 1 and heads_q a multiple of heads_kv"};
+  const int32_t head_blocks = r.head_blocks == 0 ? r.heads_kv : r.head_blocks;
+  if (head_blocks < 1 || r.heads_kv % head_blocks != 0)
+    return Error{"", "", "dcp: head_blocks = " + std::to_string(r.head_blocks) + " must divide heads_kv = " +
+                             std::to_string(r.heads_kv) + " (0: one per KV group)"};
+  const int32_t heads_per_block = r.heads_q / head_blocks;
   // 1. Token blocks and the computation blocks the mask leaves non-empty.
   DcpGraph out;
   std::vector<TokenBlock>& blocks = out.blocks;
   std::vector<int32_t> first_block;  // per sequence
   for (size_t s = 0; s < r.seq_lengths.size(); ++s) {
     first_block.push_back(static_cast<int32_t>(blocks.size()));
-    for (int64_t b = 0; b < r.seq_lengths[s]; b += r.block_tokens)
-      blocks.push_back({static_cast<int32_t>(s), b, std::min(b + r.block_tokens, r.seq_lengths[s])});
+    for (int32_t hb = 0; hb < head_blocks; ++hb)
+      for (int64_t b = 0; b < r.seq_lengths[s]; b += r.block_tokens)
+        blocks.push_back({static_cast<int32_t>(s), b, std::min(b + r.block_tokens, r.seq_lengths[s]), hb * heads_per_block,
+                          (hb + 1) * heads_per_block});
   }
   first_block.push_back(static_cast<int32_t>(blocks.size()));
   std::vector<ComputeBlock>& work = out.work;
@@ -120,17 +130,20 @@ Expected<DcpGraph> build_graph(const DcpRequest& r, const CostModel& cost) {
     for (int32_t i = first_block[s]; i < first_block[s + 1]; ++i)
       for (int32_t j = first_block[s]; j < first_block[s + 1]; ++j) {
         const TokenBlock &q = blocks[i], &k = blocks[j];
+        if (q.head_begin != k.head_begin) continue;  // a head block attends only its own K/V groups
         const double pairs = static_cast<double>(
             mask_pairs_in_tile(r.mask, r.seq_lengths[s], q.begin, q.end, k.begin, k.end));
         if (pairs <= 0) continue;
         const double mean_len = 2 * pairs / static_cast<double>(q.tokens());
         work.push_back({i, j,
-                        cost.flash_attention_fwd_s(pairs, r.heads_q, r.head_dim, mean_len) +
-                            cost.flash_attention_bwd_s(pairs, r.heads_q, r.head_dim, mean_len)});
+                        cost.flash_attention_fwd_s(pairs, heads_per_block, r.head_dim, mean_len) +
+                            cost.flash_attention_bwd_s(pairs, heads_per_block, r.head_dim, mean_len)});
       }
   // 2. The hypergraph: token blocks [0, D), computation blocks [D, D + C).
   const int32_t D = static_cast<int32_t>(blocks.size());
-  const double hq = r.heads_q, hkv = r.heads_kv, d = r.head_dim, vb = r.value_bytes;
+  // Heads of one data block: query heads and K/V groups.
+  const double hq = heads_per_block, hkv = static_cast<double>(r.heads_kv) / head_blocks, d = r.head_dim,
+               vb = r.value_bytes;
   Hypergraph& h = out.h;
   for (const TokenBlock& b : blocks) {
     h.memory.push_back(static_cast<double>(b.tokens()) * ((2 * hq + 2 * hkv) * d * vb + hq * 4));
@@ -206,7 +219,9 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   p.fused_stages = true;        // one blockwise kernel call per stage and device
   p.pipelined_backward = true;  // backward inputs and gradient returns travel stage by stage
   p.home.assign(r.ranks, {});
-  auto slice = [&](int32_t b) { return AttnSlice{blocks[b].seq, blocks[b].begin, blocks[b].end, 0, r.heads_q}; };
+  auto slice = [&](int32_t b) {
+    return AttnSlice{blocks[b].seq, blocks[b].begin, blocks[b].end, blocks[b].head_begin, blocks[b].head_end};
+  };
   for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(slice(b));
   const int32_t stages = std::max(1, r.divisions);
   p.stages.assign(stages, AttnStage{});
@@ -225,10 +240,10 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     if (local) p.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
     else remote[at].push_back(static_cast<int32_t>(c));
   }
-  const double hq = r.heads_q, hkv = r.heads_kv, d = r.head_dim, vb = r.value_bytes;
+  const double d = r.head_dim, vb = r.value_bytes;
   auto input_bytes = [&](int32_t b, AttnTensor tensor) {
-    const double t = static_cast<double>(blocks[b].tokens());
-    return tensor == AttnTensor::q ? t * hq * d * vb : t * 2 * hkv * d * vb;
+    const double t = static_cast<double>(blocks[b].tokens()), hq = blocks[b].head_end - blocks[b].head_begin;
+    return tensor == AttnTensor::q ? t * hq * d * vb : t * 2 * (hq * r.heads_kv / r.heads_q) * d * vb;
   };
   auto inputs = [&](int32_t c) {
     return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
@@ -297,12 +312,23 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
       }
     }
   }
-  // Partial outputs computed away from home go home once per (rank, Q block).
-  std::set<std::pair<int32_t, int32_t>> partials;
-  for (size_t c = 0; c < work.size(); ++c) {
-    const int32_t at = (*part)[D + c], home = (*part)[work[c].q];
-    if (at != home && partials.insert({at, work[c].q}).second)
-      p.gather_out.push_back({at, home, AttnTensor::out, slice(work[c].q)});
+  // Partial outputs computed away from home go home once per (rank, Q block), as soon as they are
+  // final: with the transfers of stage k + 2 when the rank's last tile on the block ran in stage k
+  // (a reduction inside the divisions, hidden under stage k + 1's compute), else after the last stage.
+  std::map<std::pair<int32_t, int32_t>, size_t> last_stage;  // (rank, Q block) -> last stage with a tile
+  std::map<std::tuple<int64_t, int64_t, int32_t>, int32_t> block_of;  // (sequence, first token, first head) -> block
+  for (int32_t b = 0; b < D; ++b) block_of[{blocks[b].seq, blocks[b].begin, blocks[b].head_begin}] = b;
+  for (size_t k = 0; k < p.stages.size(); ++k)
+    for (int32_t at = 0; at < r.ranks; ++at)
+      for (const AttnTile& t : p.stages[k].tiles[at]) {
+        const int32_t q = block_of.at({t.q.seq, t.q.tok_begin, t.q.head_begin});
+        if ((*part)[q] != at) last_stage[{at, q}] = k;
+      }
+  for (const auto& [key, k] : last_stage) {
+    const auto [at, q] = key;
+    const AttnTransfer t{at, (*part)[q], AttnTensor::out, slice(q)};
+    if (k + 2 < p.stages.size()) p.stages[k + 2].transfers.push_back(t);
+    else p.gather_out.push_back(t);
   }
   return out;
 }

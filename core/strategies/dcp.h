@@ -4,10 +4,11 @@
 // Requires: core/cost (block weights from the target preset's cost model), core/plan
 // (AttentionPlan), hypergraph.h (Zoltan; MPI initialised).
 // Note: the algorithm, as built here:
-//   1. Blocks: every sequence in token blocks of `block_tokens` (the last one shorter; all heads
-//      in one head block); a computation block for every (Q block, KV block) pair of a sequence
-//      whose mask tile holds an allowed pair. Q, KV, O and LSE of a token block stay together
-//      (its home).
+//   1. Blocks: every sequence in token blocks of `block_tokens` (the last one shorter), each cut
+//      into `head_blocks` head blocks (K/V groups and their query heads; DCP's default: one K/V
+//      group each); a computation block for every (Q block, KV block) pair of a sequence and head
+//      block whose mask tile holds an allowed pair. Q, KV, O and LSE of a data block stay
+//      together (its home, a slice with its head range).
 //   2. Hypergraph: a vertex per token block (memory: its Q, K, V, O bytes and fp32 LSE) and per
 //      computation block (compute: its forward + backward seconds on the preset); per token block
 //      a net over it and the blocks reading its Q (and writing its O) and one over it and the
@@ -22,11 +23,13 @@
 //      inputs / (divisions − 1), a rank sends across nodes at most 1.2 × all inter-node inputs /
 //      ranks / (divisions − 1) — round-robin over the ranks, least compute so far first, each
 //      taking its largest block that fits; the last stage the rest. A stage's transfers bring the
-//      inputs its blocks lack (posted before the previous stage's compute). Partial outputs of blocks computed away from their Q's home go
-//      home after the last stage and merge there (LSE rule). Backward keeps the placement
+//      inputs its blocks lack (posted before the previous stage's compute). Partial outputs of
+//      blocks computed away from their Q's home go home as soon as they are final — with stage
+//      k + 2's transfers when the rank's last tile on them ran in stage k, else after the last
+//      stage — and merge there (LSE rule). Backward keeps the placement
 //      (derived by the IR: inputs again, partial dQ/dKV home).
-// Not yet: DCP's prefetch into spare budget, two-phase (per-node) transfers,
-// head blocks smaller than all heads, padding sequences to the block size.
+// Not yet: DCP's prefetch into spare budget, two-phase (per-node) transfers, padding sequences to
+// the block size.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,9 @@ struct DcpRequest {
   int32_t ranks = 1;
   int32_t gpus_per_node = 1;  // ranks fill nodes in order
   int64_t block_tokens = 1024;
+  // Head blocks per token block: each holds heads_kv / head_blocks K/V groups and their query
+  // heads; 0 = one per K/V group (DCP's default head block size of 1); 1 = all heads together.
+  int32_t head_blocks = 0;
   int32_t divisions = 4;
   double eps_mem = 0.2, eps_comp = 0.1;
 };

@@ -151,12 +151,13 @@ TEST(Dcp, PlansAreWellFormedMoveTheirKm1AndBalanceMemory) {
       const RankBytes b = plan_bytes(d->plan, true);
       const double sent = std::accumulate(b.sent.begin(), b.sent.end(), 0.0);
       EXPECT_NEAR(sent, d->km1_bytes, 1e-6 * d->km1_bytes + 1) << c.name << " ranks " << ranks;
-      // Memory (home tokens) within the tolerance, or the mean plus one block.
+      // Memory (home tokens, counted in whole-head units: a head block holds its share of a
+      // token) within the tolerance, or the mean plus one block.
       int64_t total = 0;
       for (int64_t L : c.lengths) total += L;
       for (const auto& home : d->plan.home) {
-        int64_t tokens = 0;
-        for (const AttnSlice& s : home) tokens += s.tokens();
+        double tokens = 0;
+        for (const AttnSlice& s : home) tokens += static_cast<double>(s.tokens()) * s.heads() / r.heads_q;
         EXPECT_LE(tokens, std::max((1 + r.eps_mem) * total / ranks, static_cast<double>(total) / ranks + r.block_tokens))
             << c.name << " ranks " << ranks;
       }
@@ -185,6 +186,23 @@ TEST(Dcp, CoarseBlocksStillPlanAndSayHowBalancedTheyAre) {
   EXPECT_LE(fine->compute_over_mean, (1 + 4 * r.eps_comp) * (1 + r.eps_comp) + 1e-9);
 }
 
+TEST(Dcp, HeadBlocksSplitEveryTokenBlockByKvGroups) {
+  const CostModel cost = ideal_cost();
+  DcpRequest r = request(dcp_cases()[1], 4, 2, 3);  // causal; 8 query heads, 4 K/V groups
+  for (auto [head_blocks, per_block] : {std::pair{1, 8}, std::pair{2, 4}, std::pair{0, 2}}) {
+    r.head_blocks = head_blocks;
+    auto d = plan_dcp(r, cost);
+    ASSERT_TRUE(d.ok()) << d.error_str();
+    int64_t token_blocks = 0;
+    for (int64_t L : r.seq_lengths) token_blocks += (L + r.block_tokens - 1) / r.block_tokens;
+    EXPECT_EQ(d->data_blocks, token_blocks * 8 / per_block) << head_blocks;
+    for (const auto& home : d->plan.home)
+      for (const AttnSlice& s : home) EXPECT_EQ(s.heads(), per_block) << head_blocks;
+  }
+  r.head_blocks = 3;  // does not divide 4 K/V groups
+  EXPECT_NE(plan_dcp(r, cost).error_str().find("head_blocks = 3 must divide heads_kv = 4"), std::string::npos);
+}
+
 TEST(Dcp, BlockSizeHeuristicHalvesUntilBlocksBalance) {
   // One 4096-token sequence on 4 ranks: 4096 does not split; 1024-token blocks balance exactly.
   EXPECT_EQ(dcp_block_size({4096}, 4, 0.2), 1024);
@@ -197,12 +215,18 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   MpiCommunicator& w = world();
   ASSERT_EQ(w.size(), 4) << "run under mpirun -np 4";
   const CostModel cost = ideal_cost();
+  // Head blocks: all heads in one (1), two K/V groups each (2), one K/V group each (0, DCP's default).
   for (const DcpCase& c : dcp_cases())
-    for (int divisions : {1, 3}) {
-      auto d = plan_dcp(request(c, 4, 2, divisions), cost);
-      ASSERT_TRUE(d.ok()) << d.error_str();
-      expect_runs_as_planned(d->plan, w, 7, std::string(c.name) + " divisions " + std::to_string(divisions));
-    }
+    for (int divisions : {1, 3})
+      for (int head_blocks : {1, 2, 0}) {
+        DcpRequest r = request(c, 4, 2, divisions);
+        r.head_blocks = head_blocks;
+        auto d = plan_dcp(r, cost);
+        ASSERT_TRUE(d.ok()) << d.error_str();
+        expect_runs_as_planned(d->plan, w, 7,
+                               std::string(c.name) + " divisions " + std::to_string(divisions) + " head blocks " +
+                                   std::to_string(head_blocks));
+      }
 }
 
 }  // namespace
