@@ -26,6 +26,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.cp_comm_overlap = o.boolean_or("cp_comm_overlap", false);
   p.attention_layout = o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p"});
+  p.attention_sparse_kernel = o.boolean_or("attention_sparse_kernel", false);
   p.dcp_block_tokens = o.integer_or("dcp_block_tokens", 0, 0, int64_t{1} << 24);
   p.dcp_divisions = o.integer_or("dcp_divisions", 4, 1, 64);
   p.dcp_head_blocks = o.integer_or("dcp_head_blocks", 0, 0, 1024);

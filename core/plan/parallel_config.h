@@ -56,6 +56,10 @@ struct ParallelConfig {
   // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (stages) and
   // the balance tolerances of memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0:
   // DCP's heuristic (dcp_block_size).
+  // cp_attention under a sparse mask: the layout's kernels skip the mask's empty key blocks (DCP
+  // §7 ran TransformerEngine's layouts with DCP's masked kernels) instead of computing the causal
+  // envelope (TransformerEngine as shipped). The communication is the layout's either way.
+  bool attention_sparse_kernel = false;
   int64_t dcp_block_tokens = 0;
   int64_t dcp_divisions = 4;
   int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)

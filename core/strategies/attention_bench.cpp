@@ -43,9 +43,10 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   r.layout = in.parallel.attention_layout;
   r.cp = static_cast<int32_t>(in.parallel.cp);
   r.seq_lengths = in.batch.lengths;
-  // A static layout cannot skip a sparse mask's work: its tiles are the causal mask's, computed
-  // whole, with the mask applied inside (DCP §6: only TransformerEngine runs the sparse masks, at
-  // the cost of the causal envelope).
+  // A static layout's tiles are the causal mask's. As shipped it cannot skip a sparse mask's work:
+  // each tile is computed whole with the mask applied inside (the causal envelope). With
+  // attention_sparse_kernel its kernels skip the mask's empty key blocks (DCP §7's TransformerEngine
+  // on DCP's masked kernels); the transfers stay the layout's.
   const bool sparse = in.batch.mask.kind != MaskKind::causal && in.batch.mask.kind != MaskKind::full;
   r.mask = sparse ? MaskSpec{MaskKind::causal} : in.batch.mask;
   r.heads_q = static_cast<int32_t>(in.model.heads);
@@ -55,7 +56,7 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   auto a = plan_cp_layout(r);
   if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
   a->mask = in.batch.mask;
-  a->causal_envelope_work = sparse;
+  a->causal_envelope_work = sparse && !in.parallel.attention_sparse_kernel;
   a->value_bytes = value_bytes(in.parallel);
   a->fused_stages = true;
   a->pipelined_backward = true;

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "baselines/cp_layouts.h"
+#include "core/strategies/attention_bench.h"
 #include "core/experiment/registry.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/iteration.h"
@@ -345,6 +346,40 @@ TEST_F(VarlenTest, InputsThatCannotBePlannedAreInfeasibleWithAReason) {
   out = run(plan_dynamic_cp);
   EXPECT_EQ(out.status, "infeasible");
   EXPECT_FALSE(out.reason.empty());
+}
+
+
+// An attention micro-benchmark's static layout under a sparse mask: as shipped it prices the
+// causal envelope; with attention_sparse_kernel only the mask's pairs, the same transfers.
+TEST_F(VarlenTest, StaticLayoutsSkipMaskedWorkOnlyWithTheSparseKernel) {
+  ParallelConfig p;
+  p.num_gpus = p.cp = 4;
+  p.attention_layout = "a2a+p2p";
+  GlobalBatch b;
+  b.lengths = {32768, 16384};  // far longer than lambda's 4096-token window
+  b.mask = *mask_from_name("lambda");
+  auto plan_with = [&](bool sparse_kernel) {
+    p.attention_sparse_kernel = sparse_kernel;
+    PlanOutcome o = plan_cp_attention(StrategyInput{cluster_, model_, p, b});
+    EXPECT_EQ(o.status, "ok") << o.reason;
+    return o.plan;
+  };
+  const Plan shipped = plan_with(false), sparse = plan_with(true);
+  const AttentionPlan &a = *shipped.micro_batches[0][0].attention, &s = *sparse.micro_batches[0][0].attention;
+  EXPECT_TRUE(a.causal_envelope_work);
+  EXPECT_FALSE(s.causal_envelope_work);
+  EXPECT_EQ(forward_transfers(a), forward_transfers(s));
+  int64_t envelope = 0, masked = 0;
+  for (const AttnStage& st : a.stages)
+    for (const auto& tiles : st.tiles)
+      for (const AttnTile& t : tiles) {
+        envelope += tile_work_pairs(a, t) * t.q.heads();  // the layout splits heads over ranks
+        masked += tile_work_pairs(s, t) * t.q.heads();
+      }
+  int64_t allowed = 0;
+  for (int64_t L : a.seq_lengths) allowed += mask_pairs(b.mask, L) * a.heads_q;
+  EXPECT_EQ(masked, allowed);
+  EXPECT_GT(envelope, 2 * masked);
 }
 
 }  // namespace
