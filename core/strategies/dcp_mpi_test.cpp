@@ -211,22 +211,31 @@ TEST(Dcp, BlockSizeHeuristicHalvesUntilBlocksBalance) {
   EXPECT_EQ(dcp_block_size({100}, 8, 0.2), 256);  // never below 256
 }
 
+// On 2, 4 and 8 ranks (as many as the job has; sub-communicators of the world), each group two
+// simulated nodes: every mask, 1 and 3 divisions, 1, 2 and 4 head blocks.
 TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   MpiCommunicator& w = world();
-  ASSERT_EQ(w.size(), 4) << "run under mpirun -np 4";
+  ASSERT_TRUE(w.size() == 4 || w.size() == 8) << "run under mpirun -np 4 or -np 8";
   const CostModel cost = ideal_cost();
-  // Head blocks: all heads in one (1), two K/V groups each (2), one K/V group each (0, DCP's default).
-  for (const DcpCase& c : dcp_cases())
-    for (int divisions : {1, 3})
-      for (int head_blocks : {1, 2, 0}) {
-        DcpRequest r = request(c, 4, 2, divisions);
-        r.head_blocks = head_blocks;
-        auto d = plan_dcp(r, cost);
-        ASSERT_TRUE(d.ok()) << d.error_str();
-        expect_runs_as_planned(d->plan, w, 7,
-                               std::string(c.name) + " divisions " + std::to_string(divisions) + " head blocks " +
-                                   std::to_string(head_blocks));
-      }
+  for (int32_t ranks : {2, 4, 8}) {
+    if (ranks > w.size()) continue;
+    auto sub = w.split(w.rank() / ranks, w.rank());
+    ASSERT_TRUE(sub.ok()) << sub.error_str();
+    Communicator& comm = **sub;
+    ASSERT_EQ(comm.size(), ranks);
+    // Head blocks: all heads in one (1), two K/V groups each (2), one K/V group each (0, DCP's default).
+    for (const DcpCase& c : dcp_cases())
+      for (int divisions : {1, 3})
+        for (int head_blocks : {1, 2, 0}) {
+          DcpRequest r = request(c, ranks, ranks / 2, divisions);
+          r.head_blocks = head_blocks;
+          auto d = plan_dcp(r, cost);
+          ASSERT_TRUE(d.ok()) << d.error_str();
+          expect_runs_as_planned(d->plan, comm, 7,
+                                 std::string(c.name) + " on " + std::to_string(ranks) + " ranks, divisions " +
+                                     std::to_string(divisions) + ", head blocks " + std::to_string(head_blocks));
+        }
+  }
 }
 
 }  // namespace
