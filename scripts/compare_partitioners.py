@@ -6,7 +6,7 @@ with their true weights and Zoltan's one-level 16-way result), partitions each w
 (PyPI `mtkahypar`, preset DEFAULT, km1, the same k and the combined weight's ε) and prints, per
 hypergraph, km1 of both (true byte weights), their ratio, the time of each, and whether each
 partition meets both balances (memory ε_mem, compute ε_comp; the mean plus the heaviest vertex
-when one vertex exceeds the tolerance). Zoltan's figures include its 8 seeds and the refinement
+when one vertex exceeds the tolerance). Zoltan's figures include its seeds (2-8, under the planner's budget) and the refinement
 pass that enforces the second balance; Mt-KaHyPar's partition (one run, on the combined weight)
 gets the same refinement here, reimplemented in Python (its time shown apart), so both km1 are
 of partitions that meet both balances.

@@ -51,7 +51,8 @@ int64_t refine_balance(const Hypergraph& h, std::vector<int32_t>& part, const Ba
 // Each part's load over its cap, the larger of the two weights (≤ 1: balanced()).
 double worst_load_over_cap(const Hypergraph& h, const std::vector<int32_t>& part, const BalanceLimits& limits);
 
-// Zoltan PHG (connectivity objective = km1) on the combined weight from 8 seeds, each refined by
+// Zoltan PHG (connectivity objective = km1) on the combined weight from 2-8 seeds (as many as a
+// budget of seeds × pins allows), each refined by
 // refine_balance; the balanced partition with the least km1, or — when no seed could be balanced
 // (a part never has room for the heaviest vertex under a given memory_cap) — the least
 // over its caps (worst_load_over_cap says by how much).
