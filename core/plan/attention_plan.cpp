@@ -234,9 +234,9 @@ bool touches(const AttentionPlan& plan, size_t st, int32_t rank, bool kv_side, c
   return false;
 }
 
-using SliceKey = std::tuple<int32_t, int32_t, int64_t, int64_t, int32_t, int32_t>;  // rank, tensor, slice
+using SliceKey = std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t>;  // rank, tensor, slice
 SliceKey key_of(int32_t rank, AttnTensor t, const AttnSlice& s) {
-  return {rank, static_cast<int32_t>(t), s.seq, s.tok_begin, s.tok_end, s.head_begin};
+  return {rank, static_cast<int32_t>(t), s.seq, s.tok_begin, s.tok_end, s.head_begin, s.head_end};
 }
 
 // The pipelined backward: the forward's paths run again. Phase i (0 … stages + 1, more when a
@@ -437,6 +437,11 @@ std::string check_attention_plan(const AttentionPlan& p) {
         out.add(at + ": a stage carries " + std::string(attn_tensor_name(t.tensor)) + "; stages carry q, kv and out");
         continue;
       }
+      if ((is_q && held(t.slice, held_q[t.dst])) || (is_kv && held(t.slice, held_kv[t.dst]))) {
+        // The backward sends one gradient partial per receipt: a second copy would count twice.
+        out.add(at + ": rank " + std::to_string(t.dst) + " receives " + attn_tensor_name(t.tensor) + " of " +
+                str(t.slice) + " that it already holds");
+      }
       if ((is_q && !held(t.slice, held_q[t.src])) || (is_kv && !held(t.slice, held_kv[t.src]))) {
         out.add(at + ": rank " + std::to_string(t.src) + " sends " + attn_tensor_name(t.tensor) + " of " +
                 str(t.slice) + " that it does not hold");
@@ -471,18 +476,26 @@ std::string check_attention_plan(const AttentionPlan& p) {
 
   // A partial output sent inside stage s is final: its sender computed it in stages before s − 1
   // (stage s's transfers are posted while stage s − 1 runs) and computes no more of it after.
+  std::vector<AttnTransfer> outputs = p.gather_out;
   for (const auto& [s, t] : early_out) {
-    if (!check_transfer(*t, "stage " + std::to_string(s) + " out")) continue;
+    const std::string at = "stage " + std::to_string(s) + " out";
+    if (!check_transfer(*t, at)) continue;
     bool before = false, after = false;
     for (size_t k = 0; k < p.stages.size(); ++k)
       for (const AttnTile& tile : p.stages[k].tiles[t->src])
         if (intersect(tile.q, t->slice)) (k + 2 <= s ? before : after) = true;
-    if (!before || after)
-      out.add("stage " + std::to_string(s) + ": rank " + std::to_string(t->src) + " sends out of " + str(t->slice) +
-              (before ? " while it still computes rows of it" : " that it computed in no stage before " + std::to_string(s - 1)));
+    if (after)
+      out.add(at + ": rank " + std::to_string(t->src) + " sends out of " + str(t->slice) +
+              " while it still computes rows of it (stage " + std::to_string(s) + " or the one before)");
+    else if (!before || !held(t->slice, computed_q[t->src]))
+      out.add(at + ": rank " + std::to_string(t->src) + " sends out of " + str(t->slice) +
+              " that no one of its tiles of the stages before computed");
+    // Each partial goes home once: not again early, nor in gather_out (the home would merge it twice).
+    for (const AttnTransfer& o : outputs)
+      if (o.src == t->src && intersect(o.slice, t->slice))
+        out.add(at + ": rank " + std::to_string(t->src) + " sends out of " + str(t->slice) + " twice");
+    outputs.push_back(*t);
   }
-  std::vector<AttnTransfer> outputs = p.gather_out;
-  for (const auto& [s, t] : early_out) outputs.push_back(*t);
   // Outputs: every row computed away from home goes home; only computed rows are sent.
   for (const AttnTransfer& t : p.gather_out) {
     if (!check_transfer(t, "gather_out")) continue;

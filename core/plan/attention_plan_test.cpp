@@ -211,5 +211,74 @@ TEST(AttentionPlan, CheckRejectsMalformedSlices) {
   EXPECT_NE(check_attention_plan(gqa).find("splits a KV head (query heads per KV head g = 2)"), std::string::npos);
 }
 
+
+// Rank 0 computes rows homed on rank 1 (stage 1) and sends the partial output home inside the
+// stages: not before stage 3 (stage 2's transfers are posted while stage 1 runs), and once.
+TEST(AttentionPlan, EarlyOutputsAreFinalAndSentOnce) {
+  AttentionPlan p;
+  p.layout = "hand";
+  p.ranks = 2;
+  p.seq_lengths = {8};
+  p.mask.kind = MaskKind::causal;
+  p.head_dim = 4;
+  p.home = {{sl(0, 4)}, {sl(4, 8)}};
+  p.stages.resize(4);
+  for (AttnStage& st : p.stages) st.tiles.assign(2, {});
+  p.stages[0].tiles = {{{sl(0, 4), sl(0, 4)}}, {{sl(4, 8), sl(4, 8)}}};
+  p.stages[1].transfers = {{1, 0, AttnTensor::q, sl(4, 8)}};
+  p.stages[1].tiles[0] = {{sl(4, 8), sl(0, 4)}};
+  AttentionPlan good = p;
+  good.stages[3].transfers = {{0, 1, AttnTensor::out, sl(4, 8)}};
+  EXPECT_EQ(check_attention_plan(good), "");
+  AttentionPlan early = p;
+  early.stages[2].transfers = {{0, 1, AttnTensor::out, sl(4, 8)}};
+  EXPECT_NE(check_attention_plan(early).find("while it still computes rows of it"), std::string::npos);
+  AttentionPlan twice = good;
+  twice.gather_out = {{0, 1, AttnTensor::out, sl(4, 8)}};
+  EXPECT_NE(check_attention_plan(twice).find("twice"), std::string::npos) << check_attention_plan(twice);
+  AttentionPlan missing = p;  // no output sent at all
+  EXPECT_NE(check_attention_plan(missing).find("gather_out does not send it"), std::string::npos);
+  // The backward repeats the q transfer (with dO and O), not the output.
+  good.pipelined_backward = true;
+  for (const AttnBackwardPhase& ph : backward_phases(good))
+    for (const AttnTransfer& t : ph.transfers) EXPECT_FALSE(t.tensor == AttnTensor::out && t.src == 0);
+}
+
+// A rank receives each slice once: a second copy would send the backward's partial twice.
+TEST(AttentionPlan, ASliceIsReceivedOnce) {
+  AttentionPlan again = causal_ring();
+  again.stages[0].transfers = {{0, 1, AttnTensor::kv, sl(0, 4)}};
+  EXPECT_NE(check_attention_plan(again).find("that it already holds"), std::string::npos) << check_attention_plan(again);
+}
+
+// A rank that receives K/V of two heads and forwards one of them relays nothing: its partial of
+// both goes home (the relay is of the same slice, heads included).
+TEST(AttentionPlan, ARelayIsOfTheSameSliceHeadsIncluded) {
+  AttentionPlan p;
+  p.layout = "hand";
+  p.ranks = 3;
+  p.seq_lengths = {4};
+  p.mask.kind = MaskKind::full;
+  p.heads_q = p.heads_kv = 2;
+  p.head_dim = 4;
+  p.home = {{sl(0, 4, 0, 2)}, {}, {}};
+  p.stages.resize(2);
+  for (AttnStage& st : p.stages) st.tiles.assign(3, {});
+  p.stages[0].transfers = {{0, 1, AttnTensor::kv, sl(0, 4, 0, 2)}, {0, 1, AttnTensor::q, sl(0, 4, 1, 2)},
+                           {0, 2, AttnTensor::q, sl(0, 4, 0, 1)}};
+  p.stages[1].transfers = {{1, 2, AttnTensor::kv, sl(0, 4, 0, 1)}};
+  p.stages[1].tiles[1] = {{sl(0, 4, 1, 2), sl(0, 4, 1, 2)}};
+  p.stages[1].tiles[2] = {{sl(0, 4, 0, 1), sl(0, 4, 0, 1)}};
+  p.gather_out = {{1, 0, AttnTensor::out, sl(0, 4, 1, 2)}, {2, 0, AttnTensor::out, sl(0, 4, 0, 1)}};
+  ASSERT_EQ(check_attention_plan(p), "");
+  p.pipelined_backward = true;
+  std::vector<AttnTransfer> dkv;
+  for (const AttnBackwardPhase& ph : backward_phases(p))
+    for (const AttnTransfer& t : ph.transfers)
+      if (t.tensor == AttnTensor::dkv) dkv.push_back(t);
+  EXPECT_EQ(dkv, (std::vector<AttnTransfer>{{1, 0, AttnTensor::dkv, sl(0, 4, 0, 2)}, {2, 0, AttnTensor::dkv, sl(0, 4, 0, 1)}}))
+      << dkv.size();
+}
+
 }  // namespace
 }  // namespace cpbench

@@ -480,12 +480,16 @@ Status Rank::backward(ExecutionReport& rep) {
     for (const AttnTransfer& tr : ph.transfers)
       if (tr.src == me_ && (tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv)) fresh(tr.tensor, tr.slice);
   // Received inputs are kept; gradients of this rank's slices computed elsewhere are summed home.
+  Status lost = ok_status();
   auto take = [&](const AttnTransfer& tr, const std::vector<float>& msg) {
     if (tr.tensor != AttnTensor::dq && tr.tensor != AttnTensor::dkv) return keep(tr, msg);
     const Shape sh = shape_of(p_, tr.tensor);
     Entry* e = find(tr.tensor, tr.slice);  // the home entries come first in the store
     const size_t n = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
     if (e) accumulate(*e, tr.slice, sh, msg.data(), has_second(tr.tensor) ? msg.data() + n : nullptr);
+    else if (lost.ok())
+      lost = Error{"", "", "rank " + std::to_string(me_) + " received a " + attn_tensor_name(tr.tensor) +
+                               " partial from rank " + std::to_string(tr.src) + " that it has no slot for (a plan error)"};
   };
   // Each phase posts its transfers, runs the backward of its stage's tiles (testing the pending
   // transfers between tiles, as the forward does), then waits.
@@ -511,6 +515,7 @@ Status Rank::backward(ExecutionReport& rep) {
     if (auto s = comm_.wait_all(reqs); !s) return s;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
     for (size_t j = 0; j < incoming.size(); ++j) take(*incoming[j], unpack(*incoming[j], data[slots[j]]));
+    if (!lost) return lost;
   }
   for (size_t i = 0; i < p_.home[me_].size(); ++i) {
     const AttnSlice& h = p_.home[me_][i];

@@ -4,6 +4,7 @@
 #include "core/sim/attention_sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <tuple>
@@ -37,15 +38,27 @@ struct Lowering {
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
 
-  // [rank] the link of the NIC its network transfers leave through: GPU i of a node uses NIC
-  // i mod nics_per_node, so the GPUs of a node share its NICs (ids after the ranks' own links).
+  // [rank] the NIC link its network transfers leave through (ids after the ranks' own links), and
+  // the factor its transfers' bytes weigh on that link. A group's m members on a node get their
+  // GPUs' share of the node's NICs, s = nics_per_node · m / gpus_per_node — the node's other GPUs
+  // carry the same pattern (a CP group's TP peers) or other groups' — pooled in ceil(s) links of
+  // s / ceil(s) of a NIC's rate each, member j on link j mod ceil(s). One group on every GPU of a
+  // node gets all its NICs; a rank alone on its node, a GPU's share.
   std::vector<int> nic_of;
+  std::vector<double> nic_stretch;
 
   Lowering(const AttentionPlan& p, const CostModel& c, std::vector<int> nodes)
       : plan(p), cost(c), node_of(std::move(nodes)), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {
-    const int nics = std::max(1, c.cluster().nics_per_node);
-    std::map<int, int> seen;  // node -> its GPUs so far
-    for (int32_t r = 0; r < p.ranks; ++r) nic_of.push_back(p.ranks + node_of[r] * nics + seen[node_of[r]]++ % nics);
+    const double nics = std::max(1, c.cluster().nics_per_node), gpus = std::max(1, c.cluster().gpus_per_node);
+    std::map<int, int> members, seen;  // node -> the group's ranks on it; so far
+    for (int32_t r = 0; r < p.ranks; ++r) ++members[node_of[r]];
+    const int max_links = static_cast<int>(std::ceil(nics));
+    for (int32_t r = 0; r < p.ranks; ++r) {
+      const double share = nics * std::min(1.0, members[node_of[r]] / gpus);
+      const int links = std::max(1, static_cast<int>(std::ceil(share - 1e-9)));
+      nic_of.push_back(p.ranks + node_of[r] * max_links + seen[node_of[r]]++ % links);
+      nic_stretch.push_back(links / share);
+    }
   }
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
@@ -83,7 +96,7 @@ struct Lowering {
       task.stream = 1;
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
-      task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes);
+      task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes * nic_stretch[t.src]);
       // A rendezvous: both ends must have reached this phase's post point.
       task.deps = barrier[t.src];
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());

@@ -360,6 +360,7 @@ TEST(AttentionSim, EachTransferIsPricedByItsEndpointsNodes) {
 
 // Two GPUs of one node send across the network at once: with one NIC per node they queue on it,
 // each at the NIC's whole rate; with a NIC each they run side by side; alone, one takes the NIC.
+// A group on half a node's GPUs gets half its NICs.
 TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   AttentionPlan p;
   p.layout = "hand";
@@ -376,9 +377,9 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   };
   const AttnTransfer a{0, 2, AttnTensor::kv, p.home[0][0]}, b{1, 3, AttnTensor::kv, p.home[1][0]};
   const std::vector<int> nodes{0, 0, 1, 1};
-  auto step = [&](int nics, const AttentionPlan& plan) {
+  auto step = [&](int nics, const AttentionPlan& plan, int gpus_per_node = 2) {
     ClusterSpec c = test_cluster();
-    c.gpus_per_node = 2;
+    c.gpus_per_node = gpus_per_node;
     c.nics_per_node = nics;
     c.nic_bandwidth_Gbps_per_gpu = c.nic_bandwidth_Gbps * nics / 2;
     auto r = simulate_attention_plan(plan, CostModel(c, EfficiencyParams::ideal()), false, nodes);
@@ -390,6 +391,11 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   EXPECT_DOUBLE_EQ(step(1, plan_with({a})), t);  // alone: the whole NIC, not half of it
   EXPECT_DOUBLE_EQ(step(1, plan_with({a, b})), 2 * t);
   EXPECT_DOUBLE_EQ(step(2, plan_with({a, b})), t);
+  // The group holds 2 of a node's 4 GPUs (a CP group's TP peers hold the others and mirror its
+  // traffic): it gets half the node's NIC, so one transfer alone takes twice as long.
+  const double half = CostModel(test_cluster(), EfficiencyParams::ideal()).nic_p2p_s(2 * transfer_bytes(p, a));
+  EXPECT_DOUBLE_EQ(step(1, plan_with({a}), 4), half);
+  EXPECT_DOUBLE_EQ(step(1, plan_with({a, b}), 4), 2 * half);
 }
 
 }  // namespace
