@@ -126,6 +126,13 @@ TEST_F(CliTest, DryRunPrintsEachPointsPlanAndPredictionAndWritesNothing) {
   auto first = cpbench("run " + f.string() + " --dry-run --first 2" + out);
   ASSERT_EQ(first.code, 0) << first.out;
   EXPECT_NE(first.out.find("dry: 2 points"), std::string::npos) << first.out;
+  // An attention micro-benchmark predicts one layer's attention, not a step (it printed "step 0 s").
+  auto attention = cpbench("run dcp/micro_causal --dry-run --first 3" + out);
+  ASSERT_EQ(attention.code, 0) << attention.out;
+  size_t layers = 0;
+  for (size_t at = 0; (at = attention.out.find("predicted (sim): attention 0.0", at)) != std::string::npos; ++at) ++layers;
+  EXPECT_EQ(layers, 3u) << attention.out;
+  EXPECT_EQ(attention.out.find("step 0 s"), std::string::npos) << attention.out;
   // Points are printed as they are expanded; a bad value in a later one still ends the run as bad
   // input, naming where it was written.
   json bad = spec;

@@ -230,7 +230,10 @@ std::string describe_point(const PointConfig& point) {
   Evaluation e = evaluate(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan,
                           "sim");
   char line[160];
-  if (e.status == "ok")
+  if (e.status == "ok" && pp.plan.attention_only)  // one layer's attention: no step, no memory
+    std::snprintf(line, sizeof line, "    predicted (sim): attention %.4g s (forward %.4g s), %.4g TFLOP/s per GPU\n",
+                  e.metrics["attention_time_s"], e.metrics["attention_fwd_s"], e.metrics["attention_tflops_per_gpu"]);
+  else if (e.status == "ok")
     std::snprintf(line, sizeof line, "    predicted (sim): step %.4g s, %.4g TFLOP/s per GPU, %.3g GiB peak\n",
                   e.metrics["step_time_s"], e.metrics["tflops_per_gpu"], e.metrics["peak_memory_gib"]);
   else
