@@ -295,11 +295,11 @@ namespace {
 // simulated in the order of that bound unless a point already simulated dominates its bounds;
 // those are "pruned", naming the point that dominates them. Simulated points get metric
 // pareto_optimal. Rank 0 does it all (a frontier run takes seconds); it is not resumable.
-// DCP partitions with Zoltan, which needs MPI: its session is opened here, on the main thread,
-// before worker threads plan (a plain run starts none). A failure is left to the points to report.
+// A strategy that needs MPI (DCP partitions with Zoltan) gets its session here, on the main
+// thread, before worker threads plan (a plain run starts none). A failure is left to the points.
 void prepare_partitioner(const Spec& spec) {
   for (const PointConfig& p : spec.points)
-    if (p.strategy == "dcp_attention") {
+    if (const StrategyInfo* s = find_strategy(p.strategy); s && s->needs_mpi) {
       (void)init_partitioner();
       return;
     }

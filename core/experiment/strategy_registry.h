@@ -15,6 +15,9 @@ struct StrategyInfo {
   std::string name;
   std::string summary;  // one line for `cpbench list --strategies` and docs
   StrategyFn plan;
+  // Plans with a library that needs MPI (DCP's Zoltan): the runner opens an MPI session on the
+  // main thread before any worker thread plans (core/strategies/hypergraph.h init_partitioner).
+  bool needs_mpi = false;
 };
 
 // Every registered strategy, in a fixed order.
