@@ -30,6 +30,28 @@ bool held(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
   return std::any_of(slices.begin(), slices.end(), [&](const AttnSlice& h) { return h.contains(s); });
 }
 
+// `region` cut at every token and head bound of `slices` that falls inside it: cells that each
+// slice either contains or misses.
+std::vector<AttnSlice> cells(const AttnSlice& region, const std::vector<AttnSlice>& slices) {
+  std::vector<int64_t> toks = {region.tok_begin, region.tok_end};
+  std::vector<int32_t> heads = {region.head_begin, region.head_end};
+  for (const AttnSlice& c : slices) {
+    if (c.seq != region.seq) continue;
+    for (int64_t t : {c.tok_begin, c.tok_end})
+      if (t > region.tok_begin && t < region.tok_end) toks.push_back(t);
+    for (int32_t h : {c.head_begin, c.head_end})
+      if (h > region.head_begin && h < region.head_end) heads.push_back(h);
+  }
+  std::sort(toks.begin(), toks.end());
+  toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
+  std::sort(heads.begin(), heads.end());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  std::vector<AttnSlice> out;
+  for (size_t i = 0; i + 1 < toks.size(); ++i)
+    for (size_t j = 0; j + 1 < heads.size(); ++j) out.push_back({region.seq, toks[i], toks[i + 1], heads[j], heads[j + 1]});
+  return out;
+}
+
 // True when the union of `pieces` covers `s` (tokens × heads). Pieces of other sequences are
 // ignored. Cost O(n³) in the pieces that intersect s: fine for the few slices a rank holds.
 bool covered(const AttnSlice& s, const std::vector<AttnSlice>& pieces) {
@@ -38,23 +60,8 @@ bool covered(const AttnSlice& s, const std::vector<AttnSlice>& pieces) {
     if (p.contains(s)) return true;
     if (auto c = intersect(p, s)) clipped.push_back(*c);
   }
-  std::vector<int64_t> toks = {s.tok_begin, s.tok_end};
-  std::vector<int32_t> heads = {s.head_begin, s.head_end};
-  for (const AttnSlice& c : clipped) {
-    toks.insert(toks.end(), {c.tok_begin, c.tok_end});
-    heads.insert(heads.end(), {c.head_begin, c.head_end});
-  }
-  std::sort(toks.begin(), toks.end());
-  toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
-  std::sort(heads.begin(), heads.end());
-  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-  for (size_t i = 0; i + 1 < toks.size(); ++i) {
-    for (size_t j = 0; j + 1 < heads.size(); ++j) {
-      AttnSlice cell{s.seq, toks[i], toks[i + 1], heads[j], heads[j + 1]};
-      bool hit = std::any_of(clipped.begin(), clipped.end(), [&](const AttnSlice& c) { return c.contains(cell); });
-      if (!hit) return false;
-    }
-  }
+  for (const AttnSlice& cell : cells(s, clipped))
+    if (std::none_of(clipped.begin(), clipped.end(), [&](const AttnSlice& c) { return c.contains(cell); })) return false;
   return true;
 }
 
@@ -139,28 +146,18 @@ void check_homes(const AttentionPlan& p, Problems& out) {
   // token and head bounds and count the homes holding each cell.
   for (size_t s = 0; s < by_seq.size() && !out.full(); ++s) {
     const auto& v = by_seq[s];
-    std::vector<int64_t> toks = {0, p.seq_lengths[s]};
-    std::vector<int32_t> heads = {0, p.heads_q};
-    for (const auto& [h, r] : v) {
-      toks.insert(toks.end(), {h.tok_begin, h.tok_end});
-      heads.insert(heads.end(), {h.head_begin, h.head_end});
+    std::vector<AttnSlice> homes;
+    for (const auto& [h, r] : v) homes.push_back(h);
+    for (const AttnSlice& cell : cells({static_cast<int32_t>(s), 0, p.seq_lengths[s], 0, p.heads_q}, homes)) {
+      std::vector<int32_t> holders;
+      for (const auto& [h, r] : v)
+        if (h.contains(cell)) holders.push_back(r);
+      if (holders.size() == 1) continue;
+      out.add(str(cell) + (holders.empty() ? " has no home"
+                                           : " has " + std::to_string(holders.size()) + " homes (ranks " +
+                                                 std::to_string(holders[0]) + " and " + std::to_string(holders[1]) + ")"));
+      if (out.full()) return;
     }
-    std::sort(toks.begin(), toks.end());
-    toks.erase(std::unique(toks.begin(), toks.end()), toks.end());
-    std::sort(heads.begin(), heads.end());
-    heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-    for (size_t i = 0; i + 1 < toks.size() && toks[i + 1] <= p.seq_lengths[s]; ++i)
-      for (size_t j = 0; j + 1 < heads.size() && heads[j + 1] <= p.heads_q; ++j) {
-        const AttnSlice cell{static_cast<int32_t>(s), toks[i], toks[i + 1], heads[j], heads[j + 1]};
-        std::vector<int32_t> holders;
-        for (const auto& [h, r] : v)
-          if (h.contains(cell)) holders.push_back(r);
-        if (holders.size() == 1) continue;
-        out.add(str(cell) + (holders.empty() ? " has no home"
-                                             : " has " + std::to_string(holders.size()) + " homes (ranks " +
-                                                   std::to_string(holders[0]) + " and " + std::to_string(holders[1]) + ")"));
-        if (out.full()) return;
-      }
   }
 }
 
