@@ -19,14 +19,16 @@ std::string check_bench_layout(const ParallelConfig& p) {
   return "";
 }
 
-// One micro-batch holding the batch, on the group of all ranks, running `attention`.
-Plan bench_plan(const StrategyInput& in, std::shared_ptr<const AttentionPlan> attention) {
+// One micro-batch holding the batch, on the group of all ranks, running `attention`; every
+// sequence padded to a multiple of `pad_to` as the layout pads it (padding_fraction).
+Plan bench_plan(const StrategyInput& in, std::shared_ptr<const AttentionPlan> attention, int64_t pad_to = 1) {
   Plan plan;
   plan.layout = in.parallel;
   plan.attention_only = true;
   PlanMicroBatch mb;
   mb.lengths = in.batch.lengths;
   mb.cp = in.parallel.cp;
+  mb.pad_to = pad_to;
   mb.first_rank = 0;
   mb.attention = std::move(attention);
   plan.micro_batches.assign(static_cast<size_t>(in.parallel.cp), {mb});
@@ -60,7 +62,11 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   a->value_bytes = value_bytes(in.parallel);
   a->fused_stages = true;
   a->pipelined_backward = true;
-  return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a))));
+  // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
+  // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to).
+  const int64_t cp = in.parallel.cp;
+  const int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" ? 1 : 2 * cp;
+  return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));
 }
 
 PlanOutcome plan_dcp_attention(const StrategyInput& in) {

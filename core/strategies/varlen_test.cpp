@@ -365,6 +365,9 @@ TEST_F(VarlenTest, StaticLayoutsSkipMaskedWorkOnlyWithTheSparseKernel) {
     return o.plan;
   };
   const Plan shipped = plan_with(false), sparse = plan_with(true);
+  // a2a+p2p pads every sequence to a multiple of 2·cp: the micro-batch says so (padding_fraction).
+  EXPECT_EQ(shipped.micro_batches[0][0].pad_to, 8);
+  EXPECT_EQ(shipped.micro_batches[0][0].padded_tokens(), 32768 + 16384);
   const AttentionPlan &a = *shipped.micro_batches[0][0].attention, &s = *sparse.micro_batches[0][0].attention;
   EXPECT_TRUE(a.causal_envelope_work);
   EXPECT_FALSE(s.causal_envelope_work);
