@@ -79,13 +79,14 @@ std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::v
   return msg;
 }
 
-// The floats of a message (x then y), decoded from encode's layout; `x_values` = x's length.
-std::vector<float> decode(const AttentionPlan& p, AttnTensor t, const std::vector<std::byte>& msg, size_t x_values) {
+// A message's floats, decoded from encode's layout into x (`x_values` of them) and y (the rest).
+void decode(const AttentionPlan& p, AttnTensor t, const std::vector<std::byte>& msg, size_t x_values,
+            std::vector<float>& x, std::vector<float>& y) {
   const bool lse = shape_of(p, t).lse_second;
   const size_t vb = static_cast<size_t>(p.value_bytes);
   const size_t y_bytes = msg.size() - x_values * vb;
-  const size_t y_values = y_bytes / (lse ? 4 : vb);
-  std::vector<float> out(x_values + y_values);
+  x.resize(x_values);
+  y.resize(y_bytes / (lse ? 4 : vb));
   const std::byte* at = msg.data();
   auto get = [&](float* a, size_t n, size_t bytes) {
     if (n == 0) return;  // an empty part: no pointer to copy to or from
@@ -100,9 +101,8 @@ std::vector<float> decode(const AttentionPlan& p, AttnTensor t, const std::vecto
     }
     at += n * bytes;
   };
-  get(out.data(), x_values, vb);
-  get(out.data() + x_values, y_values, lse ? 4 : vb);
-  return out;
+  get(x.data(), x.size(), vb);
+  get(y.data(), y.size(), lse ? 4 : vb);
 }
 
 // Copies the rows and heads of `sub` out of `e` (which contains it).
@@ -282,11 +282,13 @@ class Rank {
     return ok_status();
   }
 
-  // The floats of a received message of `tr`.
-  std::vector<float> unpack(const AttnTransfer& tr, const std::vector<std::byte>& msg) const {
+  // A received message of `tr` as an entry of its slice.
+  Entry unpack(const AttnTransfer& tr, const std::vector<std::byte>& msg) const {
     const Shape sh = shape_of(p_, tr.tensor);
     const size_t first = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
-    return decode(p_, tr.tensor, msg, first);
+    Entry e{tr.slice, {}, {}};
+    decode(p_, tr.tensor, msg, first, e.x, e.y);
+    return e;
   }
 
   // Posts a list of transfers, waits for them, and hands every received message to `take`.
@@ -309,37 +311,61 @@ class Rank {
     return ok_status();
   }
 
-  // Stores a received message as a new entry of its slice.
-  void keep(const AttnTransfer& tr, const std::vector<float>& msg) {
-    const Shape sh = shape_of(p_, tr.tensor);
-    Entry e{tr.slice, {}, {}};
-    size_t first = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
-    e.x.assign(msg.begin(), msg.begin() + first);
-    if (has_second(tr.tensor)) e.y.assign(msg.begin() + first, msg.end());
-    store(tr.tensor).push_back(std::move(e));
+  // Rows of `want` for a kernel: pointers into the held entry when one entry holds all its tokens
+  // with exactly its heads (rows [tokens, heads, d] are then contiguous; an LSE row is strided by
+  // the entry's tokens), else copied out of the entries into `xb` / `yb`. Most tiles read a whole
+  // slice, so most need no copy, as a GPU kernel reads a THD pack in place.
+  struct View {
+    const float* x = nullptr;
+    const float* y = nullptr;
+    int64_t y_stride = 0;  // LSE: elements between heads
+  };
+  bool view(AttnTensor t, const AttnSlice& want, View& v, std::vector<float>& xb, std::vector<float>* yb) {
+    const Shape sh = shape_of(p_, t);
+    if (const Entry* e = find(t, want); e && e->slice.head_begin == want.head_begin && e->slice.head_end == want.head_end) {
+      const int64_t t0 = want.tok_begin - e->slice.tok_begin, row = (want.heads() / sh.heads_div) * sh.width;
+      v.x = e->x.data() + t0 * row;
+      if (yb) {
+        v.y = sh.lse_second ? e->y.data() + t0 : e->y.data() + t0 * row;
+        v.y_stride = e->slice.tokens();
+      }
+      return true;
+    }
+    if (!assemble(t, want, xb, yb)) return false;
+    v.x = xb.data();
+    if (yb) {
+      v.y = yb->data();
+      v.y_stride = want.tokens();
+    }
+    return true;
   }
 
-  kernels::TileInput tile_input(const AttnTile& tile, std::vector<float>& q, std::vector<float>& k,
-                                std::vector<float>& v, std::vector<kernels::KeyRanges>& ranges, Status& st) {
+  // A tile's kernel input; the buffers hold what could not be viewed in place.
+  struct TileBuffers {
+    std::vector<float> q, k, v;
+    std::vector<kernels::KeyRanges> ranges;
+  };
+  kernels::TileInput tile_input(const AttnTile& tile, TileBuffers& b, Status& st) {
     kernels::TileInput in;
-    const bool has_q = assemble(AttnTensor::q, tile.q, q, nullptr);
-    if (!has_q || !assemble(AttnTensor::kv, tile.kv, k, &v)) {
+    View q, kv;
+    const bool has_q = view(AttnTensor::q, tile.q, q, b.q, nullptr);
+    if (!has_q || !view(AttnTensor::kv, tile.kv, kv, b.k, &b.v)) {
       st = Error{"", "", "rank " + std::to_string(me_) + " computes a tile whose " + (has_q ? "K/V" : "Q") +
                              " it does not hold (a plan error)"};
       return in;
     }
     const int64_t L = p_.seq_lengths[tile.q.seq];
-    ranges.resize(static_cast<size_t>(tile.q.tokens()));
+    b.ranges.resize(static_cast<size_t>(tile.q.tokens()));
     for (int64_t t = 0; t < tile.q.tokens(); ++t) {
       KeyRanges r = mask_row(p_.mask, L, tile.q.tok_begin + t);
-      ranges[t] = {r.begin0, r.end0, r.begin1, r.end1};
+      b.ranges[t] = {r.begin0, r.end0, r.begin1, r.end1};
     }
     in.dims = {tile.q.heads(), tile.q.heads() / p_.group(), p_.head_dim, 1.0 / std::sqrt(double(p_.head_dim))};
-    in.q = q.data();
+    in.q = q.x;
     in.rows_q = tile.q.tokens();
-    in.ranges = ranges.data();
-    in.k = k.data();
-    in.v = v.data();
+    in.ranges = b.ranges.data();
+    in.k = kv.x;
+    in.v = kv.y;
     in.rows_k = tile.kv.tokens();
     in.key_begin = tile.kv.tok_begin;
     return in;
@@ -348,16 +374,19 @@ class Rank {
   // One tile backward: its dQ, dK, dV partials go into the home or return slots that cover them.
   Status run_tile_backward(const AttnTile& tile, ExecutionReport& rep) {
     const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
-    std::vector<float> q, k, v, o, lse, dout;
-    std::vector<kernels::KeyRanges> ranges;
+    TileBuffers b;
     Status st = ok_status();
-    auto in = tile_input(tile, q, k, v, ranges, st);
+    auto in = tile_input(tile, b, st);
     if (!st) return st;
-    if (!assemble(AttnTensor::out, tile.q, o, &lse) || !assemble(AttnTensor::dout, tile.q, dout, nullptr))
+    std::vector<float> ob, lseb, doutb;
+    View o, dout;
+    if (!view(AttnTensor::out, tile.q, o, ob, &lseb) || !view(AttnTensor::dout, tile.q, dout, doutb, nullptr))
       return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
-    std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+    const size_t q_floats = static_cast<size_t>(tile.q.tokens() * tile.q.heads() * p_.head_dim);
+    const size_t kv_floats = static_cast<size_t>(tile.kv.tokens() * (tile.kv.heads() / p_.group()) * p_.head_dim);
+    std::vector<float> dq(q_floats, 0.f), dk(kv_floats, 0.f), dv(kv_floats, 0.f);
     auto t0 = Clock::now();
-    kernels_.tile_backward(in, o.data(), lse.data(), tile.q.tokens(), dout.data(), dq.data(), dk.data(), dv.data());
+    kernels_.tile_backward(in, o.x, o.y, o.y_stride, dout.x, dq.data(), dk.data(), dv.data());
     rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
     if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
         !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
@@ -374,10 +403,9 @@ class Rank {
 
   Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, std::span<Request> pending) {
     for (const auto& tile : tiles) {
-      std::vector<float> q, k, v;
-      std::vector<kernels::KeyRanges> ranges;
+      TileBuffers b;
       Status st = ok_status();
-      auto in = tile_input(tile, q, k, v, ranges, st);
+      auto in = tile_input(tile, b, st);
       if (!st) return st;
       Entry* e = find_exact(AttnTensor::out, tile.q);
       if (!e) e = &fresh(AttnTensor::out, tile.q);
@@ -416,7 +444,6 @@ Status Rank::forward(ExecutionReport& rep) {
     load_home(AttnTensor::q, s, in_.q, {}, p_.heads_q);
     load_home(AttnTensor::kv, s, in_.k, in_.v, p_.heads_kv);
   }
-  const auto keep_fn = [this](const AttnTransfer& tr, const std::vector<float>& msg) { keep(tr, msg); };
   // Stage i's transfers go out before stage i−1's tiles run.
   for (size_t i = 0; i <= p_.stages.size(); ++i) {
     std::vector<Request> reqs;
@@ -436,12 +463,12 @@ Status Rank::forward(ExecutionReport& rep) {
     auto t0 = Clock::now();
     if (auto s = comm_.wait_all(reqs); !s) return s;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t j = 0; j < incoming.size(); ++j) keep_fn(*incoming[j], unpack(*incoming[j], data[slots[j]]));
+    for (size_t j = 0; j < incoming.size(); ++j) store(incoming[j]->tensor).push_back(unpack(*incoming[j], data[slots[j]]));
   }
   // Partials computed away from home come home; home merges everything it has.
-  std::vector<std::pair<AttnSlice, std::vector<float>>> gathered;
+  std::vector<Entry> gathered;
   if (auto s = exchange(p_.gather_out, kTagGather, rep,
-                        [&](const AttnTransfer& tr, const std::vector<float>& msg) { gathered.emplace_back(tr.slice, msg); });
+                        [&](const AttnTransfer&, Entry msg) { gathered.push_back(std::move(msg)); });
       !s)
     return s;
   for (const auto& h : p_.home[me_]) {
@@ -449,11 +476,8 @@ Status Rank::forward(ExecutionReport& rep) {
             std::vector<float>(static_cast<size_t>(h.heads() * h.tokens()), kNegInf)};
     for (const auto& part : store(AttnTensor::out))
       if (h.contains(part.slice)) merge_out(e, part.slice, p_.head_dim, part.x.data(), part.y.data());
-    for (const auto& [slice, msg] : gathered)
-      if (h.contains(slice)) {
-        const size_t n = static_cast<size_t>(slice.tokens() * slice.heads() * p_.head_dim);
-        merge_out(e, slice, p_.head_dim, msg.data(), msg.data() + n);
-      }
+    for (const auto& part : gathered)
+      if (h.contains(part.slice)) merge_out(e, part.slice, p_.head_dim, part.x.data(), part.y.data());
     home_out_.push_back(std::move(e));
   }
   rep.home.clear();
@@ -481,12 +505,11 @@ Status Rank::backward(ExecutionReport& rep) {
       if (tr.src == me_ && (tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv)) fresh(tr.tensor, tr.slice);
   // Received inputs are kept; gradients of this rank's slices computed elsewhere are summed home.
   Status lost = ok_status();
-  auto take = [&](const AttnTransfer& tr, const std::vector<float>& msg) {
-    if (tr.tensor != AttnTensor::dq && tr.tensor != AttnTensor::dkv) return keep(tr, msg);
+  auto take = [&](const AttnTransfer& tr, Entry msg) {
+    if (tr.tensor != AttnTensor::dq && tr.tensor != AttnTensor::dkv) return store(tr.tensor).push_back(std::move(msg));
     const Shape sh = shape_of(p_, tr.tensor);
     Entry* e = find(tr.tensor, tr.slice);  // the home entries come first in the store
-    const size_t n = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
-    if (e) accumulate(*e, tr.slice, sh, msg.data(), has_second(tr.tensor) ? msg.data() + n : nullptr);
+    if (e) accumulate(*e, tr.slice, sh, msg.x.data(), has_second(tr.tensor) ? msg.y.data() : nullptr);
     else if (lost.ok())
       lost = Error{"", "", "rank " + std::to_string(me_) + " received a " + attn_tensor_name(tr.tensor) +
                                " partial from rank " + std::to_string(tr.src) + " that it has no slot for (a plan error)"};
