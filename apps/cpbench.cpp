@@ -524,7 +524,8 @@ int run_cli(int argc, char** argv) {
 
   ExecArgs ea;
   auto add_exec_options = [&ea](CLI::App* sub) {
-    sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p")->capture_default_str();
+    sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p | double_ring")
+        ->capture_default_str();
     sub->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
     sub->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")
         ->delimiter(',')
@@ -537,7 +538,10 @@ int run_cli(int argc, char** argv) {
     sub->add_option("--heads", ea.heads, "query heads")->check(CLI::Range(1, 1024))->capture_default_str();
     sub->add_option("--kv-heads", ea.kv_heads, "key/value heads (GQA)")->check(CLI::Range(1, 1024))->capture_default_str();
     sub->add_option("--head-dim", ea.head_dim, "head dimension")->check(CLI::Range(1, 1024))->capture_default_str();
-    sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p: the inner all-to-all group size")
+    sub->add_option("--a2a-size", ea.a2a_size, "a2a+p2p, double_ring: the inner all-to-all group size")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
+    sub->add_option("--window", ea.window, "double_ring: all-to-all groups per inner ring (LoongTrain's window)")
         ->check(CLI::Range(0, 1 << 20))
         ->capture_default_str();
     sub->add_flag("--pad", ea.pad, "pad sequences to the layout's divisibility rule instead of rejecting them");

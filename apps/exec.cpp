@@ -101,6 +101,7 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   req.layout = a.layout;
   req.cp = ranks;
   req.a2a_size = a.a2a_size;
+  req.window = a.window;
   req.heads_q = a.heads;
   req.heads_kv = a.kv_heads;
   req.head_dim = a.head_dim;

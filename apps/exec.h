@@ -35,7 +35,7 @@ struct ExecArgs {
   std::string dataset;              // … a dataset preset sampled up to `tokens`
   int64_t tokens = 16384;
   uint64_t seed = 1;
-  int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0;
+  int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0, window = 0;
   bool pad = false, backward = false;
   // How the plan runs, as an experiment's plan runs by default (baselines/cp_layouts.h
   // plan_micro_batch_attention): values on the wire in `dtype`, fused stages and the pipelined

@@ -87,6 +87,14 @@ bool any_pair(const AttentionPlan& p, const AttnSlice& q, const AttnSlice& kv) {
   return mask_pairs_in_tile(p.mask, p.seq_lengths[q.seq], q.tok_begin, q.tok_end, kv.tok_begin, kv.tok_end) > 0;
 }
 
+// Tokens [len·k/n, len·(k+1)/n) of `s` (empty when the slice has fewer than n tokens).
+AttnSlice piece_of(AttnSlice s, int32_t k, int32_t n) {
+  const int64_t len = s.tokens(), b = s.tok_begin;
+  s.tok_begin = b + len * k / n;
+  s.tok_end = b + len * (k + 1) / n;
+  return s;
+}
+
 // A ring of ring_size = ranks / a2a_size groups; group g is ranks [g·a, (g+1)·a) and covers its
 // members' home pieces, kept apart so that every tile input and every forwarded slice is one
 // buffer the rank holds. Member i computes query heads [i·H/a, (i+1)·H/a).
@@ -95,8 +103,18 @@ bool any_pair(const AttentionPlan& p, const AttnSlice& q, const AttnSlice& kv) {
 //   stage t ≥ 1: rank (g, i) sends the KV it used in stage t−1 to rank (g+1, i); tiles: the
 //                group's Q × the KV of group g−t.
 //   gather_out:  O of every member's tokens goes back to it (Ulysses' all-to-all back).
-void build_ring_of_groups(AttentionPlan& p, int32_t a2a_size) {
+// With a window w (1 < w < ring_size) the ring is LoongTrain's double ring: the groups form
+// ring_size / w windows of w consecutive groups (on consecutive ranks, so a window fills a node
+// when w·a = GPUs per node). Stage k = s·w + t: group (W, j) computes with the KV of group
+// (W − s, j − t) (indices mod the windows and mod w): an inner ring inside the window (t ≥ 1: from
+// (W, j − 1)) and an outer ring across windows, whose KV for outer step s + 1 comes from
+// (W − 1, j) in w pieces, one in each of stages s·w + 1 … (s + 1)·w, so every piece crosses the
+// network under an inner step's compute, every member of a window sending at once. KV travels in
+// those w token pieces of each slice (a rank forwards what it received), tiles read whole slices.
+void build_ring_of_groups(AttentionPlan& p, int32_t a2a_size, int32_t window) {
   const int32_t a = a2a_size, ring = p.ranks / a, heads = p.heads_q / a;
+  const int32_t w = window < 1 || window >= ring ? ring : window, windows = ring / w;
+  const int32_t pieces = w < ring ? w : 1;
   std::vector<std::vector<AttnSlice>> region(ring);
   for (int32_t g = 0; g < ring; ++g) {
     for (int32_t i = 0; i < a; ++i)
@@ -116,18 +134,31 @@ void build_ring_of_groups(AttentionPlan& p, int32_t a2a_size) {
       }
     }
   }
-  for (int32_t t = 0; t < ring; ++t) {
-    AttnStage& st = p.stages[t];
+  const auto mod = [](int32_t x, int32_t n) { return ((x % n) + n) % n; };
+  // The group whose KV group g computes with in stage k.
+  const auto source = [&](int32_t g, int32_t k) {
+    return mod(g / w - k / w, windows) * w + mod(g % w - k % w, w);
+  };
+  for (int32_t k = 0; k < ring; ++k) {
+    AttnStage& st = p.stages[k];
+    const int32_t s = k / w, t = k % w;
     for (int32_t g = 0; g < ring; ++g) {
+      const int32_t win = g / w, j = g % w;
+      const int32_t inner_to = win * w + mod(j + 1, w), outer_to = mod(win + 1, windows) * w + j;
       for (int32_t i = 0; i < a; ++i) {
         const int32_t rank = g * a + i, hb = i * heads, he = (i + 1) * heads;
-        if (t >= 1) {
-          for (const AttnSlice& kv : region[(g - t + 1 + ring) % ring]) {
-            st.transfers.push_back({rank, ((g + 1) % ring) * a + i, AttnTensor::kv, with_heads(kv, hb, he)});
-          }
-        }
+        // Sends pieces [first, last) of the KV group `to` computes with in stage `at`.
+        auto send = [&](int32_t to, int32_t at, int32_t first, int32_t last) {
+          for (const AttnSlice& kv : region[source(to, at)])
+            for (int32_t pc = first; pc < last; ++pc)
+              if (AttnSlice part = piece_of(kv, pc, pieces); part.tokens() > 0)
+                st.transfers.push_back({rank, to * a + i, AttnTensor::kv, with_heads(part, hb, he)});
+        };
+        if (t >= 1) send(inner_to, k, 0, pieces);
+        if (windows > 1 && t >= 1 && s + 1 < windows) send(outer_to, (s + 1) * w, t - 1, t);
+        if (windows > 1 && t == 0 && s >= 1) send(outer_to, k, pieces - 1, pieces);
         for (const AttnSlice& q : region[g]) {
-          for (const AttnSlice& kv : region[(g - t + ring) % ring]) {
+          for (const AttnSlice& kv : region[source(g, k)]) {
             if (kv.seq == q.seq && any_pair(p, q, kv))
               st.tiles[rank].push_back({with_heads(q, hb, he), with_heads(kv, hb, he)});
           }
@@ -307,10 +338,12 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   return plan;
 }
 
-int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size) {
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size,
+                               int64_t window) {
   // Per stage and rank: tiles (up to 4 per chunk pair of a sequence) and one transfer per piece.
   const int64_t pieces_per_rank = layout == "zigzag" || layout == "all_gather" ? 2 * sequences
                                   : layout == "a2a+p2p"                        ? 2 * sequences * std::max<int64_t>(1, a2a_size)
+                                  : layout == "double_ring" ? 2 * sequences * std::max<int64_t>(1, a2a_size) * std::max<int64_t>(1, window)
                                   : layout == "ring"                           ? sequences
                                                      : sequences / std::max<int64_t>(cp, 1) + 2;
   return 3 * cp * cp * pieces_per_rank;
@@ -357,7 +390,9 @@ std::string cp_layout_for_comm_type(const std::string& t) {
   return "";
 }
 
-std::vector<std::string> cp_layout_names() { return {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"}; }
+std::vector<std::string> cp_layout_names() {
+  return {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"};
+}
 
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
   const std::vector<std::string> names = cp_layout_names();
@@ -381,7 +416,8 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
   if (r.layout == "single" && r.cp != 1) return layout_error("single needs cp = 1, got cp = " + std::to_string(r.cp));
   // TransformerEngine splits every sequence into 2·cp chunks under static CP, a2a+p2p included
   // (references/context_parallel.md, THD packing); ring-flash-attention's ring into cp.
-  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather" || r.layout == "a2a+p2p";
+  const bool usp = r.layout == "a2a+p2p" || r.layout == "double_ring";
+  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather" || usp;
   if (two_chunks || r.layout == "ring") {
     if (auto e = fit_each(r, p.seq_lengths, two_chunks ? 2 * int64_t{r.cp} : r.cp)) return *e;
   } else if (auto e = fit_total(r, p.seq_lengths)) {
@@ -391,26 +427,33 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
     if (auto e = check_heads(r, r.cp, "cp")) return *e;
     a2a_size = r.cp;
   }
-  if (r.layout == "a2a+p2p") {
+  if (usp) {
     a2a_size = r.a2a_size == 0 ? auto_a2a_size(r.cp, r.heads_q, r.heads_kv) : r.a2a_size;
     if (a2a_size < 1 || r.cp % a2a_size != 0) {
-      return layout_error("a2a+p2p needs a2a_size to divide cp: a2a_size = " + std::to_string(a2a_size) +
+      return layout_error(r.layout + " needs a2a_size to divide cp: a2a_size = " + std::to_string(a2a_size) +
                           ", cp = " + std::to_string(r.cp));
     }
     if (auto e = check_heads(r, a2a_size, "a2a_size")) return *e;
   }
+  const int32_t ring_size = r.cp / a2a_size;
+  if (r.layout == "double_ring" && (r.window < 1 || ring_size % r.window != 0))
+    return layout_error("double_ring needs a window dividing the ring of cp / a2a_size = " + std::to_string(ring_size) +
+                        " groups, got window = " + std::to_string(r.window));
+  if (r.layout != "double_ring" && r.window != 0)
+    return layout_error(r.layout + " has no ring window (window = " + std::to_string(r.window) +
+                        "); only double_ring takes one");
 
   // all_gather balances causal work as the ring does: TransformerEngine's all-gather CP keeps two
   // Q chunks per rank (references/context_parallel.md), the zigzag chunks. a2a+p2p: after the
   // all-to-all inside a group of a consecutive ranks, the group holds a chunks from each end of
   // every sequence, so the ring of groups is balanced the zigzag way.
-  p.home = two_chunks            ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
+  p.home = two_chunks           ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
            : r.layout == "ring" ? per_sequence_homes(p.seq_lengths, r.cp, r.heads_q)
                                 : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
   if (r.layout == "all_gather") {
     build_all_gather(p);
   } else {
-    build_ring_of_groups(p, a2a_size);
+    build_ring_of_groups(p, a2a_size, r.window);
   }
   return p;
 }

@@ -22,9 +22,10 @@
 namespace cpbench {
 
 struct CpLayoutRequest {
-  std::string layout;    // "single" | "ring" | "zigzag" | "all_gather" | "a2a" | "a2a+p2p"
+  std::string layout;    // "single" | "ring" | "zigzag" | "all_gather" | "a2a" | "a2a+p2p" | "double_ring"
   int32_t cp = 1;        // ranks
-  int32_t a2a_size = 0;  // a2a+p2p: the inner all-to-all group size (divides cp); 0 = auto
+  int32_t a2a_size = 0;  // a2a+p2p, double_ring: the inner all-to-all group size (divides cp); 0 = auto
+  int32_t window = 0;    // double_ring: groups per inner ring (divides cp / a2a_size)
   std::vector<int64_t> seq_lengths;
   MaskSpec mask;
   int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
@@ -53,6 +54,10 @@ struct CpLayoutRequest {
 //               [g·a, (g+1)·a) form Ulysses group g over their home chunks, and the groups form a
 //               ring: rank (g, i) passes the KV of head range i to (g+1, i). Auto a2a_size: the
 //               largest divisor of cp that divides heads_q and heads_kv.
+//   double_ring LoongTrain's head-parallel × double ring: a2a+p2p whose ring of groups is split
+//               into windows of `window` consecutive groups: an inner ring inside each window and
+//               an outer ring across windows whose KV moves in `window` pieces, one under each
+//               inner step (window 1 or the whole ring: a2a+p2p's single ring).
 // Every rank's tiles are (q piece × kv piece) of one sequence where the mask allows a pair.
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
 
@@ -93,7 +98,8 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
 // every sequence, grow with cp² · sequences (a2a+p2p with a2a_size · cp² · sequences: a group's
 // tiles pair its 2·a2a_size pieces of a sequence); ring with cp² · sequences; the contiguous
 // layouts with cp · (sequences + cp).
-int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size = 1);
+int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size = 1,
+                               int64_t window = 1);
 
 // The largest plan cpbench builds: about 64 bytes an entry, with its derived backward, ~4 GiB.
 // Beyond it (a Dynamic-CP group of 257 ranks over 2048 sequences would need 811M entries) the

@@ -64,15 +64,21 @@ TEST(CpLayouts, EveryLayoutMaskAndCpGivesAWellFormedPlan) {
     for (int32_t cp : {1, 2, 4, 8}) {
       if (layout == "single" && cp != 1) continue;
       for (int32_t a2a_size : {0, 1, 2}) {
-        if (layout != "a2a+p2p" && a2a_size != 0) continue;
+        if (layout != "a2a+p2p" && layout != "double_ring" && a2a_size != 0) continue;
+        if (layout == "double_ring" && a2a_size == 0) continue;
         if (cp % std::max(1, a2a_size) != 0) continue;
+        const int32_t ring = cp / std::max(1, a2a_size);
+        for (int32_t window : {0, 1, 2, 4, 8})
         for (const MaskSpec& mask : masks()) {
+          if ((layout == "double_ring") != (window > 0) || (window > 0 && ring % window != 0)) continue;
           CpLayoutRequest r = request(layout, cp, mask);
           r.a2a_size = a2a_size;
+          r.window = window;
           Expected<AttentionPlan> p = plan_cp_layout(r);
           ASSERT_TRUE(p.ok()) << layout << " cp " << cp << ": " << p.error_str();
           EXPECT_EQ(check_attention_plan(*p), "")
-              << layout << " cp " << cp << " a2a " << a2a_size << " mask " << mask_kind_name(mask.kind);
+              << layout << " cp " << cp << " a2a " << a2a_size << " window " << window << " mask "
+              << mask_kind_name(mask.kind);
           EXPECT_EQ(p->ranks, cp);
           // The check is not vacuous: a plan missing any one of its tiles loses allowed pairs.
           AttentionPlan broken = *p;
@@ -90,7 +96,8 @@ TEST(CpLayouts, EveryLayoutMaskAndCpGivesAWellFormedPlan) {
       }
     }
   }
-  EXPECT_EQ(plans, 5 * (1 + 4 * 4 + (4 + 4 + 3)));
+  // double_ring: (a2a, windows) over cp 1, 2, 4, 8: 1, 2 + 1, 3 + 2, 4 + 3 combinations.
+  EXPECT_EQ(plans, 5 * (1 + 4 * 4 + (4 + 4 + 3) + 16));
 }
 
 // The size bound attach_attention_plans checks before building: never below the plan it stands
@@ -102,6 +109,10 @@ TEST(CpLayouts, PlanEntriesBoundHoldsTheBuiltPlan) {
       if (layout == "single" && cp != 1) continue;
       CpLayoutRequest r = request(layout, cp, MaskSpec{.kind = MaskKind::causal});
       r.seq_lengths.assign(40, 64);
+      if (layout == "double_ring") {
+        r.a2a_size = 1;
+        r.window = cp >= 4 ? 2 : 1;
+      }
       auto p = plan_cp_layout(r);
       ASSERT_TRUE(p) << layout << " cp " << cp << ": " << p.error_str();
       int64_t entries = static_cast<int64_t>(p->gather_out.size());
@@ -110,7 +121,7 @@ TEST(CpLayouts, PlanEntriesBoundHoldsTheBuiltPlan) {
         for (const auto& tiles : st.tiles) entries += static_cast<int64_t>(tiles.size());
       }
       // The request's heads (16 q, 8 kv) let a2a+p2p's automatic group reach every cp here.
-      const int64_t bound = cp_layout_plan_entries(layout, cp, 40, layout == "a2a+p2p" ? cp : 1);
+      const int64_t bound = cp_layout_plan_entries(layout, cp, 40, layout == "a2a+p2p" ? cp : 1, r.window);
       EXPECT_GE(bound, entries) << layout << " cp " << cp;
       if ((layout == "zigzag" || layout == "all_gather") && cp >= 4) EXPECT_LE(bound, 4 * entries) << layout << " cp " << cp;
     }
@@ -238,6 +249,53 @@ TEST(CpLayouts, UspCombinesAnA2aGroupWithARing) {
   EXPECT_EQ(plan_cp_layout(r)->stages.size(), 1u);
 }
 
+// LoongTrain's double ring: a window of 1 or the whole ring is a2a+p2p's single ring, transfer for
+// transfer; a real window moves the same bytes per rank, but across windows only in pieces of
+// 1/window of a group's KV per stage, every member of a window sending, where the single ring
+// sends a whole group's KV over one window boundary per stage.
+TEST(CpLayouts, DoubleRingIsTheRingWithItsKvCrossingWindowsInPieces) {
+  CpLayoutRequest usp = request("a2a+p2p", 8, {.kind = MaskKind::causal});
+  usp.seq_lengths = {256, 512, 128};  // zigzag chunks of 16, 32 and 8 tokens: four equal pieces each
+  usp.a2a_size = 1;
+  const AttentionPlan single = *plan_cp_layout(usp);
+  CpLayoutRequest dr = usp;
+  dr.layout = "double_ring";
+  for (int32_t window : {1, 8}) {
+    dr.window = window;
+    const AttentionPlan p = *plan_cp_layout(dr);
+    ASSERT_EQ(p.stages.size(), single.stages.size());
+    for (size_t k = 0; k < p.stages.size(); ++k) {
+      EXPECT_EQ(p.stages[k].transfers, single.stages[k].transfers) << "window " << window << " stage " << k;
+      EXPECT_EQ(p.stages[k].tiles, single.stages[k].tiles) << "window " << window << " stage " << k;
+    }
+  }
+  dr.window = 4;  // two windows of four ranks
+  const AttentionPlan p = *plan_cp_layout(dr);
+  EXPECT_EQ(check_attention_plan(p), "");
+  const RankBytes a = plan_bytes(p, true), b = plan_bytes(single, true);
+  for (int32_t r = 0; r < 8; ++r) {
+    EXPECT_NEAR(a.received[r], b.received[r], 1e-9 * b.received[r]) << "rank " << r;
+    EXPECT_NEAR(a.sent[r], b.sent[r], 1e-9 * b.sent[r]) << "rank " << r;
+  }
+  EXPECT_EQ(work_per_rank(p), work_per_rank(single));
+  const auto window_of = [](int32_t rank) { return rank / 4; };
+  const double group_kv = kv_bytes(single, home_tokens(single, 0));  // every rank's home: equal here
+  for (size_t k = 0; k < p.stages.size(); ++k) {
+    std::vector<double> across(8, 0.0), single_across(8, 0.0);
+    for (const AttnTransfer& t : p.stages[k].transfers)
+      if (window_of(t.src) != window_of(t.dst)) across[t.src] += transfer_bytes(p, t);
+    for (const AttnTransfer& t : single.stages[k].transfers)
+      if (window_of(t.src) != window_of(t.dst)) single_across[t.src] += transfer_bytes(single, t);
+    // Stages 1-4 carry the outer step's four pieces, from every rank of both windows.
+    const double piece = k >= 1 && k <= 4 ? group_kv / 4 : 0.0;
+    for (int32_t r = 0; r < 8; ++r) EXPECT_NEAR(across[r], piece, 1e-9 * group_kv) << "stage " << k << " rank " << r;
+    if (k >= 1) {  // the single ring: ranks 3 and 7 send a whole group's KV across, every stage
+      EXPECT_NEAR(single_across[3], group_kv, 1e-9 * group_kv);
+      EXPECT_NEAR(single_across[7], group_kv, 1e-9 * group_kv);
+    }
+  }
+}
+
 TEST(CpLayouts, ZigzagBalancesCausalWorkAndContiguousRingDoesNot) {
   CpLayoutRequest r = request("zigzag", 4, {.kind = MaskKind::causal});
   r.seq_lengths = {64, 128, 48};
@@ -291,7 +349,15 @@ TEST(CpLayouts, BadBatchesGiveTheStatedErrors) {
   EXPECT_EQ(plan_cp_layout(empty).error_str(),
             "ring: sequence 1 has 0 tokens; every sequence needs at least one token");
   EXPECT_EQ(plan_cp_layout(request("ulysses", 2)).error_str(),
-            "unknown CP layout \"ulysses\"; known layouts: single, ring, zigzag, all_gather, a2a, a2a+p2p");
+            "unknown CP layout \"ulysses\"; known layouts: single, ring, zigzag, all_gather, a2a, a2a+p2p, double_ring");
+  CpLayoutRequest dr = request("double_ring", 8);
+  dr.a2a_size = 2;
+  dr.window = 3;
+  EXPECT_EQ(plan_cp_layout(dr).error_str(),
+            "double_ring needs a window dividing the ring of cp / a2a_size = 4 groups, got window = 3");
+  dr.layout = "zigzag";
+  dr.window = 2;
+  EXPECT_EQ(plan_cp_layout(dr).error_str(), "zigzag has no ring window (window = 2); only double_ring takes one");
 }
 
 

@@ -30,6 +30,21 @@ bool held(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
   return std::any_of(slices.begin(), slices.end(), [&](const AttnSlice& h) { return h.contains(s); });
 }
 
+// Whether held slices with all of s's heads cover s's tokens, in one piece or several: a tile's
+// input the executor can assemble from token pieces (a transfer sends one held slice: `held`).
+bool assembles(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (const AttnSlice& h : slices)
+    if (h.seq == s.seq && h.head_begin <= s.head_begin && h.head_end >= s.head_end) runs.push_back({h.tok_begin, h.tok_end});
+  std::sort(runs.begin(), runs.end());
+  int64_t reach = s.tok_begin;
+  for (const auto& [b, e] : runs) {
+    if (b > reach) break;
+    reach = std::max(reach, e);
+  }
+  return reach >= s.tok_end;
+}
+
 // `region` cut at every token and head bound of `slices` that falls inside it: cells that each
 // slice either contains or misses.
 std::vector<AttnSlice> cells(const AttnSlice& region, const std::vector<AttnSlice>& slices) {
@@ -463,8 +478,8 @@ std::string check_attention_plan(const AttentionPlan& p) {
           out.add(who + ": q " + str(t.q) + " and kv " + str(t.kv) + " differ in sequence or heads");
           continue;
         }
-        if (!held(t.q, held_q[r])) out.add(who + ": q " + str(t.q) + " is not held");
-        if (!held(t.kv, held_kv[r])) out.add(who + ": kv " + str(t.kv) + " is not held");
+        if (!assembles(t.q, held_q[r])) out.add(who + ": q " + str(t.q) + " is not held");
+        if (!assembles(t.kv, held_kv[r])) out.add(who + ": kv " + str(t.kv) + " is not held");
         computed_q[r].push_back(t.q);
       }
     }

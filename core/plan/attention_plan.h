@@ -45,6 +45,7 @@ struct AttnTransfer {
 // heads), under the plan's mask; its partial (O, LSE) merges into the rank's result for `q`.
 struct AttnTile {
   AttnSlice q, kv;
+  bool operator==(const AttnTile&) const = default;
 };
 
 // A stage's transfers are posted before the previous stage's tiles run, so communication of
@@ -57,7 +58,7 @@ struct AttnStage {
 };
 
 struct AttentionPlan {
-  std::string layout;                  // "single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"
+  std::string layout;                  // a cp_layouts name ("zigzag", "double_ring", …) or "dcp"
   int32_t ranks = 1;
   std::vector<int64_t> seq_lengths;    // the micro-batch's sequences, in tokens (padded lengths)
   MaskSpec mask;

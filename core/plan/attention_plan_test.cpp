@@ -166,11 +166,14 @@ TEST(AttentionPlan, UlyssesTilesReadPiecesReceivedFromEveryRank) {
   const AttentionPlan p = ulysses();
   EXPECT_EQ(check_attention_plan(p), "");
 
-  // A tile input must lie in one held buffer, not in a union of two.
+  // A tile input may be assembled from token pieces that each hold all its heads (rank 0's home
+  // [0, 4) and the received [4, 8) of head 0), not from pieces holding some of its heads.
   AttentionPlan spanning = p;
   spanning.stages[0].tiles[0] = {{sl(0, 8, 0, 1), sl(0, 8, 0, 1)}};
+  EXPECT_EQ(check_attention_plan(spanning).find("is not held"), std::string::npos);
+  spanning.stages[0].tiles[0] = {{sl(0, 8, 0, 2), sl(0, 8, 0, 2)}};
   EXPECT_EQ(check_attention_plan(spanning).substr(0, 72),
-            "stage 0 rank 0 tile: q sequence 0 tokens [0, 8) heads [0, 1) is not held");
+            "stage 0 rank 0 tile: q sequence 0 tokens [0, 8) heads [0, 2) is not held");
 
   AttentionPlan lost = p;
   lost.gather_out.pop_back();

@@ -25,7 +25,10 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.zero3_reshard_after_forward = o.boolean_or("zero3_reshard_after_forward", true);
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.cp_comm_overlap = o.boolean_or("cp_comm_overlap", false);
-  p.attention_layout = o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p"});
+  p.attention_layout =
+      o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"});
+  p.attention_a2a_size = o.integer_or("attention_a2a_size", 0, 0, 1024);
+  p.attention_ring_window = o.integer_or("attention_ring_window", 0, 0, 1 << 20);
   p.attention_sparse_kernel = o.boolean_or("attention_sparse_kernel", false);
   p.dcp_block_tokens = o.integer_or("dcp_block_tokens", 0, 0, int64_t{1} << 24);
   p.dcp_divisions = o.integer_or("dcp_divisions", 4, 1, 64);

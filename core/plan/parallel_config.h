@@ -51,8 +51,12 @@ struct ParallelConfig {
   bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
-  // (baselines/cp_layouts.h: "ring", "zigzag", "all_gather", "a2a", "a2a+p2p").
+  // (baselines/cp_layouts.h: "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the
+  // a2a+p2p / double_ring head-parallel group size (0: the largest dividing both head counts) and
+  // the double ring's window (LoongTrain's inner ring, in head-parallel groups).
   std::string attention_layout = "zigzag";
+  int64_t attention_a2a_size = 0;
+  int64_t attention_ring_window = 0;
   // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (stages) and
   // the balance tolerances of memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0:
   // DCP's heuristic (dcp_block_size).

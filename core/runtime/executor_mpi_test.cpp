@@ -39,7 +39,9 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
   CpLayoutRequest req;
   req.layout = layout;
   req.cp = cp;
-  req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : 0;
+  req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : layout == "double_ring" ? (cp >= 8 ? 2 : 1) : 0;
+  // double_ring: windows of two groups (cp 4: two windows of 2 ranks; cp 8: two of 2 × 2 ranks).
+  if (layout == "double_ring") req.window = cp / req.a2a_size >= 4 ? 2 : 1;
   req.seq_lengths = std::move(lengths);
   req.mask = m.mask;
   req.heads_q = 8;
@@ -173,7 +175,7 @@ TEST(Executor, RunsThroughTheKernelBackendInterface) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Layouts,
-                         ::testing::Values("single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p"),
+                         ::testing::Values("single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& c : n)

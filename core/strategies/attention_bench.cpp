@@ -44,6 +44,8 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   CpLayoutRequest r;
   r.layout = in.parallel.attention_layout;
   r.cp = static_cast<int32_t>(in.parallel.cp);
+  r.a2a_size = static_cast<int32_t>(in.parallel.attention_a2a_size);
+  r.window = static_cast<int32_t>(in.parallel.attention_ring_window);
   r.seq_lengths = in.batch.lengths;
   // A static layout's tiles are the causal mask's. As shipped it cannot skip a sparse mask's work:
   // each tile is computed whole with the mask applied inside (the causal envelope). With
