@@ -29,6 +29,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
       o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"});
   p.attention_a2a_size = o.integer_or("attention_a2a_size", 0, 0, 1024);
   p.attention_ring_window = o.integer_or("attention_ring_window", 0, 0, 1 << 20);
+  p.attention_pad_to_longest = o.boolean_or("attention_pad_to_longest", false);
   p.attention_sparse_kernel = o.boolean_or("attention_sparse_kernel", false);
   p.dcp_block_tokens = o.integer_or("dcp_block_tokens", 0, 0, int64_t{1} << 24);
   p.dcp_divisions = o.integer_or("dcp_divisions", 4, 1, 64);

@@ -57,6 +57,9 @@ struct ParallelConfig {
   std::string attention_layout = "zigzag";
   int64_t attention_a2a_size = 0;
   int64_t attention_ring_window = 0;
+  // Every sequence padded to the batch's longest (a layout without variable-length input: DCP §7
+  // ran LoongTrain so), the padding computed as tokens.
+  bool attention_pad_to_longest = false;
   // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (stages) and
   // the balance tolerances of memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0:
   // DCP's heuristic (dcp_block_size).

@@ -1,5 +1,6 @@
 #include "core/strategies/attention_bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -57,6 +58,18 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
   r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
   r.pad = true;
+  // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
+  // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to).
+  const int64_t cp = in.parallel.cp;
+  int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" ? 1 : 2 * cp;
+  if (in.parallel.attention_pad_to_longest && !r.seq_lengths.empty()) {
+    // Every sequence becomes the longest, rounded up to the layout's multiple: a multiple that
+    // every length rounds up to exactly.
+    const int64_t longest = *std::max_element(r.seq_lengths.begin(), r.seq_lengths.end());
+    const int64_t m = std::max<int64_t>(pad_to, 1);
+    pad_to = (longest + m - 1) / m * m;
+    r.seq_lengths.assign(r.seq_lengths.size(), pad_to);
+  }
   auto a = plan_cp_layout(r);
   if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
   a->mask = in.batch.mask;
@@ -64,10 +77,6 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   a->value_bytes = value_bytes(in.parallel);
   a->fused_stages = true;
   a->pipelined_backward = true;
-  // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
-  // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to).
-  const int64_t cp = in.parallel.cp;
-  const int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" ? 1 : 2 * cp;
   return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));
 }
 

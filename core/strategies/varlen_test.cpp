@@ -385,5 +385,63 @@ TEST_F(VarlenTest, StaticLayoutsSkipMaskedWorkOnlyWithTheSparseKernel) {
   EXPECT_GT(envelope, 2 * masked);
 }
 
+// A layout without variable-length input (DCP §7's LoongTrain) pads every sequence to the batch's
+// longest and computes the padding: the plan holds n sequences of the longest length rounded up to
+// the layout's multiple, the micro-batch reports it as padding, and the causal work is n · M(M+1)/2.
+TEST_F(VarlenTest, PaddingToTheLongestComputesThePadding) {
+  ParallelConfig p;
+  p.num_gpus = p.cp = 4;
+  p.attention_layout = "double_ring";
+  p.attention_a2a_size = 1;
+  p.attention_ring_window = 2;
+  GlobalBatch b;
+  b.lengths = {1000, 37, 300};
+  b.mask = MaskSpec{MaskKind::causal};
+  p.attention_pad_to_longest = true;
+  PlanOutcome padded = plan_cp_attention(StrategyInput{cluster_, model_, p, b});
+  ASSERT_EQ(padded.status, "ok") << padded.reason;
+  const PlanMicroBatch& mb = padded.plan.micro_batches[0][0];
+  EXPECT_EQ(mb.pad_to, 1000);  // 1000 is already a multiple of 2·cp = 8
+  EXPECT_EQ(mb.padded_tokens(), 3000);
+  EXPECT_EQ(mb.attention->seq_lengths, (std::vector<int64_t>{1000, 1000, 1000}));
+  int64_t pairs = 0;
+  for (const AttnStage& st : mb.attention->stages)
+    for (const auto& tiles : st.tiles)
+      for (const AttnTile& t : tiles) pairs += tile_work_pairs(*mb.attention, t) * t.q.heads();
+  EXPECT_EQ(pairs, 3 * mask_pairs(b.mask, 1000) * mb.attention->heads_q);
+  p.attention_pad_to_longest = false;
+  PlanOutcome varlen = plan_cp_attention(StrategyInput{cluster_, model_, p, b});
+  ASSERT_EQ(varlen.status, "ok") << varlen.reason;
+  EXPECT_EQ(varlen.plan.micro_batches[0][0].attention->seq_lengths, (std::vector<int64_t>{1000, 40, 304}));
+}
+
+// LoongTrain's reason for the double ring: across two 8-GPU nodes, with the inner ring on a node
+// (window 4 of 2-rank head groups), every GPU of a node sends a piece of the outer step's K/V
+// across at once, where the single ring sends a whole step's K/V from one GPU per node boundary.
+// On a network-bound batch (many short sequences) the double ring is faster, moving the same bytes.
+TEST_F(VarlenTest, DoubleRingUsesEveryNicOfANode) {
+  ParallelConfig p;
+  p.num_gpus = p.cp = 16;
+  p.attention_layout = "a2a+p2p";
+  p.attention_a2a_size = 2;
+  GlobalBatch b;
+  b.lengths.assign(64, 1024);
+  b.mask = MaskSpec{MaskKind::causal};
+  ModelShape m = model_;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.hidden = 8 * 128;
+  auto eval = [&] { return plan_and_evaluate(plan_cp_attention, StrategyInput{cluster_, m, p, b}, "megatron"); };
+  const Evaluation single = eval();
+  p.attention_layout = "double_ring";
+  p.attention_ring_window = 4;
+  const Evaluation dr = eval();
+  ASSERT_EQ(single.status, "ok") << single.reason;
+  ASSERT_EQ(dr.status, "ok") << dr.reason;
+  EXPECT_DOUBLE_EQ(dr.metrics.at("cp_comm_bytes_network") + dr.metrics.at("cp_comm_bytes_nvlink"),
+                   single.metrics.at("cp_comm_bytes_network") + single.metrics.at("cp_comm_bytes_nvlink"));
+  EXPECT_LT(dr.metrics.at("attention_time_s"), 0.8 * single.metrics.at("attention_time_s"));
+}
+
 }  // namespace
 }  // namespace cpbench
