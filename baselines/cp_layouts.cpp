@@ -329,7 +329,9 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
   plan->mask = mask;
-  plan->causal_envelope_work = sparse;
+  // With attention_sparse_kernel the kernels skip the mask's empty key blocks (DCP §7.2's
+  // TransformerEngine on DCP's masked kernels); the transfers stay the layout's.
+  plan->causal_envelope_work = sparse && !layout.attention_sparse_kernel;
   plan->value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
   // As TransformerEngine runs CP attention on GPUs: a CP step's THD pack is one kernel call, and
   // the backward's inputs and partial gradients travel step by step under the kernels.

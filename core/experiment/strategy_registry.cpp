@@ -20,6 +20,7 @@ const std::vector<StrategyInfo>& strategies() {
       {"dynamic_cp", "Dynamic-CP, Megatron main's scheduler: CP size per sequence, balanced rounds, barrier per round", plan_dynamic_cp},
       {"dynamic_cp_dev", "Dynamic-CP, Megatron dev's packing-aware scheduler: rounds under a 1.05 cap, deferral, PP-friendly", plan_dynamic_cp_dev},
       {"cp_attention", "attention micro-benchmark: the batch's attention (one layer, fwd + bwd) under a static CP layout (parallel.attention_layout) over all GPUs", plan_cp_attention},
+      {"dcp", "DCP end to end: plan_packing's micro-batches with each CP group's attention placed by DCP's blockwise planner (SOSP'25 §7.2), nothing padded", plan_dcp_training, true},
       {"dcp_attention", "attention micro-benchmark: DCP's blockwise placement by hypergraph partitioning (SOSP'25) over all GPUs", plan_dcp_attention, true},
       {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", plan_dynamic_cp_solver},
   };

@@ -1,5 +1,7 @@
 #include "core/plan/plan.h"
 
+#include <algorithm>
+
 #include "core/workload/batch.h"
 
 namespace cpbench {
@@ -23,6 +25,10 @@ int64_t PlanMicroBatch::padded_tokens() const {
   int64_t t = 0;
   for (size_t i = 0; i < lengths.size(); ++i) t += padded_length(i);
   return t;
+}
+
+int64_t PlanMicroBatch::rank_tokens() const {
+  return fullest_rank_tokens > 0 ? fullest_rank_tokens : padded_tokens() / std::max<int64_t>(1, cp);
 }
 
 }  // namespace cpbench

@@ -87,7 +87,7 @@ Boundary boundary(const CostModel& cost, const ModelShape& model, const Parallel
   const bool inter_node = global_rank(L, from_stage, 0, 0) / g != global_rank(L, to_stage, 0, 0) / g;
   const Link link = inter_node ? Link::network : Link::nvlink;
   if (mb.lengths.empty()) return {};
-  const double bytes = 2.0 * static_cast<double>(mb.padded_tokens()) * model.hidden / std::max<int64_t>(1, mb.cp);
+  const double bytes = 2.0 * static_cast<double>(mb.rank_tokens()) * model.hidden;
   auto on_link = [&](double b) { return inter_node ? LinkBytes{0, b} : LinkBytes{b, 0}; };
   if (L.sequence_parallel) return {cost.p2p_s(bytes / L.tp, link), on_link(bytes / L.tp)};  // sharded over TP
   if (L.scatter_gather && L.tp > 1 && inter_node) {

@@ -19,9 +19,6 @@ double fwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.n, g.k); 
 double dgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.k, g.n); }
 double wgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.k, g.n, g.m); }
 
-// Tokens one rank of the micro-batch's CP group holds.
-int64_t rank_tokens(const PlanMicroBatch& mb) { return mb.padded_tokens() / std::max<int64_t>(1, mb.cp); }
-
 // `ops` without ZeRO-3's parameter gathers and the waits for them (deps on them dropped, the rest
 // renumbered).
 OpList without_zero3_ops(const OpList& ops) {
@@ -227,7 +224,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
                      const PlanMicroBatch& mb, const AttentionCost* attention) {
   if (mb.lengths.empty()) return {};  // an idle slot
   const int64_t t = layout.tp;
-  const int64_t T = rank_tokens(mb);
+  const int64_t T = mb.rank_tokens();
   const int64_t h = m.hidden;
   const int64_t qkv_n = (h + 2 * m.kv_dim()) / t;
   const int64_t ffn_n = (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t;
@@ -414,7 +411,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
 LayerOps lower_embedding(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                          const PlanMicroBatch& mb) {
   // Gather rows of the (vocabulary-parallel) table, add positions, all-reduce over TP.
-  const double bytes = kAct * static_cast<double>(rank_tokens(mb)) * m.hidden;
+  const double bytes = kAct * static_cast<double>(mb.rank_tokens()) * m.hidden;
   if (bytes <= 0) return {};
   OpBuilder f(cost), b(cost);
   f.tp("tp all-reduce", Collective::all_reduce, bytes, tp_group(cost, layout),
@@ -425,7 +422,7 @@ LayerOps lower_embedding(const CostModel& cost, const ModelShape& m, const Paral
 
 LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                             const PlanMicroBatch& mb) {
-  const int64_t T = rank_tokens(mb);
+  const int64_t T = mb.rank_tokens();
   if (T == 0) return {};
   const Gemm logits{T, m.vocab / layout.tp, m.hidden};
   // Vocabulary-parallel cross-entropy in fp32: the logits' max, sum of exponentials and target

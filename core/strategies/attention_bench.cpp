@@ -84,29 +84,11 @@ PlanOutcome plan_dcp_attention(const StrategyInput& in) {
   if (auto why = check_bench_layout(in.parallel); !why.empty()) return PlanOutcome::infeasible(why);
   auto cost = CostModel::create(in.cluster);
   if (!cost) return PlanOutcome::error(cost.error_str());
-  DcpRequest r;
-  r.seq_lengths = in.batch.lengths;
-  r.mask = in.batch.mask;
-  r.heads_q = static_cast<int32_t>(in.model.heads);
-  r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
-  r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
-  r.value_bytes = value_bytes(in.parallel);
-  r.ranks = static_cast<int32_t>(in.parallel.cp);
-  r.gpus_per_node = in.cluster.gpus_per_node;
-  r.block_tokens = in.parallel.dcp_block_tokens > 0 ? in.parallel.dcp_block_tokens
-                                                    : dcp_block_size(r.seq_lengths, r.ranks, in.parallel.dcp_eps_mem);
-  r.divisions = static_cast<int32_t>(in.parallel.dcp_divisions);
-  r.head_blocks = static_cast<int32_t>(in.parallel.dcp_head_blocks);
-  r.eps_mem = in.parallel.dcp_eps_mem;
-  r.eps_comp = in.parallel.dcp_eps_comp;
+  const DcpRequest r = dcp_request(in.batch.lengths, in.batch.mask, in.model, in.parallel,
+                                   static_cast<int32_t>(in.parallel.cp), in.cluster.gpus_per_node);
   auto d = plan_dcp(r, *cost);
   if (!d) return PlanOutcome::error("dcp: " + d.error_str());
-  char note[320];
-  std::snprintf(note, sizeof note,
-                "dcp: %lld data blocks (%lld tokens × a head block), %lld computation blocks, km1 %.4g MB, %d stages; fullest GPU %.2f× the mean memory, %.2f× the mean compute",
-                static_cast<long long>(d->data_blocks), static_cast<long long>(r.block_tokens),
-                static_cast<long long>(d->compute_blocks), d->km1_bytes / 1e6, r.divisions, d->memory_over_mean,
-                d->compute_over_mean);
+  const std::string note = dcp_note(r, *d);
   PlanOutcome out = PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(d->plan))));
   out.reason = note;
   return out;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
@@ -331,6 +333,47 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     else p.gather_out.push_back(t);
   }
   return out;
+}
+
+DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask, const ModelShape& model,
+                       const ParallelConfig& layout, int32_t ranks, int32_t ranks_per_node) {
+  DcpRequest r;
+  r.seq_lengths = lengths;
+  r.mask = mask;
+  r.heads_q = static_cast<int32_t>(model.heads / layout.tp);
+  r.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
+  r.head_dim = static_cast<int32_t>(model.head_dim());
+  r.value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
+  r.ranks = ranks;
+  r.gpus_per_node = ranks_per_node;
+  r.block_tokens = layout.dcp_block_tokens > 0 ? layout.dcp_block_tokens : dcp_block_size(lengths, ranks, layout.dcp_eps_mem);
+  r.divisions = static_cast<int32_t>(layout.dcp_divisions);
+  r.head_blocks = static_cast<int32_t>(layout.dcp_head_blocks);
+  r.eps_mem = layout.dcp_eps_mem;
+  r.eps_comp = layout.dcp_eps_comp;
+  return r;
+}
+
+std::string dcp_note(const DcpRequest& r, const DcpResult& d) {
+  char note[320];
+  std::snprintf(note, sizeof note,
+                "dcp: %lld data blocks (%lld tokens × a head block), %lld computation blocks, km1 %.4g MB, %d stages; "
+                "fullest GPU %.2f× the mean memory, %.2f× the mean compute",
+                static_cast<long long>(d.data_blocks), static_cast<long long>(r.block_tokens),
+                static_cast<long long>(d.compute_blocks), d.km1_bytes / 1e6, r.divisions, d.memory_over_mean,
+                d.compute_over_mean);
+  return note;
+}
+
+int64_t dcp_fullest_rank_tokens(const AttentionPlan& plan) {
+  double fullest = 0;
+  for (const auto& homes : plan.home) {
+    double share = 0;
+    for (const AttnSlice& s : homes)
+      share += static_cast<double>(s.tokens()) * s.heads() / std::max(1, plan.heads_q);
+    fullest = std::max(fullest, share);
+  }
+  return static_cast<int64_t>(std::ceil(fullest - 1e-9));
 }
 
 }  // namespace cpbench

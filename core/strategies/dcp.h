@@ -37,7 +37,11 @@
 
 #include "core/common/expected.h"
 #include "core/cost/cost_model.h"
+#include <string>
+
+#include "core/model/model.h"
 #include "core/plan/attention_plan.h"
+#include "core/plan/parallel_config.h"
 #include "core/strategies/hypergraph.h"
 #include "core/workload/mask.h"
 
@@ -79,5 +83,18 @@ Expected<Hypergraph> dcp_hypergraph(const DcpRequest& request, const CostModel& 
 
 // Errors: sizes that cannot plan (no ranks, block size < 1), a partitioner failure.
 Expected<DcpResult> plan_dcp(const DcpRequest& request, const CostModel& cost);
+
+// The request for `lengths` on a CP group of `ranks`, `ranks_per_node` of them per node, with one
+// TP rank's heads of `model` under `layout` (its dcp_* settings; block size 0: dcp_block_size's
+// heuristic; 16-bit values for bf16/fp16).
+DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask, const ModelShape& model,
+                       const ParallelConfig& layout, int32_t ranks, int32_t ranks_per_node);
+
+// One line for a result's note: blocks, km1, stages, the fullest GPU against the mean.
+std::string dcp_note(const DcpRequest& request, const DcpResult& result);
+
+// The tokens the fullest rank of the plan holds, heads counted as a share (a home of half the
+// query heads of 100 tokens holds 50): the rows of its linear layers.
+int64_t dcp_fullest_rank_tokens(const AttentionPlan& plan);
 
 }  // namespace cpbench

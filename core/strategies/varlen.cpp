@@ -2,6 +2,7 @@
 
 #include "baselines/cp_layouts.h"
 #include "core/model/formulas.h"
+#include "core/strategies/dcp.h"
 #include "core/strategies/dyncp_solver.h"
 #include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
@@ -118,6 +119,50 @@ Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<i
 }
 
 PlanOutcome plan_packing(const StrategyInput& in) { return plan_static(in, "dp_balanced"); }
+
+PlanOutcome plan_dcp_training(const StrategyInput& in) {
+  Plan plan;
+  if (auto why = plan_static_cp(in, "dp_balanced", &plan); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = check_decoder_mask(in.batch.mask); !why.empty()) return PlanOutcome::error(why);
+  plan.mask = in.batch.mask;
+  auto cost = CostModel::create(in.cluster);
+  if (!cost) return PlanOutcome::error(cost.error_str());
+  const ParallelConfig& L = plan.layout;
+  const int64_t g = std::max(1, in.cluster.gpus_per_node);
+  std::string note;
+  // One DCP plan per CP group's micro-batch (its copies on the group's ranks share it).
+  std::map<std::pair<int64_t, int64_t>, std::pair<std::shared_ptr<const AttentionPlan>, int64_t>> made;
+  for (auto& rank : plan.micro_batches)
+    for (size_t k = 0; k < rank.size(); ++k) {
+      PlanMicroBatch& mb = rank[k];
+      if (mb.cp <= 1 || mb.lengths.empty()) continue;
+      mb.pad_to = 1;  // DCP cuts sequences into blocks; nothing is padded
+      auto key = std::make_pair(static_cast<int64_t>(k), mb.first_rank);
+      auto it = made.find(key);
+      if (it == made.end()) {
+        // The planner takes ranks filling nodes in order: the group's members must sit on their
+        // nodes in equal consecutive runs (TP inside a node, CP across, as Megatron orders ranks).
+        const auto node = [&](int64_t i) { return global_rank(L, 0, mb.first_rank + i, 0) / g; };
+        int64_t per_node = 1;
+        while (per_node < mb.cp && node(per_node) == node(0)) ++per_node;
+        for (int64_t i = 0; i < mb.cp; ++i)
+          if (mb.cp % per_node != 0 || node(i) != node(0) + i / per_node)
+            return PlanOutcome::infeasible("dcp: the CP group's ranks do not fill nodes in equal consecutive runs");
+        const DcpRequest r = dcp_request(mb.lengths, in.batch.mask, in.model, L, static_cast<int32_t>(mb.cp),
+                                         static_cast<int32_t>(per_node));
+        auto d = plan_dcp(r, *cost);
+        if (!d) return PlanOutcome::error("dcp: " + d.error_str());
+        if (note.empty()) note = dcp_note(r, *d);
+        const int64_t fullest = dcp_fullest_rank_tokens(d->plan);
+        it = made.emplace(key, std::make_pair(std::make_shared<const AttentionPlan>(std::move(d->plan)), fullest)).first;
+      }
+      mb.attention = it->second.first;
+      mb.fullest_rank_tokens = it->second.second;
+    }
+  PlanOutcome out = PlanOutcome::ok(std::move(plan));
+  out.reason = note;
+  return out;
+}
 PlanOutcome plan_packing_ffd(const StrategyInput& in) { return plan_static(in, "first_fit_decreasing"); }
 PlanOutcome plan_packing_flops(const StrategyInput& in) { return plan_static(in, "flops_balanced"); }
 
