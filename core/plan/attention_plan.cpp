@@ -257,7 +257,7 @@ SliceKey key_of(int32_t rank, AttnTensor t, const AttnSlice& s) {
 // received travels on with the slice when the rank forwarded it to exactly one rank (a ring: the
 // running dK/dV goes round with K/V and ends at its owner), otherwise it goes home; it leaves in the
 // phase after the rank's last tile that touches the slice, and after the partial it merges
-// arrived.
+// arrived. A slice received by a relay (two-phase) returns its partial to the relay instead.
 std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
   const size_t stages = plan.stages.size();
   std::vector<AttnBackwardPhase> phases(stages + 2);
@@ -274,13 +274,18 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;  // a forward output
       phase(i).transfers.push_back(t);
       if (t.tensor == AttnTensor::q)
-        for (AttnTensor x : {AttnTensor::dout, AttnTensor::out}) phase(i).transfers.push_back({t.src, t.dst, x, t.slice});
+        for (AttnTensor x : {AttnTensor::dout, AttnTensor::out})
+          phase(i).transfers.push_back({t.src, t.dst, x, t.slice, t.relay});
       forwards[key_of(t.src, t.tensor, t.slice)].emplace_back(i, t.dst);
     }
   std::map<SliceKey, size_t> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
+  // A relayed slice's partial goes back to its relay, inside the node, and the relay's summed
+  // partial crosses the network once: relays first, so the relay knows when they arrive.
+  for (const bool relays : {true, false})
   for (size_t i = 0; i < stages; ++i)
     for (const AttnTransfer& t : plan.stages[i].transfers) {
       if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;
+      if (t.relay != relays) continue;
       const bool kv_side = t.tensor == AttnTensor::kv;
       const AttnTensor grad = kv_side ? AttnTensor::dkv : AttnTensor::dq;
       const int32_t r = t.dst;
@@ -288,6 +293,11 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       for (size_t st = i; st < stages; ++st)
         if (touches(plan, st, r, kv_side, t.slice)) when = std::max(when, st + 2);
       if (auto m = merged_after.find(key_of(r, grad, t.slice)); m != merged_after.end()) when = std::max(when, m->second + 1);
+      if (t.relay) {
+        phase(when).transfers.push_back({r, t.src, grad, t.slice});
+        merged_after[key_of(t.src, grad, t.slice)] = std::max(merged_after[key_of(t.src, grad, t.slice)], when);
+        continue;
+      }
       std::vector<std::pair<size_t, int32_t>> onward;
       if (auto f = forwards.find(key_of(r, t.tensor, t.slice)); f != forwards.end())
         for (const auto& [st, dst] : f->second)
@@ -436,10 +446,16 @@ std::string check_attention_plan(const AttentionPlan& p) {
   for (size_t s = 0; s < p.stages.size() && !out.full(); ++s) {
     const AttnStage& st = p.stages[s];
     const std::string at = "stage " + std::to_string(s);
-    // Transfers of a stage run together: a rank forwards only what it held before the stage.
+    // Transfers of a stage run together: a rank forwards only what it held before the stage, or,
+    // by a relay, what it receives in the stage by a transfer that is no relay.
     std::vector<AttnTransfer> arrived;
+    std::vector<const AttnTransfer*> relays;
     for (const AttnTransfer& t : st.transfers) {
       if (!check_transfer(t, at + " transfer")) continue;
+      if (t.relay) {
+        relays.push_back(&t);
+        continue;
+      }
       const bool is_q = t.tensor == AttnTensor::q, is_kv = t.tensor == AttnTensor::kv;
       if (t.tensor == AttnTensor::out) {
         early_out.emplace_back(s, &t);
@@ -459,6 +475,25 @@ std::string check_attention_plan(const AttentionPlan& p) {
                 str(t.slice) + " that it does not hold");
       }
       arrived.push_back(t);
+    }
+    const size_t direct = arrived.size();
+    for (const AttnTransfer* t : relays) {
+      const std::string what = std::string(attn_tensor_name(t->tensor)) + " of " + str(t->slice);
+      if (t->tensor != AttnTensor::q && t->tensor != AttnTensor::kv) {
+        out.add(at + ": a relay carries " + std::string(attn_tensor_name(t->tensor)) + "; relays carry q and kv");
+        continue;
+      }
+      const auto first_hop = [&](const AttnTransfer& a) { return a.dst == t->src && a.tensor == t->tensor && a.slice == t->slice; };
+      if (std::none_of(arrived.begin(), arrived.begin() + static_cast<std::ptrdiff_t>(direct), first_hop))
+        out.add(at + ": rank " + std::to_string(t->src) + " relays " + what + " that it does not receive in the stage");
+      const auto& dst_held = t->tensor == AttnTensor::q ? held_q[t->dst] : held_kv[t->dst];
+      const bool twice = held(t->slice, dst_held) ||
+                         std::any_of(arrived.begin(), arrived.end(), [&](const AttnTransfer& a) {
+                           return a.dst == t->dst && a.tensor == t->tensor && a.slice.contains(t->slice);
+                         });
+      if (twice)
+        out.add(at + ": rank " + std::to_string(t->dst) + " receives " + what + " that it already holds");
+      arrived.push_back(*t);
     }
     for (const AttnTransfer& t : arrived) {
       if (t.tensor == AttnTensor::q) held_q[t.dst].push_back(t.slice);

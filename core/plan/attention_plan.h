@@ -38,6 +38,10 @@ struct AttnTransfer {
   int32_t src = 0, dst = 0;
   AttnTensor tensor = AttnTensor::kv;
   AttnSlice slice;
+  // A relay forwards a q or kv slice that its src receives (not by a relay) in the same stage, and
+  // leaves once that receive is done: DCP's two-phase communication, a block crossing the network
+  // once to one GPU of a node and copied from there to the node's other GPUs that need it.
+  bool relay = false;
   bool operator==(const AttnTransfer&) const = default;
 };
 
@@ -48,7 +52,8 @@ struct AttnTile {
   bool operator==(const AttnTile&) const = default;
 };
 
-// A stage's transfers are posted before the previous stage's tiles run, so communication of
+// A stage's transfers are posted before the previous stage's tiles run (a relay once what it
+// forwards has arrived), so communication of
 // stage i+1 overlaps compute of stage i (ring attention's double buffering). They carry inputs
 // (q, kv) and, in stage s, final partial outputs (out) of rows their sender computed in stages
 // before s − 1 and computes no more of: DCP's reductions inside the divisions.

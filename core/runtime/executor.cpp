@@ -14,6 +14,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // One tag per phase: both sides walk the same transfer list in the same order, and MPI keeps
 // messages between a pair of ranks with one tag in order, so no per-transfer tag is needed.
 enum Tag : int { kTagForward = 11, kTagGather = 12, kTagBackwardIn = 13, kTagBackwardOut = 14 };
+// Relays (forwarding what arrives in the same phase) leave in the order their inputs arrive, so
+// they travel under a tag of their own: each tag's messages between a pair stay in list order.
+constexpr int kRelayTagOffset = 100;
 
 // A held piece of data: `x` [tokens, heads_units, width] and, for K/V, O/LSE and dK/dV, a second
 // array `y` (V [tokens, heads_units, width]; LSE [heads, tokens]).
@@ -291,23 +294,88 @@ class Rank {
     return e;
   }
 
+  // One phase's messages. open() posts every transfer of the list this rank sends or receives,
+  // except its relay sends: poll() and close() post those, in list order, once the receive each
+  // forwards is done, that receive's bytes being the relay's message. close() waits for all.
+  struct Phase {
+    std::vector<Request> reqs;
+    std::vector<std::vector<std::byte>> data;
+    std::vector<const AttnTransfer*> incoming;
+    std::vector<size_t> slot, recv_req;                          // per incoming: data and request index
+    std::vector<std::pair<const AttnTransfer*, size_t>> relays;  // relay send, the incoming it forwards
+    size_t next_relay = 0;
+  };
+  template <class TagOf>
+  Status open(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
+    ph.data.reserve(2 * list.size());
+    for (const auto& tr : list) {
+      if (tr.src != me_ && tr.dst != me_) continue;
+      if (tr.relay && tr.src == me_) {
+        ph.relays.push_back({&tr, 0});
+        continue;
+      }
+      if (auto st = post(tr, tag_of(tr) + (tr.relay ? kRelayTagOffset : 0), ph.reqs, ph.data, ph.incoming); !st)
+        return st;
+      if (tr.dst == me_) {
+        ph.slot.push_back(ph.data.size() - 1);
+        ph.recv_req.push_back(ph.reqs.size() - 1);
+      }
+    }
+    for (auto& [tr, from] : ph.relays) {
+      const auto it = std::find_if(ph.incoming.begin(), ph.incoming.end(), [&](const AttnTransfer* in) {
+        return !in->relay && in->tensor == tr->tensor && in->slice == tr->slice;
+      });
+      if (it == ph.incoming.end())
+        return Error{"", "", "rank " + std::to_string(me_) + " relays a " + attn_tensor_name(tr->tensor) +
+                                 " it does not receive in the phase (a plan error)"};
+      from = static_cast<size_t>(it - ph.incoming.begin());
+    }
+    return ok_status();
+  }
+  // Posts the relays whose input has arrived, in list order; with `wait`, all of them.
+  template <class TagOf>
+  Status post_relays(Phase& ph, TagOf tag_of, bool wait) {
+    for (; ph.next_relay < ph.relays.size(); ++ph.next_relay) {
+      const auto [tr, from] = ph.relays[ph.next_relay];
+      Request& in = ph.reqs[ph.recv_req[from]];
+      if (wait) {
+        if (auto st = comm_.wait_all(std::span<Request>(&in, 1)); !st) return st;
+      } else {
+        auto done = comm_.test(in);
+        if (!done) return done.errors();
+        if (!*done) break;
+      }
+      auto r = comm_.isend(std::span<const std::byte>(ph.data[ph.slot[from]]), tr->dst, tag_of(*tr) + kRelayTagOffset);
+      if (!r) return r.errors();
+      ph.reqs.push_back(std::move(*r));
+    }
+    return ok_status();
+  }
+  // Lets MPI progress the phase's messages (a rendezvous moves only inside the library) and posts
+  // the relays that can go.
+  template <class TagOf>
+  Status poll(Phase& ph, TagOf tag_of) {
+    for (Request& r : ph.reqs)
+      if (auto done = comm_.test(r); !done) return done.errors();
+    return post_relays(ph, tag_of, false);
+  }
+  template <class TagOf>
+  Status close(Phase& ph, TagOf tag_of, ExecutionReport& rep) {
+    auto t0 = Clock::now();
+    if (auto st = post_relays(ph, tag_of, true); !st) return st;
+    if (auto st = comm_.wait_all(ph.reqs); !st) return st;
+    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    return ok_status();
+  }
+
   // Posts a list of transfers, waits for them, and hands every received message to `take`.
   template <class Take>
   Status exchange(const std::vector<AttnTransfer>& list, int tag, ExecutionReport& rep, Take take) {
-    std::vector<Request> reqs;
-    std::vector<std::vector<std::byte>> data;
-    data.reserve(2 * list.size());
-    std::vector<const AttnTransfer*> incoming;
-    std::vector<size_t> incoming_slot;
-    for (const auto& tr : list) {
-      if (tr.src != me_ && tr.dst != me_) continue;
-      if (auto s = post(tr, tag, reqs, data, incoming); !s) return s;
-      if (tr.dst == me_) incoming_slot.push_back(data.size() - 1);
-    }
-    auto t0 = Clock::now();
-    if (auto s = comm_.wait_all(reqs); !s) return s;
-    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t i = 0; i < incoming.size(); ++i) take(*incoming[i], unpack(*incoming[i], data[incoming_slot[i]]));
+    const auto tag_of = [tag](const AttnTransfer&) { return tag; };
+    Phase ph;
+    if (auto st = open(ph, list, tag_of); !st) return st;
+    if (auto st = close(ph, tag_of, rep); !st) return st;
+    for (size_t i = 0; i < ph.incoming.size(); ++i) take(*ph.incoming[i], unpack(*ph.incoming[i], ph.data[ph.slot[i]]));
     return ok_status();
   }
 
@@ -401,7 +469,8 @@ class Rank {
   // rows are independent in the forward pass, so the blocks merge into the tile's output as is.
   static constexpr int64_t kRowsPerCall = 256;
 
-  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, std::span<Request> pending) {
+  template <class TagOf>
+  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph, TagOf tag_of) {
     for (const auto& tile : tiles) {
       TileBuffers b;
       Status st = ok_status();
@@ -422,8 +491,7 @@ class Rank {
         rows.tok_begin += r0;
         rows.tok_end = rows.tok_begin + block.rows_q;
         merge_out(*e, rows, p_.head_dim, part.out.data(), part.lse.data());
-        for (Request& r : pending)
-          if (auto done = comm_.test(r); !done) return done.errors();
+        if (auto st = poll(ph, tag_of); !st) return st;
       }
     }
     return ok_status();
@@ -445,25 +513,16 @@ Status Rank::forward(ExecutionReport& rep) {
     load_home(AttnTensor::kv, s, in_.k, in_.v, p_.heads_kv);
   }
   // Stage i's transfers go out before stage i−1's tiles run.
+  const auto forward_tag = [](const AttnTransfer&) { return int{kTagForward}; };
   for (size_t i = 0; i <= p_.stages.size(); ++i) {
-    std::vector<Request> reqs;
-    std::vector<std::vector<std::byte>> data;
-    std::vector<const AttnTransfer*> incoming;
-    std::vector<size_t> slots;
-    if (i < p_.stages.size()) {
-      data.reserve(2 * p_.stages[i].transfers.size());
-      for (const auto& tr : p_.stages[i].transfers) {
-        if (tr.src != me_ && tr.dst != me_) continue;
-        if (auto s = post(tr, kTagForward, reqs, data, incoming); !s) return s;
-        if (tr.dst == me_) slots.push_back(data.size() - 1);
-      }
-    }
+    Phase ph;
+    if (i < p_.stages.size())
+      if (auto s = open(ph, p_.stages[i].transfers, forward_tag); !s) return s;
     if (i > 0 && static_cast<size_t>(me_) < p_.stages[i - 1].tiles.size())
-      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, reqs); !s) return s;
-    auto t0 = Clock::now();
-    if (auto s = comm_.wait_all(reqs); !s) return s;
-    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t j = 0; j < incoming.size(); ++j) store(incoming[j]->tensor).push_back(unpack(*incoming[j], data[slots[j]]));
+      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, ph, forward_tag); !s) return s;
+    if (auto s = close(ph, forward_tag, rep); !s) return s;
+    for (size_t j = 0; j < ph.incoming.size(); ++j)
+      store(ph.incoming[j]->tensor).push_back(unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
   }
   // Partials computed away from home come home; home merges everything it has.
   std::vector<Entry> gathered;
@@ -516,28 +575,19 @@ Status Rank::backward(ExecutionReport& rep) {
   };
   // Each phase posts its transfers, runs the backward of its stage's tiles (testing the pending
   // transfers between tiles, as the forward does), then waits.
-  for (const AttnBackwardPhase& ph : phases) {
-    std::vector<Request> reqs;
-    std::vector<std::vector<std::byte>> data;
-    data.reserve(2 * ph.transfers.size());
-    std::vector<const AttnTransfer*> incoming;
-    std::vector<size_t> slots;
-    for (const auto& tr : ph.transfers) {
-      if (tr.src != me_ && tr.dst != me_) continue;
-      const bool gradient = tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv;
-      if (auto s = post(tr, gradient ? kTagBackwardOut : kTagBackwardIn, reqs, data, incoming); !s) return s;
-      if (tr.dst == me_) slots.push_back(data.size() - 1);
-    }
-    if (ph.stage >= 0 && static_cast<size_t>(me_) < p_.stages[ph.stage].tiles.size())
-      for (const auto& tile : p_.stages[ph.stage].tiles[me_]) {
+  const auto backward_tag = [](const AttnTransfer& tr) {
+    return int{tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv ? kTagBackwardOut : kTagBackwardIn};
+  };
+  for (const AttnBackwardPhase& bp : phases) {
+    Phase ph;
+    if (auto s = open(ph, bp.transfers, backward_tag); !s) return s;
+    if (bp.stage >= 0 && static_cast<size_t>(me_) < p_.stages[bp.stage].tiles.size())
+      for (const auto& tile : p_.stages[bp.stage].tiles[me_]) {
         if (auto s = run_tile_backward(tile, rep); !s) return s;
-        for (Request& r : reqs)
-          if (auto done = comm_.test(r); !done) return done.errors();
+        if (auto s = poll(ph, backward_tag); !s) return s;
       }
-    auto t0 = Clock::now();
-    if (auto s = comm_.wait_all(reqs); !s) return s;
-    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t j = 0; j < incoming.size(); ++j) take(*incoming[j], unpack(*incoming[j], data[slots[j]]));
+    if (auto s = close(ph, backward_tag, rep); !s) return s;
+    for (size_t j = 0; j < ph.incoming.size(); ++j) take(*ph.incoming[j], unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
     if (!lost) return lost;
   }
   for (size_t i = 0; i < p_.home[me_].size(); ++i) {

@@ -68,24 +68,34 @@ struct Lowering {
     // What one message carries: a transfer, or with fused_stages everything a rank sends one peer
     // of one tensor in the phase (TransformerEngine and ring-flash-attention send a CP step's
     // packed K/V as one buffer); the message costs one latency and its summed bytes.
+    // A relay (two-phase communication) is its own message, after the messages that bring what it
+    // forwards to its sender.
     struct Message {
       const AttnTransfer* first;
       double bytes;
       size_t count;
+      std::vector<const AttnTransfer*> members;
     };
     std::vector<Message> messages;
-    std::map<std::tuple<int32_t, int32_t, AttnTensor>, size_t> by_peer;
+    std::map<std::tuple<int32_t, int32_t, AttnTensor, bool>, size_t> by_peer;
     for (const AttnTransfer& t : transfers) {
       if (plan.fused_stages) {
-        auto [it, fresh] = by_peer.emplace(std::make_tuple(t.src, t.dst, t.tensor), messages.size());
+        auto [it, fresh] = by_peer.emplace(std::make_tuple(t.src, t.dst, t.tensor, t.relay), messages.size());
         if (!fresh) {
           messages[it->second].bytes += transfer_bytes(plan, t);
           ++messages[it->second].count;
+          messages[it->second].members.push_back(&t);
           continue;
         }
       }
-      messages.push_back({&t, transfer_bytes(plan, t), 1});
+      messages.push_back({&t, transfer_bytes(plan, t), 1, {&t}});
     }
+    // Relay messages last, so the tasks of the messages they wait for exist.
+    std::stable_partition(messages.begin(), messages.end(), [](const Message& m) { return !m.first->relay; });
+    std::map<std::tuple<int32_t, AttnTensor, int32_t, int64_t, int32_t>, int> arrival;  // (dst, tensor, slice) -> task
+    auto slice_key = [](int32_t rank, const AttnTransfer& t) {
+      return std::make_tuple(rank, t.tensor, t.slice.seq, t.slice.tok_begin, t.slice.head_begin);
+    };
     for (const Message& m : messages) {
       const AttnTransfer& t = *m.first;
       TaskSpec task;
@@ -100,6 +110,9 @@ struct Lowering {
       // A rendezvous: both ends must have reached this phase's post point.
       task.deps = barrier[t.src];
       task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
+      if (t.relay)
+        for (const AttnTransfer* r : m.members)
+          if (auto in = arrival.find(slice_key(r->src, *r)); in != arrival.end()) task.deps.push_back(in->second);
       std::sort(task.deps.begin(), task.deps.end());
       task.deps.erase(std::unique(task.deps.begin(), task.deps.end()), task.deps.end());
       // The send kernel shares the sender's GPU with its tiles (its receive kernel the receiver's;
@@ -110,6 +123,8 @@ struct Lowering {
       const int id = graph.add(std::move(task));
       posted[t.src].push_back(id);
       posted[t.dst].push_back(id);
+      if (!t.relay)
+        for (const AttnTransfer* x : m.members) arrival[slice_key(x->dst, *x)] = id;
     }
     for (int32_t r = 0; r < plan.ranks; ++r) {
       int last = -1;

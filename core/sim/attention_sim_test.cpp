@@ -398,5 +398,39 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   EXPECT_DOUBLE_EQ(step(1, plan_with({a, b}), 4), 2 * half);
 }
 
+// Two-phase communication: a relay forwards what its sender receives in the same stage, so it
+// starts when that transfer ends — a network hop, then an NVLink hop — not beside it.
+TEST(AttentionSim, ARelayLeavesWhenWhatItForwardsHasArrived) {
+  AttentionPlan p;
+  p.layout = "hand";
+  p.ranks = 4;
+  p.seq_lengths = {4096};
+  p.heads_q = p.heads_kv = 8;
+  p.head_dim = 128;
+  p.value_bytes = 2;
+  for (int32_t r = 0; r < 4; ++r) p.home.push_back({{0, r * 1024, (r + 1) * 1024, 0, 8}});
+  const AttnTransfer hop{0, 2, AttnTensor::kv, p.home[0][0]}, relay{2, 3, AttnTensor::kv, p.home[0][0], true};
+  AttentionPlan plan = p;
+  plan.stages.push_back({{hop, relay}, std::vector<std::vector<AttnTile>>(4)});
+  // (No tiles: the checker's only complaints are the uncomputed pairs, none about the transfers.)
+  const std::string ok = check_attention_plan(plan);
+  EXPECT_EQ(ok.find("relays"), std::string::npos) << ok;
+  EXPECT_EQ(ok.find("sends"), std::string::npos) << ok;
+  const CostModel cost(test_cluster(), EfficiencyParams::ideal());
+  auto r = simulate_attention_plan(plan, cost, false, std::vector<int>{0, 0, 1, 1});
+  ASSERT_TRUE(r.ok()) << r.error_str();
+  const double bytes = transfer_bytes(p, hop);
+  EXPECT_NEAR(r->step_time_s, cost.nic_p2p_s(bytes) + cost.p2p_s(bytes, Link::nvlink), 1e-12);
+  // The same two transfers without the relay flag run side by side (rank 2 forwarding what it
+  // does not hold is then a plan error).
+  AttentionPlan wrong = plan;
+  wrong.stages[0].transfers[1].relay = false;
+  EXPECT_NE(check_attention_plan(wrong).find("sends kv of"), std::string::npos);
+  // A relay of something its sender does not receive in the stage is refused.
+  AttentionPlan orphan = p;
+  orphan.stages.push_back({{relay}, std::vector<std::vector<AttnTile>>(4)});
+  EXPECT_NE(check_attention_plan(orphan).find("relays kv of"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cpbench

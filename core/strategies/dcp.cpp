@@ -256,6 +256,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   std::vector<std::set<std::pair<int32_t, AttnTensor>>> held(r.ranks);  // (token block, tensor) received
   std::vector<double> receive_budget(r.ranks, 0), compute_done(r.ranks, 0);
   double inter_node = 0;
+  std::set<std::tuple<int32_t, AttnTensor, int32_t>> crossing;  // (token block, tensor, node)
   for (int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& list = remote[rank];
     std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
@@ -266,17 +267,33 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
     double total = 0;
     for (const auto& [b, tensor] : needed) {
       total += input_bytes(b, tensor);
-      if (across_nodes((*part)[b], rank)) inter_node += input_bytes(b, tensor);
+      // Two-phase communication: an input crosses into a node once, whichever of its GPUs need it.
+      if (across_nodes((*part)[b], rank) && crossing.insert({b, tensor, rank / gpn_eff}).second)
+        inter_node += input_bytes(b, tensor);
     }
     receive_budget[rank] = stages > 1 ? 1.2 * total / (stages - 1) : total;
   }
   const double send_budget = stages > 1 ? 1.2 * inter_node / r.ranks / (stages - 1) : inter_node;
+  // DCP's two-phase communication: an input a GPU needs from another node comes from a GPU of its
+  // own node that holds it (received in an earlier stage), or that receives it over the network
+  // in this stage (a relay, forwarded once it arrives), and crosses the network only when neither.
+  std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> node_copy;   // (block, tensor, node) -> holder
   std::vector<std::vector<bool>> placed(r.ranks);
   for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
   for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
     const bool last = stage == stages - 1;
     AttnStage& st = p.stages[stage];
     std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
+    std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> crossed;  // this stage's network receiver
+    // Where `rank` gets input `in` from in this stage, and whether by a relay.
+    auto source_of = [&](int32_t rank, std::pair<int32_t, AttnTensor> in) {
+      const int32_t home = (*part)[in.first];
+      if (!across_nodes(home, rank)) return std::make_pair(home, false);
+      const auto key = std::make_tuple(in.first, in.second, rank / gpn_eff);
+      if (auto c = node_copy.find(key); c != node_copy.end()) return std::make_pair(c->second, false);
+      if (auto c = crossed.find(key); c != crossed.end()) return std::make_pair(c->second, true);
+      return std::make_pair(home, false);
+    };
     // One block per rank and round, the least-loaded rank first, until no rank can add one.
     for (bool added = true; added;) {
       added = false;
@@ -291,18 +308,22 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
           double fresh = 0;
           bool fits = true;
           for (auto in : inputs(c)) {
-            const int32_t src = (*part)[in.first];
-            if (src == rank || held[rank].count(in)) continue;
+            if ((*part)[in.first] == rank || held[rank].count(in)) continue;
+            const int32_t src = source_of(rank, in).first;
             const double bytes = input_bytes(in.first, in.second);
             fresh += bytes;
             if (across_nodes(src, rank) && sent[src] + bytes > send_budget) fits = false;
           }
           if (!last && (!fits || received[rank] + fresh > receive_budget[rank])) continue;
           for (auto in : inputs(c)) {
-            const int32_t src = (*part)[in.first];
-            if (src == rank || !held[rank].insert(in).second) continue;
-            st.transfers.push_back({src, rank, in.second, slice(in.first)});
-            if (across_nodes(src, rank)) sent[src] += input_bytes(in.first, in.second);
+            if ((*part)[in.first] == rank || held[rank].count(in)) continue;
+            const auto [src, relay] = source_of(rank, in);
+            held[rank].insert(in);
+            st.transfers.push_back({src, rank, in.second, slice(in.first), relay});
+            if (across_nodes(src, rank)) {
+              sent[src] += input_bytes(in.first, in.second);
+              crossed.emplace(std::make_tuple(in.first, in.second, rank / gpn_eff), rank);
+            }
           }
           received[rank] += fresh;
           placed[rank][i] = true;
@@ -313,6 +334,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
         }
       }
     }
+    for (const auto& [key, rank] : crossed) node_copy.emplace(key, rank);
   }
   // Partial outputs computed away from home go home once per (rank, Q block), as soon as they are
   // final: with the transfers of stage k + 2 when the rank's last tile on the block ran in stage k

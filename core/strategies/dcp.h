@@ -28,8 +28,12 @@
 //      k + 2's transfers when the rank's last tile on them ran in stage k, else after the last
 //      stage — and merge there (LSE rule). Backward keeps the placement
 //      (derived by the IR: inputs again, partial dQ/dKV home).
-// Not yet: DCP's prefetch into spare budget, two-phase (per-node) transfers, padding sequences to
-// the block size.
+//   5. Two-phase communication: an input that GPUs of one node need from another node crosses
+//      the network once per node — to the first of them placed in a stage, which relays it to the
+//      others of that stage once it arrives (AttnTransfer::relay), later stages copying it from that
+//      GPU over NVLink; in backward a relayed slice's partial gradient goes back to its relay, which
+//      sends the sum home. The budgets count the network crossings.
+// Not yet: DCP's prefetch into spare budget, padding sequences to the block size.
 #pragma once
 
 #include <cstdint>

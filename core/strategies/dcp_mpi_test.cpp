@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <tuple>
 
 #include "core/experiment/registry.h"
 #include "core/runtime/executor_test_util.h"
@@ -207,6 +209,39 @@ TEST(Dcp, HeadBlocksSplitEveryTokenBlockByKvGroups) {
   EXPECT_NE(plan_dcp(r, cost).error_str().find("head_blocks = 3 must divide heads_kv = 4"), std::string::npos);
 }
 
+// Two-phase communication: an input that several GPUs of a node need crosses the network once per
+// node and stage (to the first of them, which relays it) or is copied from a GPU of the node that
+// received it earlier; every relay forwards what its sender receives in the same stage.
+TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
+  const CostModel cost = ideal_cost();
+  int64_t relays = 0;
+  for (const DcpCase& c : dcp_cases())
+    for (auto [ranks, gpn] : {std::pair{4, 2}, std::pair{8, 4}})
+      for (int divisions : {1, 4})
+        for (int head_blocks : {1, 0}) {
+          DcpRequest r = request(c, ranks, gpn, divisions);
+          r.head_blocks = head_blocks;
+          auto d = plan_dcp(r, cost);
+          ASSERT_TRUE(d.ok()) << d.error_str();
+          EXPECT_EQ(check_attention_plan(d->plan), "") << c.name;
+          for (const AttnStage& st : d->plan.stages) {
+            std::set<std::tuple<int32_t, int64_t, int32_t, AttnTensor, int32_t>> crossings;  // (slice, dst node)
+            for (const AttnTransfer& t : st.transfers) {
+              if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;
+              const int32_t from = t.src / gpn, to = t.dst / gpn;
+              if (t.relay) {
+                ++relays;
+                EXPECT_EQ(from, to) << c.name << ": a relay stays inside its node";
+              }
+              if (from == to) continue;
+              EXPECT_TRUE(crossings.insert({t.slice.seq, t.slice.tok_begin, t.slice.head_begin, t.tensor, to}).second)
+                  << c.name << ": " << attn_tensor_name(t.tensor) << " crosses into node " << to << " twice in a stage";
+            }
+          }
+        }
+  EXPECT_GT(relays, 0);
+}
+
 // DCP end to end (§7.2's layout: TP 4 inside 8-GPU nodes, CP 16 across): the packing's micro-batch
 // keeps its sequences, unpadded, and its CP group's attention is DCP's plan for one TP rank's heads
 // with two group members per node; the fullest rank's tokens (its linear layers) stay within the
@@ -271,7 +306,7 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   MpiCommunicator& w = world();
   ASSERT_TRUE(w.size() == 4 || w.size() == 8) << "run under mpirun -np 4 or -np 8";
   const CostModel cost = ideal_cost();
-  int64_t early_outputs = 0;
+  int64_t early_outputs = 0, relays = 0;
   for (int32_t ranks : {2, 4, 8}) {
     if (ranks > w.size()) continue;
     auto sub = w.split(w.rank() / ranks, w.rank());
@@ -288,13 +323,17 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
           auto d = plan_dcp(r, cost);
           ASSERT_TRUE(d.ok()) << d.error_str();
           for (const AttnStage& st : d->plan.stages)
-            for (const AttnTransfer& t : st.transfers) early_outputs += t.tensor == AttnTensor::out;
+            for (const AttnTransfer& t : st.transfers) {
+              early_outputs += t.tensor == AttnTensor::out;
+              relays += t.relay;
+            }
           expect_runs_as_planned(d->plan, comm, 7,
                                  std::string(c.name) + " on " + std::to_string(ranks) + " ranks, divisions " +
                                      std::to_string(divisions) + ", head blocks " + std::to_string(head_blocks));
         }
   }
   EXPECT_GT(early_outputs, 0) << "no plan sent a partial output inside the stages";
+  EXPECT_GT(relays, 0) << "no plan relayed an input inside a node (two-phase communication)";
 }
 
 }  // namespace
