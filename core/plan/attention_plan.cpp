@@ -33,6 +33,7 @@ bool held(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
 // Whether held slices with all of s's heads cover s's tokens, in one piece or several: a tile's
 // input the executor can assemble from token pieces (a transfer sends one held slice: `held`).
 bool assembles(const AttnSlice& s, const std::vector<AttnSlice>& slices) {
+  if (held(s, slices)) return true;  // one buffer: the common case, without collecting runs
   std::vector<std::pair<int64_t, int64_t>> runs;
   for (const AttnSlice& h : slices)
     if (h.seq == s.seq && h.head_begin <= s.head_begin && h.head_end >= s.head_end) runs.push_back({h.tok_begin, h.tok_end});

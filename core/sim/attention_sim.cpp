@@ -77,6 +77,9 @@ struct Lowering {
       std::vector<const AttnTransfer*> members;
     };
     std::vector<Message> messages;
+    // Which message brings each slice: kept only in a phase with relays (a packed batch's static
+    // layout has millions of transfers and none).
+    const bool relays = std::any_of(transfers.begin(), transfers.end(), [](const AttnTransfer& t) { return t.relay; });
     std::map<std::tuple<int32_t, int32_t, AttnTensor, bool>, size_t> by_peer;
     for (const AttnTransfer& t : transfers) {
       if (plan.fused_stages) {
@@ -84,14 +87,15 @@ struct Lowering {
         if (!fresh) {
           messages[it->second].bytes += transfer_bytes(plan, t);
           ++messages[it->second].count;
-          messages[it->second].members.push_back(&t);
+          if (relays) messages[it->second].members.push_back(&t);
           continue;
         }
       }
-      messages.push_back({&t, transfer_bytes(plan, t), 1, {&t}});
+      messages.push_back({&t, transfer_bytes(plan, t), 1, {}});
+      if (relays) messages.back().members.push_back(&t);
     }
     // Relay messages last, so the tasks of the messages they wait for exist.
-    std::stable_partition(messages.begin(), messages.end(), [](const Message& m) { return !m.first->relay; });
+    if (relays) std::stable_partition(messages.begin(), messages.end(), [](const Message& m) { return !m.first->relay; });
     std::map<std::tuple<int32_t, AttnTensor, int32_t, int64_t, int32_t>, int> arrival;  // (dst, tensor, slice) -> task
     auto slice_key = [](int32_t rank, const AttnTransfer& t) {
       return std::make_tuple(rank, t.tensor, t.slice.seq, t.slice.tok_begin, t.slice.head_begin);
