@@ -358,10 +358,9 @@ TEST(AttentionSim, EachTransferIsPricedByItsEndpointsNodes) {
 }
 
 
-// Two GPUs of one node send across the network at once: with one NIC per node they queue on it,
-// each at the NIC's whole rate; with a NIC each they run side by side; alone, one takes the NIC.
-// A group on half a node's GPUs gets half its NICs.
-TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
+// A plan of 4 ranks, each home to a quarter of one 4096-token sequence (8 heads, d 128, bf16),
+// without stages: tests add the transfers they price.
+AttentionPlan four_quarters() {
   AttentionPlan p;
   p.layout = "hand";
   p.ranks = 4;
@@ -370,6 +369,14 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   p.head_dim = 128;
   p.value_bytes = 2;
   for (int32_t r = 0; r < 4; ++r) p.home.push_back({{0, r * 1024, (r + 1) * 1024, 0, 8}});
+  return p;
+}
+
+// Two GPUs of one node send across the network at once: with one NIC per node they queue on it,
+// each at the NIC's whole rate; with a NIC each they run side by side; alone, one takes the NIC.
+// A group on half a node's GPUs gets half its NICs.
+TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
+  const AttentionPlan p = four_quarters();
   auto plan_with = [&](std::vector<AttnTransfer> transfers) {
     AttentionPlan q = p;
     q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(4)});
@@ -401,14 +408,7 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
 // Two-phase communication: a relay forwards what its sender receives in the same stage, so it
 // starts when that transfer ends — a network hop, then an NVLink hop — not beside it.
 TEST(AttentionSim, ARelayLeavesWhenWhatItForwardsHasArrived) {
-  AttentionPlan p;
-  p.layout = "hand";
-  p.ranks = 4;
-  p.seq_lengths = {4096};
-  p.heads_q = p.heads_kv = 8;
-  p.head_dim = 128;
-  p.value_bytes = 2;
-  for (int32_t r = 0; r < 4; ++r) p.home.push_back({{0, r * 1024, (r + 1) * 1024, 0, 8}});
+  const AttentionPlan p = four_quarters();
   const AttnTransfer hop{0, 2, AttnTensor::kv, p.home[0][0]}, relay{2, 3, AttnTensor::kv, p.home[0][0], true};
   AttentionPlan plan = p;
   plan.stages.push_back({{hop, relay}, std::vector<std::vector<AttnTile>>(4)});
