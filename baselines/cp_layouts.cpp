@@ -332,7 +332,7 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   // With attention_sparse_kernel the kernels skip the mask's empty key blocks (DCP §7.2's
   // TransformerEngine on DCP's masked kernels); the transfers stay the layout's.
   plan->causal_envelope_work = sparse && !layout.attention_sparse_kernel;
-  plan->value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
+  plan->value_bytes = layout.value_bytes();
   // As TransformerEngine runs CP attention on GPUs: a CP step's THD pack is one kernel call, and
   // the backward's inputs and partial gradients travel step by step under the kernels.
   plan->fused_stages = true;

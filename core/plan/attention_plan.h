@@ -53,8 +53,8 @@ struct AttnTile {
 };
 
 // A stage's transfers are posted before the previous stage's tiles run (a relay once what it
-// forwards has arrived), so communication of
-// stage i+1 overlaps compute of stage i (ring attention's double buffering). They carry inputs
+// forwards has arrived), so communication of stage i+1 overlaps compute of stage i (ring
+// attention's double buffering). They carry inputs
 // (q, kv) and, in stage s, final partial outputs (out) of rows their sender computed in stages
 // before s − 1 and computes no more of: DCP's reductions inside the divisions.
 struct AttnStage {

@@ -218,18 +218,11 @@ TEST(AttentionPlan, CheckRejectsMalformedSlices) {
 // Rank 0 computes rows homed on rank 1 (stage 1) and sends the partial output home inside the
 // stages: not before stage 3 (stage 2's transfers are posted while stage 1 runs), and once.
 TEST(AttentionPlan, EarlyOutputsAreFinalAndSentOnce) {
-  AttentionPlan p;
-  p.layout = "hand";
-  p.ranks = 2;
-  p.seq_lengths = {8};
-  p.mask.kind = MaskKind::causal;
-  p.head_dim = 4;
-  p.home = {{sl(0, 4)}, {sl(4, 8)}};
+  AttentionPlan p = causal_ring();  // stage 1 turned around: rank 1's Q goes to rank 0's KV
   p.stages.resize(4);
-  for (AttnStage& st : p.stages) st.tiles.assign(2, {});
-  p.stages[0].tiles = {{{sl(0, 4), sl(0, 4)}}, {{sl(4, 8), sl(4, 8)}}};
+  for (AttnStage& st : p.stages) st.tiles.resize(2);
   p.stages[1].transfers = {{1, 0, AttnTensor::q, sl(4, 8)}};
-  p.stages[1].tiles[0] = {{sl(4, 8), sl(0, 4)}};
+  p.stages[1].tiles = {{{sl(4, 8), sl(0, 4)}}, {}};
   AttentionPlan good = p;
   good.stages[3].transfers = {{0, 1, AttnTensor::out, sl(4, 8)}};
   EXPECT_EQ(check_attention_plan(good), "");

@@ -111,6 +111,8 @@ struct ParallelConfig {
   int64_t model_parallel_size() const { return tp * pp * cp; }
   // Data-parallel size; valid only when check_parallel_config() returned "".
   int64_t dp() const { return num_gpus / model_parallel_size(); }
+  // Bytes of one activation value on the wire: 2 for bf16 / fp16, else 4.
+  int32_t value_bytes() const { return dtype == "bf16" || dtype == "fp16" ? 2 : 4; }
 };
 
 // The job's rank of pipeline stage `stage`, DP×CP rank `dpcp` (d·cp + c) and TP rank `tp_rank`, in

@@ -302,7 +302,12 @@ class Rank {
     std::vector<std::vector<std::byte>> data;
     std::vector<const AttnTransfer*> incoming;
     std::vector<size_t> slot, recv_req;                          // per incoming: data and request index
-    std::vector<std::pair<const AttnTransfer*, size_t>> relays;  // relay send, the incoming it forwards
+    struct Relay {
+      const AttnTransfer* tr;
+      int tag;
+      size_t from = 0;  // the incoming it forwards
+    };
+    std::vector<Relay> relays;
     size_t next_relay = 0;
   };
   template <class TagOf>
@@ -310,34 +315,33 @@ class Rank {
     ph.data.reserve(2 * list.size());
     for (const auto& tr : list) {
       if (tr.src != me_ && tr.dst != me_) continue;
+      const int tag = tag_of(tr) + (tr.relay ? kRelayTagOffset : 0);
       if (tr.relay && tr.src == me_) {
-        ph.relays.push_back({&tr, 0});
+        ph.relays.push_back({&tr, tag});
         continue;
       }
-      if (auto st = post(tr, tag_of(tr) + (tr.relay ? kRelayTagOffset : 0), ph.reqs, ph.data, ph.incoming); !st)
-        return st;
+      if (auto st = post(tr, tag, ph.reqs, ph.data, ph.incoming); !st) return st;
       if (tr.dst == me_) {
         ph.slot.push_back(ph.data.size() - 1);
         ph.recv_req.push_back(ph.reqs.size() - 1);
       }
     }
-    for (auto& [tr, from] : ph.relays) {
+    for (Phase::Relay& r : ph.relays) {
       const auto it = std::find_if(ph.incoming.begin(), ph.incoming.end(), [&](const AttnTransfer* in) {
-        return !in->relay && in->tensor == tr->tensor && in->slice == tr->slice;
+        return !in->relay && in->tensor == r.tr->tensor && in->slice == r.tr->slice;
       });
       if (it == ph.incoming.end())
-        return Error{"", "", "rank " + std::to_string(me_) + " relays a " + attn_tensor_name(tr->tensor) +
+        return Error{"", "", "rank " + std::to_string(me_) + " relays a " + attn_tensor_name(r.tr->tensor) +
                                  " it does not receive in the phase (a plan error)"};
-      from = static_cast<size_t>(it - ph.incoming.begin());
+      r.from = static_cast<size_t>(it - ph.incoming.begin());
     }
     return ok_status();
   }
   // Posts the relays whose input has arrived, in list order; with `wait`, all of them.
-  template <class TagOf>
-  Status post_relays(Phase& ph, TagOf tag_of, bool wait) {
+  Status post_relays(Phase& ph, bool wait) {
     for (; ph.next_relay < ph.relays.size(); ++ph.next_relay) {
-      const auto [tr, from] = ph.relays[ph.next_relay];
-      Request& in = ph.reqs[ph.recv_req[from]];
+      const Phase::Relay& relay = ph.relays[ph.next_relay];
+      Request& in = ph.reqs[ph.recv_req[relay.from]];
       if (wait) {
         if (auto st = comm_.wait_all(std::span<Request>(&in, 1)); !st) return st;
       } else {
@@ -345,7 +349,7 @@ class Rank {
         if (!done) return done.errors();
         if (!*done) break;
       }
-      auto r = comm_.isend(std::span<const std::byte>(ph.data[ph.slot[from]]), tr->dst, tag_of(*tr) + kRelayTagOffset);
+      auto r = comm_.isend(std::span<const std::byte>(ph.data[ph.slot[relay.from]]), relay.tr->dst, relay.tag);
       if (!r) return r.errors();
       ph.reqs.push_back(std::move(*r));
     }
@@ -353,16 +357,14 @@ class Rank {
   }
   // Lets MPI progress the phase's messages (a rendezvous moves only inside the library) and posts
   // the relays that can go.
-  template <class TagOf>
-  Status poll(Phase& ph, TagOf tag_of) {
+  Status poll(Phase& ph) {
     for (Request& r : ph.reqs)
       if (auto done = comm_.test(r); !done) return done.errors();
-    return post_relays(ph, tag_of, false);
+    return post_relays(ph, false);
   }
-  template <class TagOf>
-  Status close(Phase& ph, TagOf tag_of, ExecutionReport& rep) {
+  Status close(Phase& ph, ExecutionReport& rep) {
     auto t0 = Clock::now();
-    if (auto st = post_relays(ph, tag_of, true); !st) return st;
+    if (auto st = post_relays(ph, true); !st) return st;
     if (auto st = comm_.wait_all(ph.reqs); !st) return st;
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
     return ok_status();
@@ -371,10 +373,9 @@ class Rank {
   // Posts a list of transfers, waits for them, and hands every received message to `take`.
   template <class Take>
   Status exchange(const std::vector<AttnTransfer>& list, int tag, ExecutionReport& rep, Take take) {
-    const auto tag_of = [tag](const AttnTransfer&) { return tag; };
     Phase ph;
-    if (auto st = open(ph, list, tag_of); !st) return st;
-    if (auto st = close(ph, tag_of, rep); !st) return st;
+    if (auto st = open(ph, list, [tag](const AttnTransfer&) { return tag; }); !st) return st;
+    if (auto st = close(ph, rep); !st) return st;
     for (size_t i = 0; i < ph.incoming.size(); ++i) take(*ph.incoming[i], unpack(*ph.incoming[i], ph.data[ph.slot[i]]));
     return ok_status();
   }
@@ -469,8 +470,7 @@ class Rank {
   // rows are independent in the forward pass, so the blocks merge into the tile's output as is.
   static constexpr int64_t kRowsPerCall = 256;
 
-  template <class TagOf>
-  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph, TagOf tag_of) {
+  Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph) {
     for (const auto& tile : tiles) {
       TileBuffers b;
       Status st = ok_status();
@@ -491,7 +491,7 @@ class Rank {
         rows.tok_begin += r0;
         rows.tok_end = rows.tok_begin + block.rows_q;
         merge_out(*e, rows, p_.head_dim, part.out.data(), part.lse.data());
-        if (auto st = poll(ph, tag_of); !st) return st;
+        if (auto st = poll(ph); !st) return st;
       }
     }
     return ok_status();
@@ -519,8 +519,8 @@ Status Rank::forward(ExecutionReport& rep) {
     if (i < p_.stages.size())
       if (auto s = open(ph, p_.stages[i].transfers, forward_tag); !s) return s;
     if (i > 0 && static_cast<size_t>(me_) < p_.stages[i - 1].tiles.size())
-      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, ph, forward_tag); !s) return s;
-    if (auto s = close(ph, forward_tag, rep); !s) return s;
+      if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, ph); !s) return s;
+    if (auto s = close(ph, rep); !s) return s;
     for (size_t j = 0; j < ph.incoming.size(); ++j)
       store(ph.incoming[j]->tensor).push_back(unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
   }
@@ -584,9 +584,9 @@ Status Rank::backward(ExecutionReport& rep) {
     if (bp.stage >= 0 && static_cast<size_t>(me_) < p_.stages[bp.stage].tiles.size())
       for (const auto& tile : p_.stages[bp.stage].tiles[me_]) {
         if (auto s = run_tile_backward(tile, rep); !s) return s;
-        if (auto s = poll(ph, backward_tag); !s) return s;
+        if (auto s = poll(ph); !s) return s;
       }
-    if (auto s = close(ph, backward_tag, rep); !s) return s;
+    if (auto s = close(ph, rep); !s) return s;
     for (size_t j = 0; j < ph.incoming.size(); ++j) take(*ph.incoming[j], unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
     if (!lost) return lost;
   }

@@ -36,7 +36,6 @@ Plan bench_plan(const StrategyInput& in, std::shared_ptr<const AttentionPlan> at
   return plan;
 }
 
-int32_t value_bytes(const ParallelConfig& p) { return p.dtype == "bf16" || p.dtype == "fp16" ? 2 : 4; }
 
 }  // namespace
 
@@ -74,7 +73,7 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
   a->mask = in.batch.mask;
   a->causal_envelope_work = sparse && !in.parallel.attention_sparse_kernel;
-  a->value_bytes = value_bytes(in.parallel);
+  a->value_bytes = in.parallel.value_bytes();
   a->fused_stages = true;
   a->pipelined_backward = true;
   return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));

@@ -365,7 +365,7 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
   r.heads_q = static_cast<int32_t>(model.heads / layout.tp);
   r.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
   r.head_dim = static_cast<int32_t>(model.head_dim());
-  r.value_bytes = layout.dtype == "bf16" || layout.dtype == "fp16" ? 2 : 4;
+  r.value_bytes = layout.value_bytes();
   r.ranks = ranks;
   r.gpus_per_node = ranks_per_node;
   r.block_tokens = layout.dcp_block_tokens > 0 ? layout.dcp_block_tokens : dcp_block_size(lengths, ranks, layout.dcp_eps_mem);
