@@ -26,16 +26,21 @@
 //      whose tokens stay ≤ c · max_seqlen; when none has room, this m is infeasible.
 // [S5] The other samples go largest cost first (ties: id) to the rank of least accumulated cost
 //      (ties: lowest rank) that has room: "buckets go to the DP rank with least accumulated FLOPs"
-//      applied per sample, which makes this LPT over ranks (the measure [S6] predicts from). On that
-//      rank the sample joins the bucket — a size-1 group, or a free slot (round, rank) — whose Σ L
-//      stays ≤ max_seqlen_per_dp_cp_rank and that raises its round's busiest rank least, then the
-//      one of least cost, then the earliest round: rounds stay balanced too. When no rank has room,
-//      it joins the CP group with room for its tokens whose busiest rank ends least loaded (it
-//      then runs at a CP size above its cp_min, as Megatron dev packs onto larger groups);
-//      when none has room, this m is infeasible. Slots left empty are idle ranks in that round.
-// [S6] Predicted step of m: max over ranks of its Σ per-rank cost, times (m·vp + pp − 1) / (m·vp),
-//      the 1F1B (interleaved when vp > 1) bubble; this is the reference's W1·(m1·V + p − 1) =
-//      W2·(m2·V + p − 1) comparison with W the busiest rank's work per micro-batch.
+//      applied per sample, which makes this LPT over ranks. On that rank the sample joins its
+//      bucket of least cost — a size-1 group, or a free slot (round, rank) — whose Σ L stays ≤
+//      max_seqlen_per_dp_cp_rank (ties: the one that raises its round's busiest rank least, then
+//      the earliest round): "packed greedily by FLOPs", so a rank's m micro-batches come out
+//      even. (Until session 11 the round-raise came first: a bucket just under its round's busiest
+//      rank raised it least, so a few rounds ratcheted up to the token cap while others stayed
+//      near empty — 64K beside 0.3K tokens, 11× the mean round, 37 of 48 rounds empty on
+//      CommonCrawl — a pipeline the [S6] prediction could not see.) When no rank has room, it
+//      joins the CP group with room for its tokens whose busiest rank ends least loaded (it then
+//      runs at a CP size above its cp_min, as Megatron dev packs onto larger groups); when none
+//      has room, this m is infeasible. Slots left empty are idle ranks in that round.
+// [S6] Predicted step of m ("a pipeline simulator times each option"): max over ranks of its
+//      Σ per-round cost + (pp − 1) / vp × its heaviest round — 1F1B's (interleaved when vp > 1)
+//      fill and drain are paced by the heaviest micro-batch. With equal rounds this is the
+//      reference's W·(m·vp + pp − 1) / (m·vp) comparison of bucket sizes.
 #include "core/strategies/dyncp_solver.h"
 
 #include <algorithm>
@@ -158,9 +163,17 @@ class RoundPlanner {
       std::sort(r.groups.begin(), r.groups.end(),
                 [](const DynCpGroup& a, const DynCpGroup& b) { return a.first_rank < b.first_rank; });
     }
-    const double busiest = *std::max_element(rank_work_.begin(), rank_work_.end());
-    const double chunks = static_cast<double>(m * opt_.vp);
-    out.predicted = busiest * (chunks + static_cast<double>(opt_.pp - 1)) / chunks;  // [S6]
+    out.predicted = 0;  // [S6]
+    for (int64_t k = 0; k < ranks; ++k) {
+      double heaviest = 0;
+      for (int64_t r = 0; r < m; ++r) {
+        const int64_t g = owner(r, k);
+        if (g >= 0) heaviest = std::max(heaviest, groups_[static_cast<size_t>(g)].work);
+      }
+      const double step = rank_work_[static_cast<size_t>(k)] +
+                          heaviest * static_cast<double>(opt_.pp - 1) / static_cast<double>(opt_.vp);
+      out.predicted = std::max(out.predicted, step);
+    }
     return out;
   }
 
@@ -352,9 +365,9 @@ class RoundPlanner {
     return best;
   }
 
-  // The round of `rank` to put `s` in: among its size-1 buckets (or free slots, cost 0) with room
-  // for s's tokens, the one that raises its round's busiest rank least, then the one of least
-  // cost, then the earliest; −1 when none has room.
+  // The round of `rank` to put `s` in ([S5]): among its size-1 buckets (or free slots, cost 0)
+  // with room for s's tokens, the one of least cost, then the one that raises its round's busiest
+  // rank least, then the earliest; −1 when none has room.
   int64_t best_slot(int64_t rank, const Sample& s) {
     int64_t best = -1;
     double best_raise = 0, best_cost = 0;
@@ -367,7 +380,7 @@ class RoundPlanner {
         cost = group.work;
       }
       const double raise = std::max(0.0, cost + s.cost - round_max_[static_cast<size_t>(r)]);
-      if (best < 0 || raise < best_raise || (raise == best_raise && cost < best_cost)) {
+      if (best < 0 || cost < best_cost || (cost == best_cost && raise < best_raise)) {
         best = r, best_raise = raise, best_cost = cost;
       }
     }

@@ -43,8 +43,9 @@ struct DynCpSolverOptions {
 struct DynCpSolverResult {
   DynCpSchedule schedule;     // exactly micro_batches rounds; DynCpGroup.work = Σ cost / size (FLOPs/layer)
   int64_t micro_batches = 0;
-  // max over ranks of Σ its per-rank cost × (m·vp + pp − 1) / (m·vp): one stage's step in
-  // per-layer FLOPs, bubble included. Divide by a rank's achieved FLOP/s for seconds per layer.
+  // max over ranks of Σ its per-round cost + (pp − 1) / vp × its heaviest round: one stage's
+  // step in per-layer FLOPs, fill and drain included. Divide by a rank's achieved FLOP/s for
+  // seconds per layer. Equal rounds give Σ × (m·vp + pp − 1) / (m·vp).
   double predicted_time_units = 0;
 };
 

@@ -202,8 +202,20 @@ TEST(DynCpSolver, ShortSequenceWithNoRoomOnAnyRankJoinsACpGroupWithRoom) {
   EXPECT_EQ(r->schedule.rounds[1].groups[1].seq_ids, std::vector<int64_t>{2});
 }
 
-TEST(DynCpSolver, PredictedStepIsTheBusiestRankTimesTheInterleavedBubbleFactor) {
-  // PP 4 with 2 virtual chunks: predicted = max_rank Σ cost · (2m + 3) / (2m); m ∈ 4·{1..6}.
+// Each rank's per-round cost, [rank][round] (0 where the rank idles in that round).
+std::vector<std::vector<double>> round_costs(const DynCpSolverResult& r, int64_t ranks) {
+  std::vector<std::vector<double>> cost(static_cast<size_t>(ranks), std::vector<double>(r.schedule.rounds.size(), 0.0));
+  for (size_t i = 0; i < r.schedule.rounds.size(); ++i) {
+    for (const DynCpGroup& g : r.schedule.rounds[i].groups) {
+      for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) cost[static_cast<size_t>(k)][i] = g.work;
+    }
+  }
+  return cost;
+}
+
+TEST(DynCpSolver, PredictedStepIsTheBusiestRanksRoundsPlusTheFillPacedByItsHeaviestRound) {
+  // PP 4 with 2 virtual chunks: predicted = max over ranks of Σ its rounds + 3/2 · its heaviest
+  // round; m ∈ 4·{1..6}.
   const std::vector<int64_t> lengths = github_batch(7, 256);
   DynCpSolverOptions o;
   o.ranks = 16;
@@ -215,9 +227,38 @@ TEST(DynCpSolver, PredictedStepIsTheBusiestRankTimesTheInterleavedBubbleFactor) 
   const std::vector<double> rank_cost = expect_valid(*r, lengths, llama13b(), o);
   EXPECT_EQ(r->micro_batches % 4, 0);
   EXPECT_LE(r->micro_batches, 24);
-  const double m = static_cast<double>(r->micro_batches);
-  const double busiest = *std::max_element(rank_cost.begin(), rank_cost.end());
-  EXPECT_NEAR(r->predicted_time_units, busiest * (2 * m + 3) / (2 * m), 1e-9 * busiest);
+  double predicted = 0;
+  const auto cost = round_costs(*r, o.ranks);
+  for (size_t k = 0; k < cost.size(); ++k) {
+    const double heaviest = *std::max_element(cost[k].begin(), cost[k].end());
+    predicted = std::max(predicted, rank_cost[k] + 1.5 * heaviest);
+  }
+  EXPECT_NEAR(r->predicted_time_units, predicted, 1e-9 * predicted);
+}
+
+TEST(DynCpSolver, EachRanksMicroBatchesComeOutEvenSoNoneStallsThePipeline) {
+  // 1F1B's fill and drain are paced by a rank's heaviest micro-batch, so the solver packs each
+  // rank's buckets evenly by FLOPs. A sample is at most 1.3 × the bucket target (else it is long
+  // and gets CP), which bounds the heaviest round near 1.3 × the mean: measured 1.25–1.30 on
+  // seeds 1–5 of both blog datasets. The round-raise-first rule this replaced ratcheted a few
+  // rounds up to the token cap: 3.7–11.5 × the mean, with up to 37 of 48 rounds left empty.
+  for (const auto& [dataset, ranks] : {std::pair<const char*, int64_t>{"dynamic_cp_commoncrawl", 8},
+                                       {"dynamic_cp_github", 64}}) {
+    auto profile = load_length_profile(std::string(CPBENCH_SOURCE_DIR "/experiments/datasets/") + dataset + ".json");
+    ASSERT_TRUE(profile.ok()) << profile.error_str();
+    const std::vector<int64_t> lengths = sample_lengths(*profile, 1, 2048, 256, 131072);
+    DynCpSolverOptions o = blog_options();
+    o.ranks = ranks;
+    auto r = solve_dynamic_cp(lengths, llama13b(), o);
+    ASSERT_TRUE(r.ok()) << r.error_str();
+    expect_valid(*r, lengths, llama13b(), o);
+    SCOPED_TRACE(dataset);
+    for (const DynCpRound& round : r->schedule.rounds) EXPECT_FALSE(round.groups.empty());
+    for (const std::vector<double>& rounds : round_costs(*r, ranks)) {
+      const double mean = std::accumulate(rounds.begin(), rounds.end(), 0.0) / static_cast<double>(rounds.size());
+      EXPECT_LE(*std::max_element(rounds.begin(), rounds.end()), 1.35 * mean);
+    }
+  }
 }
 
 TEST(DynCpSolver, BlogBatchIsAValidBalancedScheduleOfPpTimesKRounds) {
@@ -238,7 +279,7 @@ TEST(DynCpSolver, BlogBatchIsAValidBalancedScheduleOfPpTimesKRounds) {
   const double busiest = *std::max_element(rank_cost.begin(), rank_cost.end());
   const double mean = std::accumulate(rank_cost.begin(), rank_cost.end(), 0.0) / static_cast<double>(o.ranks);
   const double m = static_cast<double>(r->micro_batches);
-  EXPECT_NEAR(r->predicted_time_units, busiest * (m + 7) / m, 1e-9 * busiest);
+  EXPECT_GE(r->predicted_time_units, busiest * (m + 7) / m * (1 - 1e-9));  // equal rounds at best
 
   int64_t cp_groups = 0;
   for (const DynCpRound& round : r->schedule.rounds) {
