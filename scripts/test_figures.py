@@ -70,7 +70,7 @@ def problems_of(fig, name):
             out.append(f"{name}: text {t.get_text()[:60]!r} at {fmt_box(box)} is outside the "
                        f"canvas {fmt_box(canvas)}")
     for i, ax in enumerate(fig.axes):
-        for axis in (ax.xaxis, ax.yaxis):
+        for axis in (ax.xaxis, ax.yaxis) if ax.axison else ():  # an axis-off panel draws none
             box = axis.get_tightbbox(renderer)
             if box is not None and not inside(box, canvas):
                 out.append(f"{name}: panel {i}: the {axis.axis_name} axis (ticks and label) at "
