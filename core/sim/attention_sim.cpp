@@ -341,6 +341,8 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
   out.compute_s = low->compute_s;
   for (int32_t r = 0; r < plan.ranks && r < static_cast<int32_t>(sim->compute_busy_s.size()); ++r)
     out.compute_s[r] = sim->compute_busy_s[r];
+  for (size_t i = 0; i < low->graph.size(); ++i)
+    if (low->graph.task(static_cast<int>(i)).stream == 0) out.last_kernel_end_s = std::max(out.last_kernel_end_s, sim->end_s[i]);
   out.wait_s.assign(plan.ranks, 0.0);
   // Replays each rank's timeline: it reaches a wait point when its tiles of the phase are done
   // (or at the previous wait point's end) and leaves it when its transfers are done.

@@ -24,6 +24,7 @@ struct AttentionSimResult {
   // Per rank: kernel time (stretched by contention with send kernels), time blocked on transfers.
   std::vector<double> compute_s, wait_s;
   std::vector<double> bytes_sent;         // per rank (from the plan: plan_bytes)
+  double last_kernel_end_s = 0;           // when the last tile kernel (or merge) of any rank ends
 };
 
 // The seconds of one forward tile (backward: flash_attention_bwd_s) of `plan`: its allowed pairs

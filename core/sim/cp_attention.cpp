@@ -29,6 +29,7 @@ Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const Attention
   out.fwd_wait_s = std::max(0.0, out.fwd_s - fwd_compute);
   out.bwd_s = std::max(0.0, both->step_time_s - fwd->step_time_s);
   out.bwd_wait_s = std::max(0.0, out.bwd_s - bwd_compute);
+  out.bwd_tail_s = std::clamp(both->step_time_s - both->last_kernel_end_s, 0.0, out.bwd_wait_s);
   return out;
 }
 

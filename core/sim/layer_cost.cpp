@@ -165,22 +165,33 @@ CoreCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
   return p;
 }
 
-// The attention core's op(s) of one pass: the wait on CP transfers, then the kernels.
+// The attention core's op(s) of one pass: the wait on CP transfers, then the kernels; backward,
+// then the wait for the gradient partials still on their way home (AttentionCost::bwd_tail_s).
 // The wait starts after `wait_after` when given (the K/V producer, cp_comm_overlap), else after
 // `input`.
-int attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
-                  const PlanMicroBatch& mb, const AttentionCost* attention, bool backward, int input,
-                  const std::string& prefix = "", int wait_after = -1) {
+struct AttentionOps {
+  int kernels = -1;  // the attention kernels
+  int done = -1;     // what reads the attention's gradients waits for: the tail, else the kernels
+};
+AttentionOps attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
+                           const PlanMicroBatch& mb, const AttentionCost* attention, bool backward, int input,
+                           const std::string& prefix = "", int wait_after = -1) {
+  AttentionOps out;
   if (attention) {
     const double total = backward ? attention->bwd_s : attention->fwd_s;
     const double wait = backward ? attention->bwd_wait_s : attention->fwd_wait_s;
-    const int w = b.cp_wait(wait, {wait_after >= 0 ? wait_after : input});
+    const double tail = backward ? attention->bwd_tail_s : 0.0;
+    const int w = b.cp_wait(wait - tail, {wait_after >= 0 ? wait_after : input});
     // One kernel per CP stage (ring step) of the attention plan.
-    return b.compute(prefix + (backward ? "attention bwd" : "attention"), total - wait, {input, w},
-                     static_cast<int>(std::max<int64_t>(1, mb.cp)));
+    out.kernels = b.compute(prefix + (backward ? "attention bwd" : "attention"), total - wait, {input, w},
+                            static_cast<int>(std::max<int64_t>(1, mb.cp)));
+    const int t = b.cp_wait(tail, {out.kernels});
+    out.done = t >= 0 ? t : out.kernels;
+    return out;
   }
   const CoreCost c = attention_core(cost, m, layout, mb, backward);
-  return b.compute(prefix + (backward ? "attention bwd" : "attention"), c.s, {input}, c.kernels);
+  out.kernels = out.done = b.compute(prefix + (backward ? "attention bwd" : "attention"), c.s, {input}, c.kernels);
+  return out;
 }
 
 }  // namespace
@@ -329,7 +340,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
     } else {
       q = column_fwd(f, "qkv", qkv, n1);
     }
-    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q, "", kv);
+    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q, "", kv).done;
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {row_fwd(f, "proj", proj, a)}, bda_kernels);
     const int n2 = f.elementwise("norm2", norm_bytes, {b1});
     const int f1 = column_fwd(f, "fc1", fc1, n2);
@@ -345,19 +356,35 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   // reduce-scatters dX beside the wgrad GEMM; without SP the all-reduce of dX runs beside wgrad
   // with async_tensor_model_parallel_allreduce, else after the whole backward of the linear
   // (Megatron-LM of 2021). Returns the op producing dX.
-  auto column_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
+  // With `late` (cp_comm_overlap's backward, Kwai's CP): `g` is the part of the output columns
+  // whose gradient is ready (Q) and `late_g` the part whose gradient arrives with `late` (dK/dV
+  // coming home): g's weight gradient — and without tp_comm_overlap its dgrad, which dX
+  // accumulates — run before `late`, late_g's after it, and dX is reduced once, as one GEMM's.
+  auto column_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad,
+                        const std::string& late_name = "", const Gemm* late_g = nullptr, int late = -1) {
     const int regather = sp && tp.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes, tp, {grad}) : -1;
     if (overlap) {  // dgrad chunks feeding the ring reduce-scatter; wgrad beside, on the re-gathered input
+      if (late_g) {
+        b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
+        const int reduced = gemm_rs(b, name + "+" + late_name + " dgrad", Gemm{g.m, g.n + late_g->n, g.k}, dgrad, late);
+        b.gemm(late_name + " wgrad", wgrad(cost, *late_g), {late, regather});
+        return reduced;
+      }
       const int reduced = gemm_rs(b, name + " dgrad", g, dgrad, grad);
       b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
       return reduced;
     }
-    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
+    int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
+    if (late_g) {
+      b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
+      d = b.gemm(late_name + " dgrad", dgrad(cost, *late_g), {d, late});
+    }
     const bool beside = sp || layout.async_tensor_model_parallel_allreduce;
     int reduced = beside ? b.tp(sp ? "tp reduce-scatter" : "tp all-reduce",
                                 sp ? Collective::reduce_scatter : Collective::all_reduce, a_bytes, tp, {d})
                          : -1;
-    const int w = b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
+    const int w = late_g ? b.gemm(late_name + " wgrad", wgrad(cost, *late_g), {late, regather})
+                         : b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
     if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes, tp, {d, w});
     return reduced == d || reduced < 0 ? d : reduced;
   };
@@ -398,9 +425,22 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
     int pr = row_bwd(bw, "proj", proj, b1);
     // Selective recomputation (Korthikanti et al.): only the attention core's forward, right before
     // its backward.
-    if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ");
-    const int a = attention_ops(bw, cost, m, layout, mb, attention, true, pr);
-    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a, 1))});
+    if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ").done;
+    // Its transfers start with its kernels, once the projection's backward is done (autograd runs
+    // the linear's dgrad and wgrad, then the attention's backward): a stall of the attention plan
+    // cannot hide behind the projection's weight gradient.
+    const AttentionOps a = attention_ops(bw, cost, m, layout, mb, attention, true, pr, "", bw.last());
+    // cp_comm_overlap (Kwai's CP): the Q columns' backward runs while dK/dV go home (the
+    // reduce-scatter of the all-gathered K/V's gradients); else the QKV backward waits for them.
+    int qkv_dx = -1;
+    if (cp_overlap && a.done != a.kernels) {
+      const Gemm kv_part{T, 2 * m.kv_dim() / t, h};
+      qkv_dx = column_bwd(bw, "qkv (q)", Gemm{T, h / t, h}, recomputed("norm1", norm_bytes, a.kernels, 1), "qkv (k, v)",
+                          &kv_part, a.done);
+    } else {
+      qkv_dx = column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a.done, 1));
+    }
+    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {qkv_dx});
     if (zero3) bw.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout.grad_bytes() * layer_params, shards, {n1});
     wait_for(bw, gather, n1);
   }

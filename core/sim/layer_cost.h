@@ -65,6 +65,9 @@ struct PassCost {
 struct AttentionCost {
   double fwd_s = 0, fwd_wait_s = 0;
   double bwd_s = 0, bwd_wait_s = 0;
+  // The part of bwd_wait_s after the last backward kernel: gradient partials (dK/dV, dQ) still on
+  // their way home — what Kwai's CP overlaps with the Q half of the QKV backward (cp_comm_overlap).
+  double bwd_tail_s = 0;
 };
 
 // One transformer layer on one rank of the micro-batch's CP group: linear layers and element-wise

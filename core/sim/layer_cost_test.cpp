@@ -166,7 +166,7 @@ TEST(LayerOps, TpCommOverlapHidesTheSpCollectivesBehindChunkedGemms) {
   EXPECT_NE(check_parallel_config(layout), "");
 }
 
-TEST(LayerOps, CpCommOverlapHidesTheKvAllGatherBehindTheQGemm) {
+TEST(LayerOps, CpCommOverlapHidesTheKvAllGatherBehindTheQGemmAndTheDkvReturnBehindTheQBackward) {
   const CostModel cost = preset_model("h100_dgx");
   const ModelShape m = model("gpt3_175b");
   ParallelConfig layout;
@@ -178,26 +178,45 @@ TEST(LayerOps, CpCommOverlapHidesTheKvAllGatherBehindTheQGemm) {
   PlanMicroBatch mb;
   mb.lengths = {32768};
   mb.cp = 2;
-  const double q_s = cost.gemm_s(16384, m.hidden / 8, m.hidden);
-  // The attention plan's forward waits 3 Q-GEMMs' time, then a wait shorter than one Q GEMM.
+  const int64_t rows = 16384, q_cols = m.hidden / 8;
+  const double q_s = cost.gemm_s(rows, q_cols, m.hidden);
+  // The Q columns' backward: dX = dY·Wᵀ [rows, hidden] and dW = Xᵀ·dY [hidden, q_cols].
+  const double q_bwd_s = cost.gemm_s(rows, m.hidden, q_cols) + cost.gemm_s(m.hidden, q_cols, rows);
+  // The attention plan's forward waits 3 Q-GEMMs' time, then a wait shorter than one Q GEMM; its
+  // backward the same, all of it after its last kernel (dK/dV on their way home).
   for (double wait : {3 * q_s, 0.5 * q_s}) {
-    const AttentionCost attn{20 * q_s, wait, 40 * q_s, wait};
+    const AttentionCost attn{20 * q_s, wait, 40 * q_s, wait, wait};
     layout.cp_comm_overlap = false;
-    const PassCost plain = price_ops(cost, lower_layer(cost, m, layout, mb, &attn).forward);
+    const LayerOps plain_ops = lower_layer(cost, m, layout, mb, &attn);
+    const PassCost plain = price_ops(cost, plain_ops.forward);
+    const PassCost plain_bwd = price_ops(cost, plain_ops.backward);
     layout.cp_comm_overlap = true;
     const LayerOps ops = lower_layer(cost, m, layout, mb, &attn);
     const PassCost overlapped = price_ops(cost, ops.forward);
+    const PassCost overlapped_bwd = price_ops(cost, ops.backward);
     EXPECT_NEAR(plain.cp_wait_s, wait, 1e-9);
     // The Q GEMM hides its own time of the wait, no more; the K/V and Q GEMMs cost what QKV did
     // (within the split's shape effect), so the pass gets shorter by the hidden part.
     EXPECT_NEAR(overlapped.cp_wait_s, std::max(0.0, wait - q_s), 0.02 * wait);
     EXPECT_NEAR(overlapped.compute_s, plain.compute_s, 0.02 * plain.compute_s);
     EXPECT_LT(overlapped.total(), plain.total());
-    // The backward is priced as without it (the dK/dV reduction is not overlapped).
+    // Backward: without the switch the whole wait is exposed — the return follows the attention's
+    // kernels, and nothing before them (the projection's weight gradient) can hide a stall of the
+    // attention plan. With it, the Q columns' dgrad and wgrad run while dK/dV go home: at least
+    // their time of the wait hides (more where the re-gathered wgrad input delays the Q wgrad).
+    EXPECT_NEAR(plain_bwd.cp_wait_s, wait, 1e-9);
+    const AttentionCost stalls_between_kernels{20 * q_s, wait, 40 * q_s, wait, 0.0};
     layout.cp_comm_overlap = false;
-    EXPECT_DOUBLE_EQ(price_ops(cost, ops.backward).total(),
-                     price_ops(cost, lower_layer(cost, m, layout, mb, &attn).backward).total());
+    EXPECT_NEAR(price_ops(cost, lower_layer(cost, m, layout, mb, &stalls_between_kernels).backward).cp_wait_s, wait, 1e-9);
     layout.cp_comm_overlap = true;
+    EXPECT_LE(overlapped_bwd.cp_wait_s, std::max(0.0, wait - q_bwd_s) + 1e-9);
+    EXPECT_LT(overlapped_bwd.cp_wait_s, plain_bwd.cp_wait_s);
+    EXPECT_NEAR(overlapped_bwd.compute_s, plain_bwd.compute_s, 0.02 * plain_bwd.compute_s);
+    EXPECT_LT(overlapped_bwd.total(), plain_bwd.total());
+    EXPECT_NEAR(overlapped_bwd.tp_bytes.nvlink, plain_bwd.tp_bytes.nvlink, 1e-6 * plain_bwd.tp_bytes.nvlink);  // dX reduced once
+    for (const char* name : {"qkv (q) dgrad", "qkv (q) wgrad", "qkv (k, v) dgrad", "qkv (k, v) wgrad"})
+      EXPECT_EQ(std::count_if(ops.backward.begin(), ops.backward.end(), [&](const LayerOp& op) { return op.name == name; }), 1)
+          << name;
     EXPECT_EQ(std::count_if(ops.forward.begin(), ops.forward.end(), [](const LayerOp& op) { return op.name == "qkv (q)"; }), 1);
   }
   // Another CP communication type is a configuration error, not a silent no-op.

@@ -144,6 +144,11 @@ TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
   auto s2 = cache.get(short_two);
   ASSERT_TRUE(s2.ok());
   EXPECT_GT(s2->fwd_wait_s, 0);
+  // The ring's backward ends with the running dK/dV's last hop to its owner, after the last
+  // kernel: a tail of the backward's wait that follows the kernels (what Kwai's CP overlaps).
+  EXPECT_GT(s2->bwd_tail_s, 0);
+  EXPECT_LE(s2->bwd_tail_s, s2->bwd_wait_s);
+  EXPECT_EQ(a1->bwd_tail_s, 0);
 }
 
 // The rank order is Megatron's (tp fastest, then cp, then dp, then pp): a group's members' nodes
