@@ -15,11 +15,12 @@ namespace cpbench {
 
 std::string SearchCandidate::label() const {
   const ParallelConfig& L = layout;
-  char text[160];
-  std::snprintf(text, sizeof text, "t%lld c%lld p%lld vp%lld %s α=%g b%lld%s%s", static_cast<long long>(L.tp),
+  char text[176];
+  std::snprintf(text, sizeof text, "t%lld c%lld p%lld vp%lld %s α=%g b%lld%s%s%s", static_cast<long long>(L.tp),
                 static_cast<long long>(L.cp), static_cast<long long>(L.pp), static_cast<long long>(L.vp),
                 L.recompute.c_str(), L.activation_offload_ratio, static_cast<long long>(L.micro_batch_size),
-                L.tp_comm_overlap ? " tp-overlap" : "", L.overlap_param_gather ? " param-gather-overlap" : "");
+                L.tp_comm_overlap ? " tp-overlap" : "", L.overlap_param_gather ? " param-gather-overlap" : "",
+                L.cp_comm_overlap && L.cp > 1 ? " cp-overlap" : "");
   return text;
 }
 

@@ -145,8 +145,19 @@ TEST_F(SearchTest, OverlapAxesAreSearchedWhereTheyApply) {
   for (const auto& c : with.top) {
     overlapped += c.layout.tp_comm_overlap;
     EXPECT_TRUE(!c.layout.tp_comm_overlap || c.layout.tp > 1) << c.label();
+    // The label names every overlap the layout runs.
+    EXPECT_EQ(c.label().find(" tp-overlap") != std::string::npos, c.layout.tp_comm_overlap) << c.label();
+    EXPECT_EQ(c.label().find(" cp-overlap") != std::string::npos, c.layout.cp_comm_overlap && c.layout.cp > 1)
+        << c.label();
   }
   EXPECT_EQ(overlapped, without.simulated - tp1);
+  SearchCandidate kwai_cp;
+  kwai_cp.layout = base_;
+  kwai_cp.layout.cp = 2;
+  kwai_cp.layout.cp_comm_overlap = true;
+  EXPECT_NE(kwai_cp.label().find(" cp-overlap"), std::string::npos) << kwai_cp.label();
+  kwai_cp.layout.cp = 1;  // nothing to overlap
+  EXPECT_EQ(kwai_cp.label().find(" cp-overlap"), std::string::npos) << kwai_cp.label();
 }
 
 }  // namespace
