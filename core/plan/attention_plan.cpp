@@ -5,6 +5,7 @@
 #include "core/plan/attention_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -385,6 +386,17 @@ BackwardTransfers backward_transfers(const AttentionPlan& plan) {
     }
   }
   return bt;
+}
+
+int64_t fullest_home_tokens(const AttentionPlan& plan) {
+  double fullest = 0;
+  for (const auto& homes : plan.home) {
+    double share = 0;
+    for (const AttnSlice& s : homes)
+      share += static_cast<double>(s.tokens()) * s.heads() / std::max(1, plan.heads_q);
+    fullest = std::max(fullest, share);
+  }
+  return static_cast<int64_t>(std::ceil(fullest - 1e-9));
 }
 
 RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward) {

@@ -137,6 +137,12 @@ struct AttnBackwardPhase {
 };
 std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan);
 
+// The most tokens one rank's homes hold, a home of some of the query heads counted as that share
+// of its tokens (a home of half the heads of 100 tokens holds 50): the rows of the fullest rank's
+// linear layers. Static layouts split every (padded) sequence evenly, DCP's blocks within its
+// memory tolerance.
+int64_t fullest_home_tokens(const AttentionPlan& plan);
+
 // [rank] payload bytes a rank sends and receives over forward + backward.
 struct RankBytes {
   std::vector<double> sent, received;

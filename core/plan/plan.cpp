@@ -28,7 +28,7 @@ int64_t PlanMicroBatch::padded_tokens() const {
 }
 
 int64_t PlanMicroBatch::rank_tokens() const {
-  return fullest_rank_tokens > 0 ? fullest_rank_tokens : padded_tokens() / std::max<int64_t>(1, cp);
+  return attention ? fullest_home_tokens(*attention) : padded_tokens() / std::max<int64_t>(1, cp);
 }
 
 }  // namespace cpbench

@@ -29,16 +29,15 @@ struct PlanMicroBatch {
   int64_t pad_to = 1;            // every sequence is padded to a multiple of this for the kernels
   // cp > 1: one layer's attention on the group, per TP rank (its heads); null when cp = 1.
   std::shared_ptr<const AttentionPlan> attention;
-  // Tokens the group's fullest rank holds, where the attention plan places them unevenly (DCP's
-  // blocks, within its memory tolerance); 0 = an even split, padded_tokens() / cp.
-  int64_t fullest_rank_tokens = 0;
 
   int64_t tokens() const;
   double sum_sq() const;              // Σ L²
   int64_t padded_length(size_t i) const;  // lengths[i] rounded up to a multiple of pad_to
   std::vector<int64_t> padded_lengths() const;
   int64_t padded_tokens() const;      // what the kernels and the CP slicing see
-  int64_t rank_tokens() const;        // the fullest group member's tokens: its linear layers' rows
+  // The fullest group member's tokens, its linear layers' rows: from the attention plan's homes
+  // when there is one (fullest_home_tokens: DCP places tokens unevenly), else padded_tokens() / cp.
+  int64_t rank_tokens() const;
   bool operator==(const PlanMicroBatch&) const = default;
 };
 

@@ -387,15 +387,4 @@ std::string dcp_note(const DcpRequest& r, const DcpResult& d) {
   return note;
 }
 
-int64_t dcp_fullest_rank_tokens(const AttentionPlan& plan) {
-  double fullest = 0;
-  for (const auto& homes : plan.home) {
-    double share = 0;
-    for (const AttnSlice& s : homes)
-      share += static_cast<double>(s.tokens()) * s.heads() / std::max(1, plan.heads_q);
-    fullest = std::max(fullest, share);
-  }
-  return static_cast<int64_t>(std::ceil(fullest - 1e-9));
-}
-
 }  // namespace cpbench

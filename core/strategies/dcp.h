@@ -97,8 +97,4 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
 // One line for a result's note: blocks, km1, stages, the fullest GPU against the mean.
 std::string dcp_note(const DcpRequest& request, const DcpResult& result);
 
-// The tokens the fullest rank of the plan holds, heads counted as a share (a home of half the
-// query heads of 100 tokens holds 50): the rows of its linear layers.
-int64_t dcp_fullest_rank_tokens(const AttentionPlan& plan);
-
 }  // namespace cpbench

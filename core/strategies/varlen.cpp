@@ -131,7 +131,7 @@ PlanOutcome plan_dcp_training(const StrategyInput& in) {
   const int64_t g = std::max(1, in.cluster.gpus_per_node);
   std::string note;
   // One DCP plan per CP group's micro-batch (its copies on the group's ranks share it).
-  std::map<std::pair<int64_t, int64_t>, std::pair<std::shared_ptr<const AttentionPlan>, int64_t>> made;
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const AttentionPlan>> made;
   for (auto& rank : plan.micro_batches)
     for (size_t k = 0; k < rank.size(); ++k) {
       PlanMicroBatch& mb = rank[k];
@@ -153,11 +153,9 @@ PlanOutcome plan_dcp_training(const StrategyInput& in) {
         auto d = plan_dcp(r, *cost);
         if (!d) return PlanOutcome::error("dcp: " + d.error_str());
         if (note.empty()) note = dcp_note(r, *d);
-        const int64_t fullest = dcp_fullest_rank_tokens(d->plan);
-        it = made.emplace(key, std::make_pair(std::make_shared<const AttentionPlan>(std::move(d->plan)), fullest)).first;
+        it = made.emplace(key, std::make_shared<const AttentionPlan>(std::move(d->plan))).first;
       }
-      mb.attention = it->second.first;
-      mb.fullest_rank_tokens = it->second.second;
+      mb.attention = it->second;
     }
   PlanOutcome out = PlanOutcome::ok(std::move(plan));
   out.reason = note;

@@ -34,7 +34,7 @@ PlanOutcome plan_packing(const StrategyInput& in);        // Megatron dp_balance
 // DCP end to end (SOSP'25 §7.2): the packing of plan_packing, each CP group's attention placed by
 // DCP's blockwise planner (dcp.h, parallel.dcp_*) instead of a static layout, no sequence padded;
 // every other op runs as Megatron's on the tokens each rank holds (the fullest rank's count:
-// PlanMicroBatch::fullest_rank_tokens). Needs MPI initialised (Zoltan).
+// PlanMicroBatch::rank_tokens, from the plan's homes). Needs MPI initialised (Zoltan).
 PlanOutcome plan_dcp_training(const StrategyInput& in);
 PlanOutcome plan_packing_ffd(const StrategyInput& in);    // first-fit decreasing
 PlanOutcome plan_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
