@@ -277,20 +277,48 @@ double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const C
                   : cost.flash_attention_fwd_s(pairs, tile.q.heads(), plan.head_dim, mean_len);
 }
 
+namespace {
+
+// Tokens × heads of the distinct slices among the tiles' q (kv_side false) or kv sides: a fused
+// stage's kernel reads every key one of its query rows attends to in one pass over that row
+// (TransformerEngine's THD call takes a sequence's pieces as one entry; DCP's kernel walks a query
+// block's key blocks from a block table), so the row is loaded, rescaled and written once, and
+// its partial merged once.
+double distinct_elements(const std::vector<const AttnTile*>& tiles, bool kv_side) {
+  std::vector<std::tuple<int32_t, int64_t, int64_t, int32_t, int32_t>> seen;
+  seen.reserve(tiles.size());
+  for (const AttnTile* t : tiles) {
+    const AttnSlice& s = kv_side ? t->kv : t->q;
+    seen.emplace_back(s.seq, s.tok_begin, s.tok_end, s.head_begin, s.head_end);
+  }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  double n = 0;
+  for (const auto& [seq, b, e, hb, he] : seen) {
+    n += static_cast<double>(e - b) * (he - hb);
+  }
+  return n;
+}
+
+}  // namespace
+
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward) {
-  double pair_heads = 0, rows = 0, pairs = 0;
+  double pair_heads = 0, pairs = 0;
   int64_t heads = 0;
+  std::vector<const AttnTile*> working;
   for (const AttnTile* tile : tiles) {
     const double p = static_cast<double>(tile_work_pairs(plan, *tile));
     if (p <= 0) continue;
     heads = std::max<int64_t>(heads, tile->q.heads());
     pair_heads += p * tile->q.heads();
     pairs += p;
-    rows += static_cast<double>(tile->q.tokens());
+    working.push_back(tile);
   }
-  if (heads == 0 || rows <= 0) return 0;
-  // One varlen call: the pairs of every tile, counted in units of the widest tile's heads.
+  if (heads == 0 || working.empty()) return 0;
+  // One varlen call: the pairs of every tile, counted in units of the widest tile's heads; each
+  // query row once, however many of the stage's tiles it is in (distinct_elements).
+  const double rows = distinct_elements(working, false) / static_cast<double>(heads);
   const double call_pairs = pair_heads / static_cast<double>(heads);
   const double mean_len = 2 * pairs / rows;
   return backward ? cost.flash_attention_bwd_s(call_pairs, heads, plan.head_dim, mean_len)
@@ -300,13 +328,11 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
 double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward) {
   const double per_value = plan.value_bytes + 8.0;  // the partial read, the fp32 accumulator read and written
-  double bytes = 0;
-  for (const AttnTile* tile : tiles) {
-    const double q = static_cast<double>(tile->q.tokens()) * tile->q.heads();
-    const double kv = static_cast<double>(tile->kv.tokens()) * tile->kv.heads();
-    bytes += backward ? (q + 2 * kv) * plan.head_dim * per_value   // dQ; dK and dV
-                      : q * plan.head_dim * per_value + q * 12.0;  // O; LSE in fp32
-  }
+  // Each distinct query slice's partial (and backward each distinct K/V slice's) once: the call
+  // produces one partial per row (distinct_elements).
+  const double q = distinct_elements(tiles, false);
+  const double bytes = backward ? (q + 2 * distinct_elements(tiles, true)) * plan.head_dim * per_value
+                                : q * plan.head_dim * per_value + q * 12.0;  // O; LSE in fp32
   return cost.memory_bound_s(bytes);
 }
 

@@ -33,14 +33,16 @@ struct AttentionSimResult {
 double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const CostModel& cost, bool backward);
 
 // The seconds of `tiles` run as one varlen kernel call (TransformerEngine runs a CP step's THD
-// pack in one call): summed pairs and query rows, one launch, one grid.
+// pack in one call): summed pairs, one launch, one grid, and each query row once however many
+// tiles it is in (the call reads all the keys a row attends to in one pass over the row).
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward);
 
 // The seconds of merging `tiles`' partial results into the rank's accumulators, one memory-bound
 // kernel over all of them (TransformerEngine's per-step output/LSE correction; the CPU executor's
-// merge_out and spread): forward, each tile's partial O (plan.value_bytes) and LSE (fp32) read
-// and its fp32 accumulators read and written; backward, its partial dQ, dK, dV the same way.
+// merge_out and spread): forward, each distinct query slice's partial O (plan.value_bytes) and LSE
+// (fp32) read and its fp32 accumulators read and written; backward, its partial dQ and each
+// distinct K/V slice's dK, dV the same way. One tile: that tile's.
 double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward);
 

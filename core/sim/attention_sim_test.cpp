@@ -108,6 +108,41 @@ TEST(AttentionSim, MergeIsTheMemoryBoundTrafficOfThePartials) {
   EXPECT_EQ(attention_merge_s(plan, {}, cost, false), 0.0);
 }
 
+// A fused stage's kernel reads all the keys a query row attends to in that stage in one pass over
+// the row: a row's tiles against K/V pieces cost what one tile against their union costs (same
+// pairs, the row loaded, rescaled and written once), and its partial is merged once. So the
+// all-to-all of a2a+p2p with a ring of one group is Ulysses' a2a, whatever the chunking.
+TEST(AttentionSim, AFusedStageReadsEachQueryRowOnce) {
+  AttentionPlan plan = layout("single", 1, {4096});
+  const CostModel cost = preset_model("h100_dgx");
+  const AttnTile whole{{0, 0, 1024, 0, 32}, {0, 0, 1024, 0, 32}};
+  const AttnTile first{{0, 0, 1024, 0, 32}, {0, 0, 512, 0, 32}}, second{{0, 0, 1024, 0, 32}, {0, 512, 1024, 0, 32}};
+  for (bool backward : {false, true}) {
+    EXPECT_DOUBLE_EQ(attention_tiles_s(plan, {&first, &second}, cost, backward), attention_tiles_s(plan, {&whole}, cost, backward));
+    const double merged = attention_merge_s(plan, {&first, &second}, cost, backward);
+    EXPECT_LT(merged, 2 * attention_merge_s(plan, {&first}, cost, backward));
+  }
+  EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&first, &second}, cost, false), attention_merge_s(plan, {&whole}, cost, false));
+  // Whole layouts: 8 ranks, every sequence a multiple of 2·8 tokens.
+  CpLayoutRequest r;
+  r.cp = 8;
+  r.seq_lengths = {4096, 1024, 16384, 512};
+  r.mask = kCausal;
+  r.heads_q = 32;
+  r.heads_kv = 8;
+  r.head_dim = 128;
+  r.layout = "a2a";
+  auto a2a = plan_cp_layout(r);
+  r.layout = "a2a+p2p";
+  r.a2a_size = 8;
+  auto usp = plan_cp_layout(r);
+  ASSERT_TRUE(a2a.ok() && usp.ok());
+  for (AttentionPlan* p : {&*a2a, &*usp}) p->fused_stages = true;
+  const AttentionSimResult x = sim(*a2a, cost, true), y = sim(*usp, cost, true);
+  EXPECT_NEAR(max_of(y.compute_s), max_of(x.compute_s), 0.01 * max_of(x.compute_s));
+  EXPECT_NEAR(y.step_time_s, x.step_time_s, 0.02 * x.step_time_s);
+}
+
 TEST(AttentionSim, OneRankIsTheSumOfItsTiles) {
   const AttentionPlan plan = layout("single", 1, {3000, 1000, 517});
   const CostModel cost = preset_model("h100_dgx");
