@@ -239,14 +239,34 @@ const char* attn_tensor_name(AttnTensor t) {
 
 namespace {
 
-// Whether stage st's tiles on `rank` touch `slice` on the Q side (q, dout, out, dq: through the
-// tiles' q) or the KV side (kv, dkv: through their kv).
-bool touches(const AttentionPlan& plan, size_t st, int32_t rank, bool kv_side, const AttnSlice& slice) {
-  if (static_cast<size_t>(rank) >= plan.stages[st].tiles.size()) return false;
-  for (const AttnTile& tile : plan.stages[st].tiles[rank])
-    if (intersect(kv_side ? tile.kv : tile.q, slice)) return true;
-  return false;
-}
+// The last stage (at or after `from`) whose tiles on a rank touch a slice on the Q side (q, dout,
+// out, dq: through the tiles' q) or the KV side (kv, dkv: through their kv). Indexed once per plan
+// by (rank, side, sequence): scanning every later stage's tiles for every transfer made the
+// backward's derivation most of a DCP experiment's run time.
+class TouchIndex {
+ public:
+  explicit TouchIndex(const AttentionPlan& plan) {
+    for (size_t st = 0; st < plan.stages.size(); ++st)
+      for (size_t r = 0; r < plan.stages[st].tiles.size(); ++r)
+        for (const AttnTile& tile : plan.stages[st].tiles[r])
+          for (const bool kv_side : {false, true}) {
+            const AttnSlice& s = kv_side ? tile.kv : tile.q;
+            by_key_[{static_cast<int32_t>(r), kv_side, s.seq}].emplace_back(st, &s);
+          }
+  }
+  // −1 when no tile of stage ≥ from touches it.
+  int64_t last(int32_t rank, bool kv_side, const AttnSlice& slice, size_t from) const {
+    auto it = by_key_.find({rank, kv_side, slice.seq});
+    if (it == by_key_.end()) return -1;
+    int64_t out = -1;
+    for (const auto& [st, s] : it->second)
+      if (st >= from && static_cast<int64_t>(st) > out && intersect(*s, slice)) out = static_cast<int64_t>(st);
+    return out;
+  }
+
+ private:
+  std::map<std::tuple<int32_t, bool, int32_t>, std::vector<std::pair<size_t, const AttnSlice*>>> by_key_;
+};
 
 using SliceKey = std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t>;  // rank, tensor, slice
 SliceKey key_of(int32_t rank, AttnTensor t, const AttnSlice& s) {
@@ -280,6 +300,7 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
           phase(i).transfers.push_back({t.src, t.dst, x, t.slice, t.relay});
       forwards[key_of(t.src, t.tensor, t.slice)].emplace_back(i, t.dst);
     }
+  const TouchIndex touch(plan);
   std::map<SliceKey, size_t> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
   // A relayed slice's partial goes back to its relay, inside the node, and the relay's summed
   // partial crosses the network once: relays first, so the relay knows when they arrive.
@@ -292,8 +313,8 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       const AttnTensor grad = kv_side ? AttnTensor::dkv : AttnTensor::dq;
       const int32_t r = t.dst;
       size_t when = i + 1;  // not before the slice arrived
-      for (size_t st = i; st < stages; ++st)
-        if (touches(plan, st, r, kv_side, t.slice)) when = std::max(when, st + 2);
+      if (const int64_t last = touch.last(r, kv_side, t.slice, i); last >= 0)
+        when = std::max(when, static_cast<size_t>(last) + 2);
       if (auto m = merged_after.find(key_of(r, grad, t.slice)); m != merged_after.end()) when = std::max(when, m->second + 1);
       if (t.relay) {
         phase(when).transfers.push_back({r, t.src, grad, t.slice});
@@ -400,6 +421,10 @@ int64_t fullest_home_tokens(const AttentionPlan& plan) {
 }
 
 RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward) {
+  return plan_bytes(plan, with_backward ? backward_phases(plan) : std::vector<AttnBackwardPhase>{});
+}
+
+RankBytes plan_bytes(const AttentionPlan& plan, const std::vector<AttnBackwardPhase>& backward) {
   RankBytes b{std::vector<double>(plan.ranks, 0.0), std::vector<double>(plan.ranks, 0.0)};
   auto add = [&](const std::vector<AttnTransfer>& ts) {
     for (const AttnTransfer& t : ts) {
@@ -410,8 +435,7 @@ RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward) {
     }
   };
   add(forward_transfers(plan));
-  if (with_backward)
-    for (const AttnBackwardPhase& ph : backward_phases(plan)) add(ph.transfers);
+  for (const AttnBackwardPhase& ph : backward) add(ph.transfers);
   return b;
 }
 

@@ -148,6 +148,8 @@ struct RankBytes {
   std::vector<double> sent, received;
 };
 RankBytes plan_bytes(const AttentionPlan& plan, bool with_backward);
+// The same with the backward given as its phases (backward_phases(plan), or none).
+RankBytes plan_bytes(const AttentionPlan& plan, const std::vector<AttnBackwardPhase>& backward);
 
 // The home rank of a slice (the rank whose home slices contain it), or −1.
 int32_t home_of(const AttentionPlan& plan, const AttnSlice& s);

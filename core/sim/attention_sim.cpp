@@ -37,6 +37,7 @@ struct Lowering {
   std::vector<std::vector<int>> barrier;
   std::vector<std::vector<WaitPoint>> waits;  // [rank] in order
   std::vector<double> compute_s;              // [rank] summed tile durations
+  std::vector<AttnBackwardPhase> lowered_backward;  // what lower(true) ran (empty for the forward)
 
   // [rank] the NIC link its network transfers leave through (ids after the ranks' own links), and
   // the factor its transfers' bytes weigh on that link. A group's m members on a node get their
@@ -194,7 +195,8 @@ struct Lowering {
     phase(plan.gather_out, {}, false, "gather");
     if (!backward) return;
     // The backward phases every backend runs (attention_plan.h backward_phases).
-    const std::vector<AttnBackwardPhase> phases = backward_phases(plan);
+    lowered_backward = backward_phases(plan);
+    const std::vector<AttnBackwardPhase>& phases = lowered_backward;
     for (size_t i = 0; i < phases.size(); ++i) {
       std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
       if (phases[i].stage >= 0)
@@ -382,7 +384,7 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
       t = leave;
     }
   }
-  out.bytes_sent = plan_bytes(plan, backward).sent;
+  out.bytes_sent = plan_bytes(plan, low->lowered_backward).sent;  // the phases it lowered, not derived again
   if (!trace.empty()) {
     std::vector<std::string> names;
     for (int32_t r = 0; r < plan.ranks; ++r) names.push_back("rank " + std::to_string(r));
