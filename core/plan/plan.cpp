@@ -31,4 +31,13 @@ int64_t PlanMicroBatch::rank_tokens() const {
   return attention ? fullest_home_tokens(*attention) : padded_tokens() / std::max<int64_t>(1, cp);
 }
 
+std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node) {
+  std::vector<int> nodes;
+  const int64_t first = std::max<int64_t>(0, mb.first_rank);
+  const int64_t g = std::max(1, gpus_per_node);
+  const int64_t base = global_rank(layout, 0, first, 0) / g;
+  for (int64_t i = 0; i < mb.cp; ++i) nodes.push_back(static_cast<int>(global_rank(layout, 0, first + i, 0) / g - base));
+  return nodes;
+}
+
 }  // namespace cpbench

@@ -41,6 +41,10 @@ struct PlanMicroBatch {
   bool operator==(const PlanMicroBatch&) const = default;
 };
 
+// The nodes of the CP group of `mb` (members first_rank …, TP rank 0 of the first stage) under
+// `layout`, numbered from 0 in the group's order.
+std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node);
+
 struct Plan {
   ParallelConfig layout;
   std::string pipeline_schedule = "1f1b";  // "1f1b" | "interleaved" | "gpipe"

@@ -6,15 +6,6 @@
 
 namespace cpbench {
 
-std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node) {
-  std::vector<int> nodes;
-  const int64_t first = std::max<int64_t>(0, mb.first_rank);
-  const int64_t g = std::max(1, gpus_per_node);
-  const int64_t base = global_rank(layout, 0, first, 0) / g;
-  for (int64_t i = 0; i < mb.cp; ++i) nodes.push_back(static_cast<int>(global_rank(layout, 0, first + i, 0) / g - base));
-  return nodes;
-}
-
 Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan,
                                           const std::vector<int>& node_of) {
   AttentionCost out;

@@ -23,10 +23,6 @@ namespace cpbench {
 Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const AttentionPlan& plan,
                                           const std::vector<int>& node_of);
 
-// The nodes of the CP group of `mb` (members first_rank …, TP rank 0 of the first stage) under
-// `layout`, numbered from 0 in the group's order.
-std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node);
-
 // Memoizes the attention cost of micro-batches by their AttentionPlan object (equal micro-batches
 // of a Plan share one). A micro-batch with cp > 1 and no plan is an Error.
 class CpAttentionCache {

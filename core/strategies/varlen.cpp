@@ -128,7 +128,6 @@ PlanOutcome plan_dcp_training(const StrategyInput& in) {
   auto cost = CostModel::create(in.cluster);
   if (!cost) return PlanOutcome::error(cost.error_str());
   const ParallelConfig& L = plan.layout;
-  const int64_t g = std::max(1, in.cluster.gpus_per_node);
   std::string note;
   // One DCP plan per CP group's micro-batch (its copies on the group's ranks share it).
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const AttentionPlan>> made;
@@ -142,11 +141,11 @@ PlanOutcome plan_dcp_training(const StrategyInput& in) {
       if (it == made.end()) {
         // The planner takes ranks filling nodes in order: the group's members must sit on their
         // nodes in equal consecutive runs (TP inside a node, CP across, as Megatron orders ranks).
-        const auto node = [&](int64_t i) { return global_rank(L, 0, mb.first_rank + i, 0) / g; };
+        const std::vector<int> node = cp_group_nodes(mb, L, in.cluster.gpus_per_node);
         int64_t per_node = 1;
-        while (per_node < mb.cp && node(per_node) == node(0)) ++per_node;
+        while (per_node < mb.cp && node[per_node] == node[0]) ++per_node;
         for (int64_t i = 0; i < mb.cp; ++i)
-          if (mb.cp % per_node != 0 || node(i) != node(0) + i / per_node)
+          if (mb.cp % per_node != 0 || node[i] != i / per_node)
             return PlanOutcome::infeasible("dcp: the CP group's ranks do not fill nodes in equal consecutive runs");
         const DcpRequest r = dcp_request(mb.lengths, in.batch.mask, in.model, L, static_cast<int32_t>(mb.cp),
                                          static_cast<int32_t>(per_node));
