@@ -331,9 +331,11 @@ double attention_merge_s(const AttentionPlan& plan, const std::vector<const Attn
                          bool backward) {
   const double per_value = plan.value_bytes + 8.0;  // the partial read, the fp32 accumulator read and written
   // Each distinct query slice's partial (and backward each distinct K/V slice's) once: the call
-  // produces one partial per row (distinct_elements).
+  // produces one partial per row (distinct_elements). A K/V slice names query heads; its dK and dV
+  // rows are of its KV heads, 1/group as many (GQA).
   const double q = distinct_elements(tiles, false);
-  const double bytes = backward ? (q + 2 * distinct_elements(tiles, true)) * plan.head_dim * per_value
+  const double kv = distinct_elements(tiles, true) / std::max(1, plan.group());
+  const double bytes = backward ? (q + 2 * kv) * plan.head_dim * per_value
                                 : q * plan.head_dim * per_value + q * 12.0;  // O; LSE in fp32
   return cost.memory_bound_s(bytes);
 }

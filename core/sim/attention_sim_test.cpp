@@ -95,15 +95,19 @@ TEST(AttentionSim, CausalEnvelopeWorkPricesASparseMaskAsCausal) {
 }
 
 // The merge moves, per tile, its partial output (value_bytes) and its fp32 accumulator twice, plus
-// the fp32 LSE (forward); dQ, dK and dV the same way (backward). One kernel for a fused stage.
+// the fp32 LSE (forward); dQ, dK and dV the same way (backward), dK and dV of the KV heads only
+// (32 query heads in 8 KV groups: a quarter of dQ's rows each). One kernel for a fused stage.
 TEST(AttentionSim, MergeIsTheMemoryBoundTrafficOfThePartials) {
   AttentionPlan plan = layout("single", 1, {4096});
   plan.value_bytes = 2;
   const CostModel cost = ideal_model();
-  const AttnTile a{{0, 0, 1024, 0, 32}, {0, 0, 1024, 0, 8}}, b{{0, 1024, 2048, 0, 32}, {0, 0, 2048, 0, 8}};
+  const AttnTile a{{0, 0, 1024, 0, 32}, {0, 0, 1024, 0, 32}}, b{{0, 1024, 2048, 0, 32}, {0, 0, 2048, 0, 32}};
   const double q = 1024.0 * 32 * 128, lse = 1024.0 * 32;
   EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a}, cost, false), cost.memory_bound_s(q * 10 + lse * 12));
   EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a}, cost, true), cost.memory_bound_s((q + 2 * 1024.0 * 8 * 128) * 10));
+  plan.heads_kv = 32;  // without GQA, dK and dV have as many rows as dQ
+  EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a}, cost, true), cost.memory_bound_s(3 * q * 10));
+  plan.heads_kv = 8;
   EXPECT_DOUBLE_EQ(attention_merge_s(plan, {&a, &b}, cost, false), cost.memory_bound_s(2 * (q * 10 + lse * 12)));
   EXPECT_EQ(attention_merge_s(plan, {}, cost, false), 0.0);
 }
