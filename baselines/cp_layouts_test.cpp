@@ -91,6 +91,15 @@ TEST(CpLayouts, EveryLayoutMaskAndCpGivesAWellFormedPlan) {
             }
           }
           EXPECT_NE(check_attention_plan(broken).find("computed 0 times"), std::string::npos);
+          // Both derived backwards, written out as a plan's explicit backward, pass its check.
+          for (bool pipelined : {false, true}) {
+            AttentionPlan e = *p;
+            e.pipelined_backward = pipelined;
+            e.backward = backward_phases(e);
+            EXPECT_EQ(check_attention_plan(e), "") << layout << " cp " << cp << " a2a " << a2a_size << " window "
+                                                   << window << " mask " << mask_kind_name(mask.kind) << " pipelined "
+                                                   << pipelined;
+          }
           ++plans;
         }
       }
@@ -384,7 +393,75 @@ TEST(CpLayouts, RingBackwardCarriesTheRunningGradientToItsOwner) {
   EXPECT_EQ(phase_of(1, 2, AttnTensor::dkv), 3);
   EXPECT_EQ(phase_of(2, 0, AttnTensor::dkv), 4);
   EXPECT_EQ(phase_of(1, 0, AttnTensor::dkv), -1);  // not home directly: round the ring
-  for (size_t i = 0; i < phases.size(); ++i) EXPECT_EQ(phases[i].stage, i >= 1 && i <= 3 ? int(i) - 1 : -1);
+  for (size_t i = 0; i < phases.size(); ++i)  // phase i runs stage i − 1's tiles
+    EXPECT_EQ(phases[i].tiles, i >= 1 && i <= 3 ? p.stages[i - 1].tiles : std::vector<std::vector<AttnTile>>{});
+}
+
+
+// An explicit backward is checked as the executor runs it: each way of breaking a ring's backward
+// (written out from its derivation) is named.
+TEST(CpLayouts, AnExplicitBackwardThatCannotRunIsRejected) {
+  AttentionPlan p = *plan_cp_layout(request("ring", 4, MaskSpec{.kind = MaskKind::full}));
+  p.pipelined_backward = true;
+  p.backward = backward_phases(p);
+  ASSERT_EQ(check_attention_plan(p), "");
+  auto find = [&](const AttentionPlan& x, AttnTensor t) {
+    for (size_t i = 0; i < x.backward.size(); ++i)
+      for (size_t j = 0; j < x.backward[i].transfers.size(); ++j)
+        if (x.backward[i].transfers[j].tensor == t) return std::make_pair(i, j);
+    return std::make_pair(size_t{0}, size_t{0});
+  };
+  auto expect = [](const AttentionPlan& x, const std::string& what) {
+    const std::string problems = check_attention_plan(x);
+    EXPECT_NE(problems.find(what), std::string::npos) << "expected \"" << what << "\" in: \"" << problems << "\"";
+  };
+  {  // a tile moved to the phase its K/V arrives in
+    AttentionPlan x = p;
+    const AttnTile t = x.backward[2].tiles[1].back();
+    x.backward[2].tiles[1].pop_back();
+    x.backward[1].tiles[1].push_back(t);
+    expect(x, "has not arrived before the phase");
+  }
+  {  // a gradient partial that never leaves
+    AttentionPlan x = p;
+    const auto [i, j] = find(x, AttnTensor::dkv);
+    x.backward[i].transfers.erase(x.backward[i].transfers.begin() + static_cast<std::ptrdiff_t>(j));
+    expect(x, "that it never sends towards its home");
+  }
+  {  // a partial sent in the phase its last tile runs
+    AttentionPlan x = p;
+    const auto [i, j] = find(x, AttnTensor::dkv);
+    const AttnTransfer t = x.backward[i].transfers[j];
+    x.backward[i].transfers.erase(x.backward[i].transfers.begin() + static_cast<std::ptrdiff_t>(j));
+    x.backward[i - 1].transfers.push_back(t);
+    expect(x, "a tile of it runs in phase");
+  }
+  {  // a partial sent twice
+    AttentionPlan x = p;
+    const auto [i, j] = find(x, AttnTensor::dkv);
+    x.backward.back().transfers.push_back(x.backward[i].transfers[j]);
+    expect(x, "twice");
+  }
+  {  // a partial sent to a rank that has no slot for it: partials go straight home here, and under
+     // a causal mask rank 0 computes with no later rank's K/V, so it holds no dK/dV of them
+    AttentionPlan x = *plan_cp_layout(request("ring", 4, MaskSpec{.kind = MaskKind::causal}));
+    x.backward = backward_phases(x);
+    ASSERT_EQ(check_attention_plan(x), "");
+    bool redirected = false;
+    for (AttnBackwardPhase& ph : x.backward)
+      for (AttnTransfer& t : ph.transfers)
+        if (!redirected && t.tensor == AttnTensor::dkv && t.src != 0 && home_of(x, t.slice) != 0) {
+          t.dst = 0;
+          redirected = true;
+        }
+    ASSERT_TRUE(redirected);
+    expect(x, "which neither owns it nor sends it on");
+  }
+  {  // a tile whose backward never runs
+    AttentionPlan x = p;
+    x.backward[1].tiles[0].pop_back();
+    expect(x, "computed 0 times");
+  }
 }
 
 }  // namespace

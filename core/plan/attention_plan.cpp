@@ -5,6 +5,7 @@
 #include "core/plan/attention_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -148,6 +149,17 @@ bool check_slice(const AttentionPlan& p, const AttnSlice& s, bool kv, const std:
   return out.total == before;
 }
 
+// A tile's q and kv lie inside the plan and are of one sequence and the same heads.
+bool check_tile(const AttentionPlan& p, const AttnTile& t, const std::string& who, Problems& out) {
+  const bool q_ok = check_slice(p, t.q, true, who + " q", out);
+  if (!check_slice(p, t.kv, true, who + " kv", out) || !q_ok) return false;
+  if (t.q.seq != t.kv.seq || t.q.head_begin != t.kv.head_begin || t.q.head_end != t.kv.head_end) {
+    out.add(who + ": q " + str(t.q) + " and kv " + str(t.kv) + " differ in sequence or heads");
+    return false;
+  }
+  return true;
+}
+
 // Every token of every sequence has exactly one home, and home slices carry all heads.
 void check_homes(const AttentionPlan& p, Problems& out) {
   std::vector<std::vector<std::pair<AttnSlice, int32_t>>> by_seq(p.seq_lengths.size());
@@ -287,8 +299,7 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
     while (phases.size() <= i) phases.push_back({});
     return phases[i];
   };
-  for (size_t i = 0; i < phases.size(); ++i)
-    phases[i].stage = i > 0 && i <= stages ? static_cast<int32_t>(i - 1) : -1;
+  for (size_t i = 1; i <= stages; ++i) phases[i].tiles = plan.stages[i - 1].tiles;
   // Where each received slice goes next in the forward: (rank, tensor, slice) -> its forwards.
   std::map<SliceKey, std::vector<std::pair<size_t, int32_t>>> forwards;
   for (size_t i = 0; i < stages; ++i)
@@ -339,12 +350,13 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
 }  // namespace
 
 std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
+  if (!plan.backward.empty()) return plan.backward;
   if (plan.pipelined_backward) return relayed_backward(plan);
   const BackwardTransfers bt = backward_transfers(plan);
   std::vector<AttnBackwardPhase> phases;
-  phases.push_back({bt.inputs, -1});
-  for (size_t st = 0; st < plan.stages.size(); ++st) phases.push_back({{}, static_cast<int32_t>(st)});
-  phases.push_back({bt.returns, -1});
+  phases.push_back({bt.inputs, {}});
+  for (const AttnStage& st : plan.stages) phases.push_back({{}, st.tiles});
+  phases.push_back({bt.returns, {}});
   return phases;
 }
 
@@ -452,6 +464,126 @@ int32_t home_of(const AttentionPlan& plan, const AttnSlice& s) {
 // a tile's q, kv for its kv) it received in this or an earlier stage, as the executor looks its
 // inputs up; a rank forwards (q, kv) or returns (out) only slices it holds or computed that way.
 // What goes home may arrive in several pieces: their union must cover each computed row.
+namespace {
+
+// The plan's explicit backward (AttentionPlan::backward), as the executor runs it: a phase's tiles
+// read only inputs held before the phase (home, or received in an earlier phase: the q side needs
+// Q, dO and the final O, the kv side K/V); a relay forwards an input it receives in the phase;
+// every allowed pair's backward runs exactly once; each gradient partial of a slice away from
+// home leaves its rank once, after the rank's last tile on it and after the partials it merges
+// arrived, for a rank that holds a slot for it (its home, or a rank that sends it on).
+void check_explicit_backward(const AttentionPlan& p, Problems& out) {
+  constexpr int kInputs = 4;  // q, kv, out, dout
+  auto input_index = [](AttnTensor t) {
+    switch (t) {
+      case AttnTensor::q: return 0;
+      case AttnTensor::kv: return 1;
+      case AttnTensor::out: return 2;
+      case AttnTensor::dout: return 3;
+      default: return -1;
+    }
+  };
+  std::vector<std::array<std::vector<AttnSlice>, kInputs>> have(p.ranks);
+  for (int32_t r = 0; r < p.ranks; ++r)
+    for (auto& v : have[r]) v = p.home[r];
+  // Per rank and gradient tensor (0: dq, 1: dkv): slices its partials touch (tiles, receipts) and
+  // the slices it sends, each with its phase.
+  struct Use {
+    AttnSlice slice;
+    size_t phase;
+    bool received;
+  };
+  std::vector<std::array<std::vector<Use>, 2>> touched(p.ranks), sent(p.ranks);
+  std::vector<std::array<std::vector<int32_t>, 2>> dst_of(p.ranks);  // [rank][g] parallel to sent
+  std::vector<std::vector<const AttnTile*>> by_seq(p.seq_lengths.size());
+  for (size_t i = 0; i < p.backward.size() && !out.full(); ++i) {
+    const AttnBackwardPhase& ph = p.backward[i];
+    const std::string at = "backward phase " + std::to_string(i);
+    std::vector<AttnTransfer> arrived;
+    for (const AttnTransfer& t : ph.transfers) {
+      if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
+        out.add(at + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
+                " is not a transfer between two ranks of " + std::to_string(p.ranks));
+        continue;
+      }
+      const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
+      if (!check_slice(p, t.slice, kv_side, at + " transfer", out)) continue;
+      const int x = input_index(t.tensor);
+      if (x < 0) {  // a gradient partial
+        if (t.relay) out.add(at + ": a relay carries " + std::string(attn_tensor_name(t.tensor)) + "; relays carry inputs");
+        const int g = t.tensor == AttnTensor::dkv;
+        sent[t.src][g].push_back({t.slice, i, false});
+        dst_of[t.src][g].push_back(t.dst);
+        touched[t.dst][g].push_back({t.slice, i, true});
+        continue;
+      }
+      const bool source_holds =
+          t.relay ? std::any_of(ph.transfers.begin(), ph.transfers.end(),
+                                [&](const AttnTransfer& a) {
+                                  return !a.relay && a.dst == t.src && a.tensor == t.tensor && a.slice.contains(t.slice);
+                                })
+                  : held(t.slice, have[t.src][x]);
+      if (!source_holds)
+        out.add(at + ": rank " + std::to_string(t.src) + " sends " + attn_tensor_name(t.tensor) + " of " + str(t.slice) +
+                (t.relay ? " that it does not receive in the phase" : " that it does not hold"));
+      arrived.push_back(t);
+    }
+    for (int32_t r = 0; r < static_cast<int32_t>(ph.tiles.size()); ++r) {
+      if (r >= p.ranks) {
+        out.add(at + ": tiles list " + std::to_string(ph.tiles.size()) + " ranks, the plan has " + std::to_string(p.ranks));
+        break;
+      }
+      const std::string who = at + " rank " + std::to_string(r) + " tile";
+      for (const AttnTile& t : ph.tiles[r]) {
+        if (!check_tile(p, t, who, out)) continue;
+        for (AttnTensor x : {AttnTensor::q, AttnTensor::out, AttnTensor::dout})
+          if (!assembles(t.q, have[r][input_index(x)]))
+            out.add(who + ": " + attn_tensor_name(x) + " of " + str(t.q) + " has not arrived before the phase");
+        if (!assembles(t.kv, have[r][1])) out.add(who + ": kv " + str(t.kv) + " has not arrived before the phase");
+        touched[r][0].push_back({t.q, i, false});
+        touched[r][1].push_back({t.kv, i, false});
+        by_seq[t.q.seq].push_back(&t);
+      }
+    }
+    for (const AttnTransfer& t : arrived) have[t.dst][input_index(t.tensor)].push_back(t.slice);
+  }
+  if (out.full()) return;
+  for (int32_t r = 0; r < p.ranks && !out.full(); ++r)
+    for (int g = 0; g < 2; ++g) {
+      const char* name = g ? "dkv" : "dq";
+      const auto& outgoing = sent[r][g];
+      std::vector<AttnSlice> outgoing_slices;
+      for (size_t k = 0; k < outgoing.size(); ++k) {
+        const Use& o = outgoing[k];
+        const std::string what = "backward: rank " + std::to_string(r) + " sends " + name + " of " + str(o.slice);
+        if (held(o.slice, p.home[r])) out.add(what + " away from its home");
+        for (const Use& u : touched[r][g])
+          if (intersect(u.slice, o.slice) && u.phase >= o.phase) {
+            out.add(what + " in phase " + std::to_string(o.phase) + ", but " +
+                    (u.received ? "a partial of it arrives" : "a tile of it runs") + " in phase " + std::to_string(u.phase));
+            break;
+          }
+        for (size_t j = 0; j < k; ++j)
+          if (intersect(outgoing[j].slice, o.slice)) out.add(what + " twice");
+        const int32_t d = dst_of[r][g][k];
+        const bool slot = held(o.slice, p.home[d]) ||
+                          std::any_of(sent[d][g].begin(), sent[d][g].end(), [&](const Use& u) { return u.slice.contains(o.slice); });
+        if (!slot) out.add(what + " to rank " + std::to_string(d) + ", which neither owns it nor sends it on");
+        outgoing_slices.push_back(o.slice);
+      }
+      std::vector<AttnSlice> pieces;
+      for (const Use& u : touched[r][g]) pieces.push_back(u.slice);
+      for (const AttnSlice& s : maximal_distinct(pieces))
+        for (const auto& [h, piece] : split_by_home(p, s))
+          if (h != r && !covered(piece, outgoing_slices))
+            out.add("backward: rank " + std::to_string(r) + " holds a " + name + " partial of " + str(piece) +
+                    " that it never sends towards its home rank " + std::to_string(h));
+    }
+  for (size_t s = 0; s < by_seq.size() && !out.full(); ++s) check_coverage(p, by_seq[s], static_cast<int32_t>(s), out);
+}
+
+}  // namespace
+
 std::string check_attention_plan(const AttentionPlan& p) {
   Problems out;
   if (p.ranks < 1 || static_cast<int32_t>(p.home.size()) != p.ranks)
@@ -544,12 +676,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
     for (int32_t r = 0; r < p.ranks; ++r) {
       const std::string who = at + " rank " + std::to_string(r) + " tile";
       for (const AttnTile& t : st.tiles[r]) {
-        const bool q_ok = check_slice(p, t.q, true, who + " q", out);
-        if (!check_slice(p, t.kv, true, who + " kv", out) || !q_ok) continue;
-        if (t.q.seq != t.kv.seq || t.q.head_begin != t.kv.head_begin || t.q.head_end != t.kv.head_end) {
-          out.add(who + ": q " + str(t.q) + " and kv " + str(t.kv) + " differ in sequence or heads");
-          continue;
-        }
+        if (!check_tile(p, t, who, out)) continue;
         if (!assembles(t.q, held_q[r])) out.add(who + ": q " + str(t.q) + " is not held");
         if (!assembles(t.kv, held_kv[r])) out.add(who + ": kv " + str(t.kv) + " is not held");
         computed_q[r].push_back(t.q);
@@ -611,6 +738,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
     }
   }
   for (size_t s = 0; s < by_seq.size() && !out.full(); ++s) check_coverage(p, by_seq[s], static_cast<int32_t>(s), out);
+  if (!p.backward.empty() && out.list.empty()) check_explicit_backward(p, out);
   return out.str();
 }
 

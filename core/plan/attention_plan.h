@@ -2,8 +2,10 @@
 // (Q slice × KV slice) tiles each rank computes, and which slices move between ranks, in stages.
 // Requires: core/workload (masks). The runtime executes exactly this (core/runtime/executor.h);
 // the byte counts below are what it must move (tests compare them with the Communicator's).
-// Note: forward is described explicitly; backward is derived mechanically (backward_phases): the
-// forward's inputs are brought to the computing ranks again, gradient partials end at home.
+// Note: forward is described explicitly; backward is either explicit (AttentionPlan::backward, a
+// planner's own schedule on the forward's placement) or derived mechanically from the forward
+// (backward_phases): the forward's inputs are brought to the computing ranks again, gradient
+// partials end at home.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +64,13 @@ struct AttnStage {
   std::vector<std::vector<AttnTile>> tiles;  // [rank]
 };
 
+// One phase of the backward (backward_phases says how backends run it).
+struct AttnBackwardPhase {
+  std::vector<AttnTransfer> transfers;
+  std::vector<std::vector<AttnTile>> tiles;  // [rank]; may be shorter than the ranks (none)
+  bool operator==(const AttnBackwardPhase&) const = default;
+};
+
 struct AttentionPlan {
   std::string layout;                  // a cp_layouts name ("zigzag", "double_ring", …) or "dcp"
   int32_t ranks = 1;
@@ -97,6 +106,12 @@ struct AttentionPlan {
   // After the last stage: partial or final (O, LSE) of slices computed away from home, sent home
   // and merged there (Ulysses' all-to-all back; a split of one row's keys over ranks).
   std::vector<AttnTransfer> gather_out;
+  // The backward as its planner scheduled it (empty: derived from the forward, backward_phases).
+  // Phase i posts its transfers, runs the backward of its tiles, then waits; a tile's inputs (its
+  // q slice with dO and the final O and LSE, its kv slice) are home or arrived in an earlier phase,
+  // and every gradient partial computed away from home is sent on (to home, or to a rank that sends
+  // it on) after the sender's last tile on it. check_attention_plan checks all of it.
+  std::vector<AttnBackwardPhase> backward;
 
   int32_t group() const { return heads_q / heads_kv; }
 };
@@ -122,19 +137,16 @@ struct BackwardTransfers {
 BackwardTransfers backward_transfers(const AttentionPlan& plan);
 
 // The backward pass as every backend runs it, phase by phase: post `transfers`, run the backward
-// of forward stage `stage`'s tiles (−1: no tiles), then wait for the rank's transfers; a received
-// gradient partial is added to the receiver's partial of that slice (its home's, or the one it
-// passes on). Derived from the plan: without pipelined_backward, [backward_transfers inputs], one
-// phase per stage, [returns]. With it, phase i (0 … stages + 1, more if a relay runs late) runs
-// stage i − 1 and posts forward stage i's transfers again (a Q slice with its dO and final O); a
+// of `tiles` ([rank]), then wait for the rank's transfers; a received gradient partial is added to
+// the receiver's partial of that slice (its home's, or the one it passes on). The plan's explicit
+// `backward` when it has one; else derived from the forward: without pipelined_backward,
+// [backward_transfers inputs], one phase per stage with its tiles, [returns]. With it, phase i
+// (0 … stages + 1, more if a relay runs late) runs stage i − 1's tiles and posts forward stage
+// i's transfers again (a Q slice with its dO and final O); a
 // rank's partial of a slice it received goes to the one rank it forwarded the slice to, or else
 // home, in the phase after its last tile on the slice and after the partial it merges arrived.
 // A relaying layout moves more that way (every relayed slice, as the ring runs); a plan that
 // sends each slice from its home straight to its readers (DCP) moves the same transfers.
-struct AttnBackwardPhase {
-  std::vector<AttnTransfer> transfers;
-  int32_t stage = -1;
-};
 std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan);
 
 // The most tokens one rank's homes hold, a home of some of the query heads counted as that share

@@ -89,12 +89,12 @@ TEST(AttentionPlan, BackwardPhasesCarryTheBackwardTransfers) {
     size_t count = 0;
     for (const auto& ph : phases) count += ph.transfers.size();
     EXPECT_EQ(count, bt.inputs.size() + bt.returns.size()) << pipelined;
-    std::vector<int32_t> stages;
+    std::vector<std::vector<std::vector<AttnTile>>> stages;
     for (const auto& ph : phases)
-      if (ph.stage >= 0) stages.push_back(ph.stage);
-    std::vector<int32_t> expected(p.stages.size());
-    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<int32_t>(i);
-    EXPECT_EQ(stages, expected) << pipelined;  // every stage once, in order
+      if (!ph.tiles.empty()) stages.push_back(ph.tiles);
+    std::vector<std::vector<std::vector<AttnTile>>> expected;
+    for (const AttnStage& st : p.stages) expected.push_back(st.tiles);
+    EXPECT_EQ(stages, expected) << pipelined;  // every stage's tiles once, in order
     if (!pipelined) {
       EXPECT_EQ(phases.front().transfers, bt.inputs);
       EXPECT_EQ(phases.back().transfers, bt.returns);

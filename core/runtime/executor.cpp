@@ -573,7 +573,7 @@ Status Rank::backward(ExecutionReport& rep) {
       lost = Error{"", "", "rank " + std::to_string(me_) + " received a " + attn_tensor_name(tr.tensor) +
                                " partial from rank " + std::to_string(tr.src) + " that it has no slot for (a plan error)"};
   };
-  // Each phase posts its transfers, runs the backward of its stage's tiles (testing the pending
+  // Each phase posts its transfers, runs the backward of its tiles (testing the pending
   // transfers between tiles, as the forward does), then waits.
   const auto backward_tag = [](const AttnTransfer& tr) {
     return int{tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv ? kTagBackwardOut : kTagBackwardIn};
@@ -581,8 +581,8 @@ Status Rank::backward(ExecutionReport& rep) {
   for (const AttnBackwardPhase& bp : phases) {
     Phase ph;
     if (auto s = open(ph, bp.transfers, backward_tag); !s) return s;
-    if (bp.stage >= 0 && static_cast<size_t>(me_) < p_.stages[bp.stage].tiles.size())
-      for (const auto& tile : p_.stages[bp.stage].tiles[me_]) {
+    if (static_cast<size_t>(me_) < bp.tiles.size())
+      for (const auto& tile : bp.tiles[me_]) {
         if (auto s = run_tile_backward(tile, rep); !s) return s;
         if (auto s = poll(ph); !s) return s;
       }

@@ -199,18 +199,10 @@ struct Lowering {
     const std::vector<AttnBackwardPhase>& phases = lowered_backward;
     for (size_t i = 0; i < phases.size(); ++i) {
       std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
-      if (phases[i].stage >= 0)
-        for (size_t r = 0; r < plan.stages[phases[i].stage].tiles.size(); ++r)
-          for (const AttnTile& t : plan.stages[phases[i].stage].tiles[r]) tiles[r].push_back(&t);
-      // "bwd in" / "bwd out": the exchanges before the first and after the last stage's tiles.
-      // (built by appends: GCC 12 warns falsely (-Wrestrict) on "s" + string)
-      std::string label = "bwd ";
-      if (phases[i].stage >= 0) {
-        label += 's';
-        label += std::to_string(phases[i].stage);
-      } else {
-        label += i == 0 ? "in" : "out";
-      }
+      for (size_t r = 0; r < phases[i].tiles.size() && r < tiles.size(); ++r)
+        for (const AttnTile& t : phases[i].tiles[r]) tiles[r].push_back(&t);
+      std::string label = "bwd p";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "s" + string
+      label += std::to_string(i);
       phase(phases[i].transfers, tiles, true, label);
     }
   }
@@ -238,21 +230,27 @@ Status check_ranges(const AttentionPlan& p) {
       return bad(where, "slice " + str(s) + " is outside the plan's sequences");
     return ok_status();
   };
-  for (size_t i = 0; i < p.stages.size(); ++i) {
-    const std::string at = "stage " + std::to_string(i);
-    if (p.stages[i].tiles.size() > static_cast<size_t>(p.ranks))
-      return bad(at, "tiles for " + std::to_string(p.stages[i].tiles.size()) + " ranks, the plan has " +
-                         std::to_string(p.ranks));
-    for (const AttnTransfer& t : p.stages[i].transfers)
+  // A forward stage or a backward phase: its transfers and its tiles.
+  auto check_step = [&](const std::vector<AttnTransfer>& transfers, const std::vector<std::vector<AttnTile>>& tiles,
+                        const std::string& at) {
+    if (tiles.size() > static_cast<size_t>(p.ranks))
+      return bad(at, "tiles for " + std::to_string(tiles.size()) + " ranks, the plan has " + std::to_string(p.ranks));
+    for (const AttnTransfer& t : transfers)
       if (auto s = check_transfer(t, at); !s) return s;
-    for (const auto& rank_tiles : p.stages[i].tiles)
+    for (const auto& rank_tiles : tiles)
       for (const AttnTile& t : rank_tiles) {
         if (auto s = check_slice(t.q, at + " tile q"); !s) return s;
         if (auto s = check_slice(t.kv, at + " tile kv"); !s) return s;
       }
-  }
+    return ok_status();
+  };
+  for (size_t i = 0; i < p.stages.size(); ++i)
+    if (auto s = check_step(p.stages[i].transfers, p.stages[i].tiles, "stage " + std::to_string(i)); !s) return s;
   for (const AttnTransfer& t : p.gather_out)
     if (auto s = check_transfer(t, "gather_out"); !s) return s;
+  for (size_t i = 0; i < p.backward.size(); ++i)
+    if (auto s = check_step(p.backward[i].transfers, p.backward[i].tiles, "backward phase " + std::to_string(i)); !s)
+      return s;
   return ok_status();
 }
 

@@ -358,7 +358,7 @@ TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {
   text << in.rdbuf();
   EXPECT_NE(text.str().find("\"rank 1\""), std::string::npos);
   EXPECT_NE(text.str().find("s1 kv 0->1"), std::string::npos);
-  EXPECT_NE(text.str().find("bwd out dkv"), std::string::npos);
+  EXPECT_NE(text.str().find("bwd p3 dkv"), std::string::npos);  // the ring's dK/dV ends home after stage 1's tiles
   std::filesystem::remove(path);
 }
 
@@ -374,6 +374,16 @@ TEST(AttentionSim, MalformedPlansAreErrors) {
   r = simulate_attention_plan(plan, ideal_model(), false);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error_str().find("stage 0 tile q: slice seq3"), std::string::npos) << r.error_str();
+  // An explicit backward is read the same way.
+  plan = layout("ring", 2, {4096});
+  plan.backward = backward_phases(plan);
+  ASSERT_TRUE(simulate_attention_plan(plan, ideal_model(), true).ok());
+  plan.backward.back().transfers[0].src = -1;
+  r = simulate_attention_plan(plan, ideal_model(), true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_str().find("backward phase " + std::to_string(plan.backward.size() - 1) + ": transfer -1 ->"),
+            std::string::npos)
+      << r.error_str();
 }
 
 // Topology: a transfer between two ranks of one node is priced on NVLink, across nodes on the

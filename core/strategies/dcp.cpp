@@ -182,6 +182,192 @@ Expected<Hypergraph> dcp_hypergraph(const DcpRequest& r, const CostModel& cost) 
   return std::move(g->h);
 }
 
+namespace {
+
+// What the division scheduler reads of a placement: the blocks and part[v], the rank of vertex v
+// (token blocks [0, D), then computation blocks).
+struct Placement {
+  const std::vector<TokenBlock>& blocks;
+  const std::vector<ComputeBlock>& work;
+  const std::vector<int32_t>& part;
+  const DcpRequest& r;
+  AttnSlice slice(int32_t b) const {
+    return AttnSlice{blocks[b].seq, blocks[b].begin, blocks[b].end, blocks[b].head_begin, blocks[b].head_end};
+  }
+};
+
+// The computation blocks scheduled into divisions: each stage's tiles per rank and the q and kv
+// transfers that bring their inputs.
+struct Divisions {
+  std::vector<AttnStage> stages;
+  std::vector<std::vector<std::vector<int32_t>>> work_of;  // [stage][rank] each tile's computation block
+};
+
+// Step 4 for one pass. An input's bytes are its tokens × query heads × q_row (the Q side) or
+// kv_row (K/V): the forward moves Q and K/V; the backward moves Q with dO and the final O and LSE
+// on the Q side, so its budgets and choices differ from the forward's.
+Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
+  const DcpRequest& r = pl.r;
+  const std::vector<ComputeBlock>& work = pl.work;
+  const std::vector<int32_t>& part = pl.part;
+  const int32_t D = static_cast<int32_t>(pl.blocks.size());
+  auto slice = [&](int32_t b) { return pl.slice(b); };
+  Divisions out;
+  const int32_t stages = std::max(1, r.divisions);
+  out.stages.assign(stages, AttnStage{});
+  for (AttnStage& st : out.stages) st.tiles.assign(r.ranks, {});
+  out.work_of.assign(stages, std::vector<std::vector<int32_t>>(r.ranks));
+  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions − 1
+  // under DCP's per-stage communication budgets — each rank may receive 1.2 × its inputs /
+  // (divisions − 1) per stage, and send across nodes 1.2 × all inter-node inputs / ranks /
+  // (divisions − 1) — filled round-robin over the ranks, least compute so far first, each taking
+  // its largest block whose missing inputs fit both budgets (inputs already received cost
+  // nothing); the last stage takes the rest. So every stage's transfers are spread over senders
+  // and have compute to hide under.
+  std::vector<std::vector<int32_t>> remote(r.ranks);
+  for (size_t c = 0; c < work.size(); ++c) {
+    const int32_t at = part[D + c];
+    const bool local = part[work[c].q] == at && part[work[c].kv] == at;
+    if (local) {
+      out.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
+      out.work_of[0][at].push_back(static_cast<int32_t>(c));
+    } else {
+      remote[at].push_back(static_cast<int32_t>(c));
+    }
+  }
+  auto input_bytes = [&](int32_t b, AttnTensor tensor) {
+    const TokenBlock& k = pl.blocks[b];
+    return static_cast<double>(k.tokens()) * (k.head_end - k.head_begin) * (tensor == AttnTensor::q ? q_row : kv_row);
+  };
+  auto inputs = [&](int32_t c) {
+    return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
+                                                          std::make_pair(work[c].kv, AttnTensor::kv)};
+  };
+  const int32_t gpn_eff = std::max(1, std::min(r.gpus_per_node, r.ranks));
+  auto across_nodes = [&](int32_t a, int32_t b) { return a / gpn_eff != b / gpn_eff; };
+  std::vector<std::set<std::pair<int32_t, AttnTensor>>> held(r.ranks);  // (token block, tensor) received
+  std::vector<double> receive_budget(r.ranks, 0), compute_done(r.ranks, 0);
+  double inter_node = 0;
+  std::set<std::tuple<int32_t, AttnTensor, int32_t>> crossing;  // (token block, tensor, node)
+  for (int32_t rank = 0; rank < r.ranks; ++rank) {
+    auto& list = remote[rank];
+    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
+    std::set<std::pair<int32_t, AttnTensor>> needed;
+    for (int32_t c : list)
+      for (auto in : inputs(c))
+        if (part[in.first] != rank) needed.insert(in);
+    double total = 0;
+    for (const auto& [b, tensor] : needed) {
+      total += input_bytes(b, tensor);
+      // Two-phase communication: an input crosses into a node once, whichever of its GPUs need it.
+      if (across_nodes(part[b], rank) && crossing.insert({b, tensor, rank / gpn_eff}).second)
+        inter_node += input_bytes(b, tensor);
+    }
+    receive_budget[rank] = stages > 1 ? 1.2 * total / (stages - 1) : total;
+  }
+  const double send_budget = stages > 1 ? 1.2 * inter_node / r.ranks / (stages - 1) : inter_node;
+  // DCP's two-phase communication: an input a GPU needs from another node comes from a GPU of its
+  // own node that holds it (received in an earlier stage), or that receives it over the network
+  // in this stage (a relay, forwarded once it arrives), and crosses the network only when neither.
+  std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> node_copy;   // (block, tensor, node) -> holder
+  std::vector<std::vector<bool>> placed(r.ranks);
+  for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
+  for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
+    const bool last = stage == stages - 1;
+    AttnStage& st = out.stages[stage];
+    std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
+    std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> crossed;  // this stage's network receiver
+    // Where `rank` gets input `in` from in this stage, and whether by a relay.
+    auto source_of = [&](int32_t rank, std::pair<int32_t, AttnTensor> in) {
+      const int32_t home = part[in.first];
+      if (!across_nodes(home, rank)) return std::make_pair(home, false);
+      const auto key = std::make_tuple(in.first, in.second, rank / gpn_eff);
+      if (auto c = node_copy.find(key); c != node_copy.end()) return std::make_pair(c->second, false);
+      if (auto c = crossed.find(key); c != crossed.end()) return std::make_pair(c->second, true);
+      return std::make_pair(home, false);
+    };
+    // One block per rank and round, the least-loaded rank first, until no rank can add one.
+    for (bool added = true; added;) {
+      added = false;
+      std::vector<int32_t> order(r.ranks);
+      for (int32_t k = 0; k < r.ranks; ++k) order[k] = k;
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return compute_done[a] < compute_done[b]; });
+      for (int32_t rank : order) {
+        const auto& list = remote[rank];
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (placed[rank][i]) continue;
+          const int32_t c = list[i];
+          double fresh = 0;
+          bool fits = true;
+          for (auto in : inputs(c)) {
+            if (part[in.first] == rank || held[rank].count(in)) continue;
+            const int32_t src = source_of(rank, in).first;
+            const double bytes = input_bytes(in.first, in.second);
+            fresh += bytes;
+            if (across_nodes(src, rank) && sent[src] + bytes > send_budget) fits = false;
+          }
+          if (!last && (!fits || received[rank] + fresh > receive_budget[rank])) continue;
+          for (auto in : inputs(c)) {
+            if (part[in.first] == rank || held[rank].count(in)) continue;
+            const auto [src, relay] = source_of(rank, in);
+            held[rank].insert(in);
+            st.transfers.push_back({src, rank, in.second, slice(in.first), relay});
+            if (across_nodes(src, rank)) {
+              sent[src] += input_bytes(in.first, in.second);
+              crossed.emplace(std::make_tuple(in.first, in.second, rank / gpn_eff), rank);
+            }
+          }
+          received[rank] += fresh;
+          placed[rank][i] = true;
+          compute_done[rank] += work[c].seconds;
+          st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+          out.work_of[stage][rank].push_back(c);
+          added = true;
+          break;
+        }
+      }
+    }
+    for (const auto& [key, rank] : crossed) node_copy.emplace(key, rank);
+  }
+  return out;
+}
+
+// The backward on the forward's placement, scheduled again (references/dcp.md, step 6; DCP's
+// compiler runs its stage scheduler a second time on the backward's workload): `div` is step 4 with
+// the backward's inputs, run as the forward runs (phase i posts stage i's inputs, a Q block with its
+// dO and final O and LSE, and runs stage i − 1's tiles). A rank's dQ and dK/dV partials of blocks
+// away from home are summed on the rank across its stages and sent straight home once, after the
+// last stage, as DCP's executor does (its scheduler issues the gradient sends after all stages,
+// from every device to the block's home, and waits for them before the home sums).
+std::vector<AttnBackwardPhase> backward_of(const Placement& pl, const Divisions& div) {
+  const size_t S = div.stages.size();
+  std::vector<AttnBackwardPhase> phases(S + 2);
+  for (size_t i = 0; i < S; ++i) {
+    for (const AttnTransfer& t : div.stages[i].transfers) {
+      phases[i].transfers.push_back(t);
+      if (t.tensor == AttnTensor::q)
+        for (AttnTensor x : {AttnTensor::dout, AttnTensor::out}) phases[i].transfers.push_back({t.src, t.dst, x, t.slice, t.relay});
+    }
+    phases[i + 1].tiles = div.stages[i].tiles;
+  }
+  std::set<std::tuple<int32_t, int32_t, AttnTensor>> partials;  // (rank, token block, q or kv) away from home
+  for (size_t k = 0; k < S; ++k)
+    for (int32_t rank = 0; rank < static_cast<int32_t>(div.work_of[k].size()); ++rank)
+      for (int32_t c : div.work_of[k][rank])
+        for (const auto& [b, side] : {std::make_pair(pl.work[c].q, AttnTensor::q), std::make_pair(pl.work[c].kv, AttnTensor::kv)})
+          if (pl.part[b] != rank) partials.insert({rank, b, side});
+  for (const auto& [rank, b, side] : partials)
+    phases[S + 1].transfers.push_back({rank, pl.part[b], side == AttnTensor::q ? AttnTensor::dq : AttnTensor::dkv, pl.slice(b)});
+  const auto idle = [](const AttnBackwardPhase& ph) {
+    return ph.transfers.empty() &&
+           std::all_of(ph.tiles.begin(), ph.tiles.end(), [](const std::vector<AttnTile>& t) { return t.empty(); });
+  };
+  phases.erase(std::remove_if(phases.begin(), phases.end(), idle), phases.end());
+  return phases;
+}
+
+}  // namespace
+
 Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   auto graph = build_graph(r, cost);
   if (!graph) return graph.errors();
@@ -218,139 +404,27 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   p.heads_kv = r.heads_kv;
   p.head_dim = r.head_dim;
   p.value_bytes = r.value_bytes;
-  p.fused_stages = true;        // one blockwise kernel call per stage and device
-  p.pipelined_backward = true;  // backward inputs and gradient returns travel stage by stage
+  p.fused_stages = true;  // one blockwise kernel call per stage and device
   p.home.assign(r.ranks, {});
-  auto slice = [&](int32_t b) {
-    return AttnSlice{blocks[b].seq, blocks[b].begin, blocks[b].end, blocks[b].head_begin, blocks[b].head_end};
-  };
-  for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(slice(b));
-  const int32_t stages = std::max(1, r.divisions);
-  p.stages.assign(stages, AttnStage{});
-  for (AttnStage& st : p.stages) st.tiles.assign(r.ranks, {});
-  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions − 1
-  // under DCP's per-stage communication budgets — each rank may receive 1.2 × its inputs /
-  // (divisions − 1) per stage, and send across nodes 1.2 × all inter-node inputs / ranks /
-  // (divisions − 1) — filled round-robin over the ranks, least compute so far first, each taking
-  // its largest block whose missing inputs fit both budgets (inputs already received cost
-  // nothing); the last stage takes the rest. So every stage's transfers are spread over senders
-  // and have compute to hide under.
-  std::vector<std::vector<int32_t>> remote(r.ranks);
-  for (size_t c = 0; c < work.size(); ++c) {
-    const int32_t at = (*part)[D + c];
-    const bool local = (*part)[work[c].q] == at && (*part)[work[c].kv] == at;
-    if (local) p.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
-    else remote[at].push_back(static_cast<int32_t>(c));
-  }
+  const Placement placed{blocks, work, *part, r};
+  for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(placed.slice(b));
+  // Per token and query head: Q and K/V values, and the backward's Q side (Q, dO, O and the LSE).
   const double d = r.head_dim, vb = r.value_bytes;
-  auto input_bytes = [&](int32_t b, AttnTensor tensor) {
-    const double t = static_cast<double>(blocks[b].tokens()), hq = blocks[b].head_end - blocks[b].head_begin;
-    return tensor == AttnTensor::q ? t * hq * d * vb : t * 2 * (hq * r.heads_kv / r.heads_q) * d * vb;
-  };
-  auto inputs = [&](int32_t c) {
-    return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
-                                                          std::make_pair(work[c].kv, AttnTensor::kv)};
-  };
-  const int32_t gpn_eff = std::max(1, std::min(r.gpus_per_node, r.ranks));
-  auto across_nodes = [&](int32_t a, int32_t b) { return a / gpn_eff != b / gpn_eff; };
-  std::vector<std::set<std::pair<int32_t, AttnTensor>>> held(r.ranks);  // (token block, tensor) received
-  std::vector<double> receive_budget(r.ranks, 0), compute_done(r.ranks, 0);
-  double inter_node = 0;
-  std::set<std::tuple<int32_t, AttnTensor, int32_t>> crossing;  // (token block, tensor, node)
-  for (int32_t rank = 0; rank < r.ranks; ++rank) {
-    auto& list = remote[rank];
-    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
-    std::set<std::pair<int32_t, AttnTensor>> needed;
-    for (int32_t c : list)
-      for (auto in : inputs(c))
-        if ((*part)[in.first] != rank) needed.insert(in);
-    double total = 0;
-    for (const auto& [b, tensor] : needed) {
-      total += input_bytes(b, tensor);
-      // Two-phase communication: an input crosses into a node once, whichever of its GPUs need it.
-      if (across_nodes((*part)[b], rank) && crossing.insert({b, tensor, rank / gpn_eff}).second)
-        inter_node += input_bytes(b, tensor);
-    }
-    receive_budget[rank] = stages > 1 ? 1.2 * total / (stages - 1) : total;
-  }
-  const double send_budget = stages > 1 ? 1.2 * inter_node / r.ranks / (stages - 1) : inter_node;
-  // DCP's two-phase communication: an input a GPU needs from another node comes from a GPU of its
-  // own node that holds it (received in an earlier stage), or that receives it over the network
-  // in this stage (a relay, forwarded once it arrives), and crosses the network only when neither.
-  std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> node_copy;   // (block, tensor, node) -> holder
-  std::vector<std::vector<bool>> placed(r.ranks);
-  for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
-  for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
-    const bool last = stage == stages - 1;
-    AttnStage& st = p.stages[stage];
-    std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
-    std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> crossed;  // this stage's network receiver
-    // Where `rank` gets input `in` from in this stage, and whether by a relay.
-    auto source_of = [&](int32_t rank, std::pair<int32_t, AttnTensor> in) {
-      const int32_t home = (*part)[in.first];
-      if (!across_nodes(home, rank)) return std::make_pair(home, false);
-      const auto key = std::make_tuple(in.first, in.second, rank / gpn_eff);
-      if (auto c = node_copy.find(key); c != node_copy.end()) return std::make_pair(c->second, false);
-      if (auto c = crossed.find(key); c != crossed.end()) return std::make_pair(c->second, true);
-      return std::make_pair(home, false);
-    };
-    // One block per rank and round, the least-loaded rank first, until no rank can add one.
-    for (bool added = true; added;) {
-      added = false;
-      std::vector<int32_t> order(r.ranks);
-      for (int32_t k = 0; k < r.ranks; ++k) order[k] = k;
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return compute_done[a] < compute_done[b]; });
-      for (int32_t rank : order) {
-        const auto& list = remote[rank];
-        for (size_t i = 0; i < list.size(); ++i) {
-          if (placed[rank][i]) continue;
-          const int32_t c = list[i];
-          double fresh = 0;
-          bool fits = true;
-          for (auto in : inputs(c)) {
-            if ((*part)[in.first] == rank || held[rank].count(in)) continue;
-            const int32_t src = source_of(rank, in).first;
-            const double bytes = input_bytes(in.first, in.second);
-            fresh += bytes;
-            if (across_nodes(src, rank) && sent[src] + bytes > send_budget) fits = false;
-          }
-          if (!last && (!fits || received[rank] + fresh > receive_budget[rank])) continue;
-          for (auto in : inputs(c)) {
-            if ((*part)[in.first] == rank || held[rank].count(in)) continue;
-            const auto [src, relay] = source_of(rank, in);
-            held[rank].insert(in);
-            st.transfers.push_back({src, rank, in.second, slice(in.first), relay});
-            if (across_nodes(src, rank)) {
-              sent[src] += input_bytes(in.first, in.second);
-              crossed.emplace(std::make_tuple(in.first, in.second, rank / gpn_eff), rank);
-            }
-          }
-          received[rank] += fresh;
-          placed[rank][i] = true;
-          compute_done[rank] += work[c].seconds;
-          st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
-          added = true;
-          break;
-        }
-      }
-    }
-    for (const auto& [key, rank] : crossed) node_copy.emplace(key, rank);
-  }
+  const double q_row = d * vb, kv_row = 2 * d * vb * r.heads_kv / r.heads_q, q_row_backward = 3 * d * vb + 4;
+  const Divisions fwd = schedule_divisions(placed, q_row, kv_row);
+  p.stages = fwd.stages;
+  p.backward = backward_of(placed, schedule_divisions(placed, q_row_backward, kv_row));
   // Partial outputs computed away from home go home once per (rank, Q block), as soon as they are
   // final: with the transfers of stage k + 2 when the rank's last tile on the block ran in stage k
   // (a reduction inside the divisions, hidden under stage k + 1's compute), else after the last stage.
   std::map<std::pair<int32_t, int32_t>, size_t> last_stage;  // (rank, Q block) -> last stage with a tile
-  std::map<std::tuple<int64_t, int64_t, int32_t>, int32_t> block_of;  // (sequence, first token, first head) -> block
-  for (int32_t b = 0; b < D; ++b) block_of[{blocks[b].seq, blocks[b].begin, blocks[b].head_begin}] = b;
-  for (size_t k = 0; k < p.stages.size(); ++k)
+  for (size_t k = 0; k < fwd.work_of.size(); ++k)
     for (int32_t at = 0; at < r.ranks; ++at)
-      for (const AttnTile& t : p.stages[k].tiles[at]) {
-        const int32_t q = block_of.at({t.q.seq, t.q.tok_begin, t.q.head_begin});
-        if ((*part)[q] != at) last_stage[{at, q}] = k;
-      }
+      for (int32_t c : fwd.work_of[k][at])
+        if ((*part)[work[c].q] != at) last_stage[{at, work[c].q}] = k;
   for (const auto& [key, k] : last_stage) {
     const auto [at, q] = key;
-    const AttnTransfer t{at, (*part)[q], AttnTensor::out, slice(q)};
+    const AttnTransfer t{at, (*part)[q], AttnTensor::out, placed.slice(q)};
     if (k + 2 < p.stages.size()) p.stages[k + 2].transfers.push_back(t);
     else p.gather_out.push_back(t);
   }

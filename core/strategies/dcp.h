@@ -26,13 +26,17 @@
 //      inputs its blocks lack (posted before the previous stage's compute). Partial outputs of
 //      blocks computed away from their Q's home go home as soon as they are final — with stage
 //      k + 2's transfers when the rank's last tile on them ran in stage k, else after the last
-//      stage — and merge there (LSE rule). Backward keeps the placement
-//      (derived by the IR: inputs again, partial dQ/dKV home).
+//      stage — and merge there (LSE rule).
 //   5. Two-phase communication: an input that GPUs of one node need from another node crosses
 //      the network once per node — to the first of them placed in a stage, which relays it to the
 //      others of that stage once it arrives (AttnTransfer::relay), later stages copying it from that
-//      GPU over NVLink; in backward a relayed slice's partial gradient goes back to its relay, which
-//      sends the sum home. The budgets count the network crossings.
+//      GPU over NVLink. The budgets count the network crossings.
+//   6. Backward (AttentionPlan::backward): the forward's placement, its divisions scheduled again
+//      by step 4 with the backward's inputs (a Q block brings its dO and final O and LSE: three
+//      times Q's bytes, so budgets and choices differ from the forward's), as DCP's compiler runs
+//      its scheduler again on the backward workload. Each rank sums its dQ and dK/dV partials of
+//      blocks away from home over its stages and sends them straight home after the last stage,
+//      as DCP's executor does (not overlapped with the kernels).
 // Not yet: DCP's prefetch into spare budget, padding sequences to the block size.
 #pragma once
 

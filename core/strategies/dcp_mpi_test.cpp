@@ -242,6 +242,52 @@ TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
   EXPECT_GT(relays, 0);
 }
 
+// The backward keeps the forward's placement and is scheduled on its own (references/dcp.md,
+// step 6): every rank runs the backward of exactly its forward tiles, the divisions are chosen
+// with the backward's inputs (Q with dO, O and LSE weigh three times Q), and each rank's gradient
+// partials of blocks away from home go straight home once, after its last tile (DCP's executor).
+TEST(Dcp, TheBackwardIsScheduledOnTheForwardsPlacementWithItsOwnBudgets) {
+  const CostModel cost = ideal_cost();
+  int64_t plans = 0, rescheduled = 0;
+  for (const DcpCase& c : dcp_cases())
+    for (auto [ranks, gpn] : {std::pair{4, 2}, std::pair{8, 4}})
+      for (int divisions : {1, 4})
+      for (int head_blocks : {1, 0}) {
+        DcpRequest r = request(c, ranks, gpn, divisions);
+        r.head_blocks = head_blocks;
+        auto d = plan_dcp(r, cost);
+        ASSERT_TRUE(d.ok()) << d.error_str();
+        const AttentionPlan& p = d->plan;
+        ASSERT_FALSE(p.backward.empty());
+        ASSERT_EQ(check_attention_plan(p), "") << c.name;
+        auto sorted_tiles = [&](const std::vector<std::vector<std::vector<AttnTile>>>& stages) {
+          std::vector<std::vector<std::tuple<int32_t, int64_t, int64_t, int32_t>>> out(p.ranks);
+          for (const auto& tiles : stages)
+            for (size_t rank = 0; rank < tiles.size(); ++rank)
+              for (const AttnTile& t : tiles[rank]) out[rank].emplace_back(t.q.seq, t.q.tok_begin, t.kv.tok_begin, t.q.head_begin);
+          for (auto& v : out) std::sort(v.begin(), v.end());
+          return out;
+        };
+        std::vector<std::vector<std::vector<AttnTile>>> fwd, bwd;
+        for (const AttnStage& st : p.stages) fwd.push_back(st.tiles);
+        for (const AttnBackwardPhase& ph : p.backward)
+          if (!ph.tiles.empty()) bwd.push_back(ph.tiles);
+        EXPECT_EQ(sorted_tiles(bwd), sorted_tiles(fwd)) << c.name << ": the backward keeps the placement";
+        rescheduled += bwd != fwd;
+        std::set<std::tuple<int32_t, int32_t, int64_t, int32_t, AttnTensor>> sent;  // (rank, slice, tensor)
+        for (size_t i = 0; i < p.backward.size(); ++i)
+          for (const AttnTransfer& t : p.backward[i].transfers) {
+            if (t.tensor != AttnTensor::dq && t.tensor != AttnTensor::dkv) continue;
+            EXPECT_EQ(i + 1, p.backward.size()) << c.name << ": gradients leave after the last stage";
+            EXPECT_EQ(home_of(p, t.slice), t.dst) << c.name << ": a partial goes straight home";
+            EXPECT_TRUE(sent.insert({t.src, t.slice.seq, t.slice.tok_begin, t.slice.head_begin, t.tensor}).second)
+                << c.name << ": rank " << t.src << " sends a " << attn_tensor_name(t.tensor) << " partial twice";
+          }
+        ++plans;
+      }
+  EXPECT_GT(rescheduled, 0) << "no backward differs from the forward's divisions of " << plans << " plans";
+}
+
 // DCP end to end (§7.2's layout: TP 4 inside 8-GPU nodes, CP 16 across): the packing's micro-batch
 // keeps its sequences, unpadded, and its CP group's attention is DCP's plan for one TP rank's heads
 // with two group members per node; the fullest rank's tokens (its linear layers) stay within the
