@@ -60,9 +60,11 @@ struct ParallelConfig {
   // Every sequence padded to the batch's longest (a layout without variable-length input: DCP §7
   // ran LoongTrain so), the padding computed as tokens.
   bool attention_pad_to_longest = false;
-  // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (stages) and
-  // the balance tolerances of memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0:
-  // DCP's heuristic (dcp_block_size).
+  // DCP (strategy dcp_attention, core/strategies/dcp.h): token block size, divisions (the stages
+  // with communication after the local stage 0, DCP's DCP_N_STAGES) and the balance tolerances of
+  // memory and compute (DCP's defaults: 4, 0.2, 0.1). Block size 0: DCP's heuristic
+  // (dcp_block_size). dcp_early_outputs: partial outputs and gradients leave as soon as they are
+  // final, inside the divisions, instead of after the last one as DCP's executor sends them.
   // cp_attention under a sparse mask: the layout's kernels skip the mask's empty key blocks (DCP
   // §7 ran TransformerEngine's layouts with DCP's masked kernels) instead of computing the causal
   // envelope (TransformerEngine as shipped). The communication is the layout's either way.
@@ -71,6 +73,7 @@ struct ParallelConfig {
   int64_t dcp_divisions = 4;
   int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)
   double dcp_eps_mem = 0.2, dcp_eps_comp = 0.1;
+  bool dcp_early_outputs = false;
   // Kwai's CP overlap (ATC'24; needs cp_comm_type "all_gather"): the QKV GEMM computes the K and V
   // columns first, and the all-gather of K/V runs beside the Q columns' GEMM. Forward only: the
   // backward's dK/dV reduction is priced as without it.

@@ -213,17 +213,19 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   const int32_t D = static_cast<int32_t>(pl.blocks.size());
   auto slice = [&](int32_t b) { return pl.slice(b); };
   Divisions out;
-  const int32_t stages = std::max(1, r.divisions);
+  // A local stage 0, then `divisions` stages with communication (DCP's pipeline generator puts
+  // the first compute stage in front of its DCP_N_STAGES stages).
+  const int32_t divisions = std::max(1, r.divisions), stages = divisions + 1;
   out.stages.assign(stages, AttnStage{});
   for (AttnStage& st : out.stages) st.tiles.assign(r.ranks, {});
   out.work_of.assign(stages, std::vector<std::vector<int32_t>>(r.ranks));
-  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions − 1
+  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions
   // under DCP's per-stage communication budgets — each rank may receive 1.2 × its inputs /
-  // (divisions − 1) per stage, and send across nodes 1.2 × all inter-node inputs / ranks /
-  // (divisions − 1) — filled round-robin over the ranks, least compute so far first, each taking
-  // its largest block whose missing inputs fit both budgets (inputs already received cost
-  // nothing); the last stage takes the rest. So every stage's transfers are spread over senders
-  // and have compute to hide under.
+  // divisions per stage, and send across nodes 1.2 × all inter-node inputs / ranks / divisions —
+  // filled round-robin over the ranks, least compute so far first, each taking its largest block
+  // whose missing inputs fit both budgets (inputs already received cost nothing); the last stage
+  // takes the rest. So every stage's transfers are spread over senders and have compute to hide
+  // under.
   std::vector<std::vector<int32_t>> remote(r.ranks);
   for (size_t c = 0; c < work.size(); ++c) {
     const int32_t at = part[D + c];
@@ -263,16 +265,16 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
       if (across_nodes(part[b], rank) && crossing.insert({b, tensor, rank / gpn_eff}).second)
         inter_node += input_bytes(b, tensor);
     }
-    receive_budget[rank] = stages > 1 ? 1.2 * total / (stages - 1) : total;
+    receive_budget[rank] = 1.2 * total / divisions;
   }
-  const double send_budget = stages > 1 ? 1.2 * inter_node / r.ranks / (stages - 1) : inter_node;
+  const double send_budget = 1.2 * inter_node / r.ranks / divisions;
   // DCP's two-phase communication: an input a GPU needs from another node comes from a GPU of its
   // own node that holds it (received in an earlier stage), or that receives it over the network
   // in this stage (a relay, forwarded once it arrives), and crosses the network only when neither.
   std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> node_copy;   // (block, tensor, node) -> holder
   std::vector<std::vector<bool>> placed(r.ranks);
   for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
-  for (int32_t stage = stages == 1 ? 0 : 1; stage < stages; ++stage) {
+  for (int32_t stage = 1; stage < stages; ++stage) {
     const bool last = stage == stages - 1;
     AttnStage& st = out.stages[stage];
     std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
@@ -336,10 +338,11 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
 // compiler runs its stage scheduler a second time on the backward's workload): `div` is step 4 with
 // the backward's inputs, run as the forward runs (phase i posts stage i's inputs, a Q block with its
 // dO and final O and LSE, and runs stage i − 1's tiles). A rank's dQ and dK/dV partials of blocks
-// away from home are summed on the rank across its stages and sent straight home once, after the
+// away from home are summed on the rank across its stages and sent straight home once: after the
 // last stage, as DCP's executor does (its scheduler issues the gradient sends after all stages,
-// from every device to the block's home, and waits for them before the home sums).
-std::vector<AttnBackwardPhase> backward_of(const Placement& pl, const Divisions& div) {
+// from every device to the block's home, and waits for them before the home sums), or with
+// `early` in the phase after the rank's last tile on the block, under the next stage's kernels.
+std::vector<AttnBackwardPhase> backward_of(const Placement& pl, const Divisions& div, bool early) {
   const size_t S = div.stages.size();
   std::vector<AttnBackwardPhase> phases(S + 2);
   for (size_t i = 0; i < S; ++i) {
@@ -350,14 +353,18 @@ std::vector<AttnBackwardPhase> backward_of(const Placement& pl, const Divisions&
     }
     phases[i + 1].tiles = div.stages[i].tiles;
   }
-  std::set<std::tuple<int32_t, int32_t, AttnTensor>> partials;  // (rank, token block, q or kv) away from home
+  // (rank, token block, q or kv) away from home -> the last stage with a tile on it
+  std::map<std::tuple<int32_t, int32_t, AttnTensor>, size_t> partials;
   for (size_t k = 0; k < S; ++k)
     for (int32_t rank = 0; rank < static_cast<int32_t>(div.work_of[k].size()); ++rank)
       for (int32_t c : div.work_of[k][rank])
         for (const auto& [b, side] : {std::make_pair(pl.work[c].q, AttnTensor::q), std::make_pair(pl.work[c].kv, AttnTensor::kv)})
-          if (pl.part[b] != rank) partials.insert({rank, b, side});
-  for (const auto& [rank, b, side] : partials)
-    phases[S + 1].transfers.push_back({rank, pl.part[b], side == AttnTensor::q ? AttnTensor::dq : AttnTensor::dkv, pl.slice(b)});
+          if (pl.part[b] != rank) partials[{rank, b, side}] = k;
+  for (const auto& [key, k] : partials) {
+    const auto& [rank, b, side] = key;
+    phases[early ? k + 2 : S + 1].transfers.push_back(
+        {rank, pl.part[b], side == AttnTensor::q ? AttnTensor::dq : AttnTensor::dkv, pl.slice(b)});
+  }
   const auto idle = [](const AttnBackwardPhase& ph) {
     return ph.transfers.empty() &&
            std::all_of(ph.tiles.begin(), ph.tiles.end(), [](const std::vector<AttnTile>& t) { return t.empty(); });
@@ -413,10 +420,11 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   const double q_row = d * vb, kv_row = 2 * d * vb * r.heads_kv / r.heads_q, q_row_backward = 3 * d * vb + 4;
   const Divisions fwd = schedule_divisions(placed, q_row, kv_row);
   p.stages = fwd.stages;
-  p.backward = backward_of(placed, schedule_divisions(placed, q_row_backward, kv_row));
-  // Partial outputs computed away from home go home once per (rank, Q block), as soon as they are
-  // final: with the transfers of stage k + 2 when the rank's last tile on the block ran in stage k
-  // (a reduction inside the divisions, hidden under stage k + 1's compute), else after the last stage.
+  p.backward = backward_of(placed, schedule_divisions(placed, q_row_backward, kv_row), r.early_outputs);
+  // Partial outputs computed away from home go home once per (rank, Q block) and merge there: after
+  // the last stage (gather_out), as DCP's executor sends them; with early_outputs as soon as they
+  // are final, with the transfers of stage k + 2 when the rank's last tile on the block ran in
+  // stage k (a reduction inside the divisions, hidden under stage k + 1's compute).
   std::map<std::pair<int32_t, int32_t>, size_t> last_stage;  // (rank, Q block) -> last stage with a tile
   for (size_t k = 0; k < fwd.work_of.size(); ++k)
     for (int32_t at = 0; at < r.ranks; ++at)
@@ -425,7 +433,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   for (const auto& [key, k] : last_stage) {
     const auto [at, q] = key;
     const AttnTransfer t{at, (*part)[q], AttnTensor::out, placed.slice(q)};
-    if (k + 2 < p.stages.size()) p.stages[k + 2].transfers.push_back(t);
+    if (r.early_outputs && k + 2 < p.stages.size()) p.stages[k + 2].transfers.push_back(t);
     else p.gather_out.push_back(t);
   }
   return out;
@@ -447,6 +455,7 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
   r.head_blocks = static_cast<int32_t>(layout.dcp_head_blocks);
   r.eps_mem = layout.dcp_eps_mem;
   r.eps_comp = layout.dcp_eps_comp;
+  r.early_outputs = layout.dcp_early_outputs;
   return r;
 }
 

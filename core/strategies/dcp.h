@@ -18,15 +18,16 @@
 //      each node's GPUs can meet the GPU cap), then the GPUs of each node: memory within
 //      (1 + eps_mem) of the global mean, compute within (1 + eps_comp) of the node's — so up to
 //      (1 + 4·eps_comp)(1 + eps_comp) of the global mean (DcpResult reports both).
-//   4. Stages (divisions): stage 0 holds every block whose inputs are home; the other blocks fill
-//      stages 1 … divisions − 1 under DCP's per-stage budgets — a rank receives at most 1.2 × its
-//      inputs / (divisions − 1), a rank sends across nodes at most 1.2 × all inter-node inputs /
-//      ranks / (divisions − 1) — round-robin over the ranks, least compute so far first, each
-//      taking its largest block that fits; the last stage the rest. A stage's transfers bring the
-//      inputs its blocks lack (posted before the previous stage's compute). Partial outputs of
-//      blocks computed away from their Q's home go home as soon as they are final — with stage
-//      k + 2's transfers when the rank's last tile on them ran in stage k, else after the last
-//      stage — and merge there (LSE rule).
+//   4. Stages: stage 0 holds every block whose inputs are home; the other blocks fill the
+//      `divisions` stages after it (DCP's pipeline generator: a local first stage in front of
+//      DCP_N_STAGES) under DCP's per-stage budgets — a rank receives at most 1.2 × its inputs /
+//      divisions, a rank sends across nodes at most 1.2 × all inter-node inputs / ranks /
+//      divisions — round-robin over the ranks, least compute so far first, each taking its
+//      largest block that fits; the last stage the rest. A stage's transfers bring the inputs its
+//      blocks lack (posted before the previous stage's compute). Partial outputs of blocks
+//      computed away from their Q's home go home after the last stage and merge there (LSE rule),
+//      as DCP's executor sends them; with early_outputs as soon as they are final — with stage
+//      k + 2's transfers when the rank's last tile on them ran in stage k.
 //   5. Two-phase communication: an input that GPUs of one node need from another node crosses
 //      the network once per node — to the first of them placed in a stage, which relays it to the
 //      others of that stage once it arrives (AttnTransfer::relay), later stages copying it from that
@@ -36,7 +37,8 @@
 //      times Q's bytes, so budgets and choices differ from the forward's), as DCP's compiler runs
 //      its scheduler again on the backward workload. Each rank sums its dQ and dK/dV partials of
 //      blocks away from home over its stages and sends them straight home after the last stage,
-//      as DCP's executor does (not overlapped with the kernels).
+//      as DCP's executor does (not overlapped with the kernels); with early_outputs in the phase
+//      after its last tile on the block.
 // Not yet: DCP's prefetch into spare budget, padding sequences to the block size.
 #pragma once
 
@@ -66,8 +68,9 @@ struct DcpRequest {
   // Head blocks per token block: each holds heads_kv / head_blocks K/V groups and their query
   // heads; 0 = one per K/V group (DCP's default head block size of 1); 1 = all heads together.
   int32_t head_blocks = 0;
-  int32_t divisions = 4;
+  int32_t divisions = 4;  // stages with communication after the local stage 0 (DCP_N_STAGES)
   double eps_mem = 0.2, eps_comp = 0.1;
+  bool early_outputs = false;  // outputs and gradients leave inside the divisions (not DCP's executor)
 };
 
 struct DcpResult {

@@ -150,9 +150,9 @@ TEST(Dcp, PlansAreWellFormedMoveTheirKm1AndBalanceMemory) {
       auto d = plan_dcp(r, cost);
       ASSERT_TRUE(d.ok()) << c.name << ": " << d.error_str();
       ASSERT_EQ(check_attention_plan(d->plan), "") << c.name << " ranks " << ranks;
-      EXPECT_EQ(d->plan.stages.size(), static_cast<size_t>(divisions));
+      EXPECT_EQ(d->plan.stages.size(), static_cast<size_t>(divisions) + 1);  // a local stage 0 in front
       // Stage 0 needs no transfer: its blocks read only what is home.
-      EXPECT_TRUE(d->plan.stages[0].transfers.empty() || divisions == 1) << c.name;
+      EXPECT_TRUE(d->plan.stages[0].transfers.empty()) << c.name;
       // The placement's km1 is the bytes the plan moves, forward and backward.
       const RankBytes b = plan_bytes(d->plan, true);
       const double sent = std::accumulate(b.sent.begin(), b.sent.end(), 0.0);
@@ -245,16 +245,19 @@ TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
 // The backward keeps the forward's placement and is scheduled on its own (references/dcp.md,
 // step 6): every rank runs the backward of exactly its forward tiles, the divisions are chosen
 // with the backward's inputs (Q with dO, O and LSE weigh three times Q), and each rank's gradient
-// partials of blocks away from home go straight home once, after its last tile (DCP's executor).
+// partials of blocks away from home go straight home once: after the last stage (DCP's executor),
+// or with early_outputs as soon as the rank's last tile on the block has run.
 TEST(Dcp, TheBackwardIsScheduledOnTheForwardsPlacementWithItsOwnBudgets) {
   const CostModel cost = ideal_cost();
-  int64_t plans = 0, rescheduled = 0;
+  int64_t plans = 0, rescheduled = 0, early_gradients = 0;
   for (const DcpCase& c : dcp_cases())
     for (auto [ranks, gpn] : {std::pair{4, 2}, std::pair{8, 4}})
       for (int divisions : {1, 4})
-      for (int head_blocks : {1, 0}) {
+      for (int head_blocks : {1, 0})
+      for (bool early : {false, true}) {
         DcpRequest r = request(c, ranks, gpn, divisions);
         r.head_blocks = head_blocks;
+        r.early_outputs = early;
         auto d = plan_dcp(r, cost);
         ASSERT_TRUE(d.ok()) << d.error_str();
         const AttentionPlan& p = d->plan;
@@ -278,7 +281,8 @@ TEST(Dcp, TheBackwardIsScheduledOnTheForwardsPlacementWithItsOwnBudgets) {
         for (size_t i = 0; i < p.backward.size(); ++i)
           for (const AttnTransfer& t : p.backward[i].transfers) {
             if (t.tensor != AttnTensor::dq && t.tensor != AttnTensor::dkv) continue;
-            EXPECT_EQ(i + 1, p.backward.size()) << c.name << ": gradients leave after the last stage";
+            if (!early) EXPECT_EQ(i + 1, p.backward.size()) << c.name << ": gradients leave after the last stage";
+            early_gradients += i + 1 < p.backward.size();
             EXPECT_EQ(home_of(p, t.slice), t.dst) << c.name << ": a partial goes straight home";
             EXPECT_TRUE(sent.insert({t.src, t.slice.seq, t.slice.tok_begin, t.slice.head_begin, t.tensor}).second)
                 << c.name << ": rank " << t.src << " sends a " << attn_tensor_name(t.tensor) << " partial twice";
@@ -286,6 +290,7 @@ TEST(Dcp, TheBackwardIsScheduledOnTheForwardsPlacementWithItsOwnBudgets) {
         ++plans;
       }
   EXPECT_GT(rescheduled, 0) << "no backward differs from the forward's divisions of " << plans << " plans";
+  EXPECT_GT(early_gradients, 0) << "early_outputs sent no gradient partial before the last stage";
 }
 
 // DCP end to end (§7.2's layout: TP 4 inside 8-GPU nodes, CP 16 across): the packing's micro-batch
@@ -346,7 +351,7 @@ TEST(Dcp, BlockSizeHeuristicHalvesUntilBlocksBalance) {
 }
 
 // On 2, 4 and 8 ranks (as many as the job has; sub-communicators of the world), each group two
-// simulated nodes: every mask, 1 and 3 divisions, 1, 2 and 4 head blocks.
+// simulated nodes: every mask, 1 and 4 divisions, 1, 2 and 4 head blocks.
 TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   MpiCommunicator& w = world();
   ASSERT_TRUE(w.size() == 4 || w.size() == 8) << "run under mpirun -np 4 or -np 8";
@@ -359,12 +364,14 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
     Communicator& comm = **sub;
     ASSERT_EQ(comm.size(), ranks);
     // Head blocks: all heads in one (1), two K/V groups each (2), one K/V group each (0, DCP's default).
-    // Four divisions send some partial outputs home inside the stages (stage 1's, with stage 3).
+    // The four-division plans send partial outputs and gradients home inside the stages
+    // (early_outputs: stage 1's with stage 3's transfers), the others after the last stage.
     for (const DcpCase& c : dcp_cases())
       for (int divisions : {1, 4})
         for (int head_blocks : {1, 2, 0}) {
           DcpRequest r = request(c, ranks, ranks / 2, divisions);
           r.head_blocks = head_blocks;
+          r.early_outputs = divisions == 4;
           auto d = plan_dcp(r, cost);
           ASSERT_TRUE(d.ok()) << d.error_str();
           for (const AttnStage& st : d->plan.stages)
