@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -203,9 +204,11 @@ struct Divisions {
   std::vector<std::vector<std::vector<int32_t>>> work_of;  // [stage][rank] each tile's computation block
 };
 
-// Step 4 for one pass. An input's bytes are its tokens × query heads × q_row (the Q side) or
-// kv_row (K/V): the forward moves Q and K/V; the backward moves Q with dO and the final O and LSE
-// on the Q side, so its budgets and choices differ from the forward's.
+// Step 4 for one pass, as DCP's public code builds it (pipeline.py generate_pipelines_n_stages,
+// pipeline_generator.cpp greedy_selection_per_device). An input's bytes in the budgets are its
+// tokens × query heads × q_row (the Q side) or kv_row (K/V): the forward moves Q and K/V; the
+// backward's Q side is Q, O and dO (DCP counts O twice and not the LSE), so its budgets and
+// choices differ from the forward's.
 Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   const DcpRequest& r = pl.r;
   const std::vector<ComputeBlock>& work = pl.work;
@@ -219,117 +222,151 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   out.stages.assign(stages, AttnStage{});
   for (AttnStage& st : out.stages) st.tiles.assign(r.ranks, {});
   out.work_of.assign(stages, std::vector<std::vector<int32_t>>(r.ranks));
-  // Each rank's computation blocks: local ones in stage 0; the others into stages 1 … divisions
-  // under DCP's per-stage communication budgets — each rank may receive 1.2 × its inputs /
-  // divisions per stage, and send across nodes 1.2 × all inter-node inputs / ranks / divisions —
-  // filled round-robin over the ranks, least compute so far first, each taking its largest block
-  // whose missing inputs fit both budgets (inputs already received cost nothing); the last stage
-  // takes the rest. So every stage's transfers are spread over senders and have compute to hide
-  // under.
-  std::vector<std::vector<int32_t>> remote(r.ranks);
+  // Each rank's computation blocks whose inputs are all home run in stage 0; the others fill
+  // stages 1 … divisions as DCP's pipeline generator fills them (below).
+  std::vector<std::vector<int32_t>> pending(r.ranks);
   for (size_t c = 0; c < work.size(); ++c) {
     const int32_t at = part[D + c];
-    const bool local = part[work[c].q] == at && part[work[c].kv] == at;
-    if (local) {
+    if (part[work[c].q] == at && part[work[c].kv] == at) {
       out.stages[0].tiles[at].push_back({slice(work[c].q), slice(work[c].kv)});
       out.work_of[0][at].push_back(static_cast<int32_t>(c));
     } else {
-      remote[at].push_back(static_cast<int32_t>(c));
+      pending[at].push_back(static_cast<int32_t>(c));
     }
   }
-  auto input_bytes = [&](int32_t b, AttnTensor tensor) {
-    const TokenBlock& k = pl.blocks[b];
-    return static_cast<double>(k.tokens()) * (k.head_end - k.head_begin) * (tensor == AttnTensor::q ? q_row : kv_row);
+  for (auto& list : pending)  // largest first, as DCP's selection takes them
+    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
+  using Input = std::pair<int32_t, AttnTensor>;  // (token block, q or kv)
+  auto input_bytes = [&](const Input& in) {
+    const TokenBlock& k = pl.blocks[in.first];
+    return static_cast<double>(k.tokens()) * (k.head_end - k.head_begin) * (in.second == AttnTensor::q ? q_row : kv_row);
   };
   auto inputs = [&](int32_t c) {
-    return std::array<std::pair<int32_t, AttnTensor>, 2>{std::make_pair(work[c].q, AttnTensor::q),
-                                                          std::make_pair(work[c].kv, AttnTensor::kv)};
+    return std::array<Input, 2>{Input{work[c].q, AttnTensor::q}, Input{work[c].kv, AttnTensor::kv}};
   };
-  const int32_t gpn_eff = std::max(1, std::min(r.gpus_per_node, r.ranks));
-  auto across_nodes = [&](int32_t a, int32_t b) { return a / gpn_eff != b / gpn_eff; };
-  std::vector<std::set<std::pair<int32_t, AttnTensor>>> held(r.ranks);  // (token block, tensor) received
-  std::vector<double> receive_budget(r.ranks, 0), compute_done(r.ranks, 0);
+  const int32_t gpn = std::max(1, std::min(r.gpus_per_node, r.ranks));
+  auto node = [&](int32_t rank) { return rank / gpn; };
+  // Who holds each input, and since which stage (−1: home).
+  std::map<Input, std::vector<std::pair<int32_t, int32_t>>> holders;
+  std::vector<std::set<Input>> held(r.ranks);
+  auto hold = [&](int32_t rank, const Input& in, int32_t stage) {
+    if (held[rank].insert(in).second) holders[in].emplace_back(rank, stage);
+  };
+  for (int32_t b = 0; b < D; ++b)
+    for (AttnTensor t : {AttnTensor::q, AttnTensor::kv}) hold(part[b], {b, t}, -1);
+  // The per-stage inter-node send budget of every rank: 1.2 × the inter-node volume (each input
+  // counted once per node that reads it) / ranks / divisions (DCP's generate_pipelines_n_stages).
   double inter_node = 0;
-  std::set<std::tuple<int32_t, AttnTensor, int32_t>> crossing;  // (token block, tensor, node)
-  for (int32_t rank = 0; rank < r.ranks; ++rank) {
-    auto& list = remote[rank];
-    std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
-    std::set<std::pair<int32_t, AttnTensor>> needed;
-    for (int32_t c : list)
-      for (auto in : inputs(c))
-        if (part[in.first] != rank) needed.insert(in);
-    double total = 0;
-    for (const auto& [b, tensor] : needed) {
-      total += input_bytes(b, tensor);
-      // Two-phase communication: an input crosses into a node once, whichever of its GPUs need it.
-      if (across_nodes(part[b], rank) && crossing.insert({b, tensor, rank / gpn_eff}).second)
-        inter_node += input_bytes(b, tensor);
-    }
-    receive_budget[rank] = 1.2 * total / divisions;
+  {
+    std::set<std::pair<Input, int32_t>> crossing;  // (input, node)
+    for (int32_t rank = 0; rank < r.ranks; ++rank)
+      for (int32_t c : pending[rank])
+        for (const Input& in : inputs(c))
+          if (node(part[in.first]) != node(rank) && crossing.insert({in, node(rank)}).second) inter_node += input_bytes(in);
   }
   const double send_budget = 1.2 * inter_node / r.ranks / divisions;
-  // DCP's two-phase communication: an input a GPU needs from another node comes from a GPU of its
-  // own node that holds it (received in an earlier stage), or that receives it over the network
-  // in this stage (a relay, forwarded once it arrives), and crosses the network only when neither.
-  std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> node_copy;   // (block, tensor, node) -> holder
-  std::vector<std::vector<bool>> placed(r.ranks);
-  for (int32_t rank = 0; rank < r.ranks; ++rank) placed[rank].assign(remote[rank].size(), false);
-  for (int32_t stage = 1; stage < stages; ++stage) {
-    const bool last = stage == stages - 1;
-    AttnStage& st = out.stages[stage];
-    std::vector<double> received(r.ranks, 0), sent(r.ranks, 0);
-    std::map<std::tuple<int32_t, AttnTensor, int32_t>, int32_t> crossed;  // this stage's network receiver
-    // Where `rank` gets input `in` from in this stage, and whether by a relay.
-    auto source_of = [&](int32_t rank, std::pair<int32_t, AttnTensor> in) {
-      const int32_t home = part[in.first];
-      if (!across_nodes(home, rank)) return std::make_pair(home, false);
-      const auto key = std::make_tuple(in.first, in.second, rank / gpn_eff);
-      if (auto c = node_copy.find(key); c != node_copy.end()) return std::make_pair(c->second, false);
-      if (auto c = crossed.find(key); c != crossed.end()) return std::make_pair(c->second, true);
-      return std::make_pair(home, false);
-    };
-    // One block per rank and round, the least-loaded rank first, until no rank can add one.
-    for (bool added = true; added;) {
-      added = false;
-      std::vector<int32_t> order(r.ranks);
-      for (int32_t k = 0; k < r.ranks; ++k) order[k] = k;
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return compute_done[a] < compute_done[b]; });
-      for (int32_t rank : order) {
-        const auto& list = remote[rank];
-        for (size_t i = 0; i < list.size(); ++i) {
-          if (placed[rank][i]) continue;
-          const int32_t c = list[i];
-          double fresh = 0;
-          bool fits = true;
-          for (auto in : inputs(c)) {
-            if (part[in.first] == rank || held[rank].count(in)) continue;
-            const int32_t src = source_of(rank, in).first;
-            const double bytes = input_bytes(in.first, in.second);
-            fresh += bytes;
-            if (across_nodes(src, rank) && sent[src] + bytes > send_budget) fits = false;
+  // DCP's greedy_selection_per_device, one call: `stage`'s blocks and fetches under `budget`.
+  // Loads and ready times are the call's own. An input a rank lacks comes from a GPU of its node
+  // that held it before the stage (the least loaded inside the node) or else from one on another
+  // node (the least loaded across nodes); only the senders' inter-node bytes are held to the
+  // budget. The rank with the least work selected so far takes its largest block whose fetches
+  // fit; the call ends when that rank can take none. Then every rank, largest block first,
+  // fetches what fits of its remaining blocks' inputs (DCP's prefetch).
+  struct Fetch {
+    int32_t dst, src;
+    Input in;
+  };
+  auto select = [&](int32_t stage, double budget, std::vector<Fetch>& fetches) {
+    std::vector<double> ready(r.ranks, 0), cross_load(r.ranks, 0), intra_load(r.ranks, 0);
+    // The fetches `c` (or one input) needs on `rank`, or false when an inter-node one breaks the budget.
+    auto plan_fetches = [&](int32_t rank, const std::vector<Input>& ins, std::vector<Fetch>& need) {
+      std::map<int32_t, double> cross;  // sender -> bytes
+      for (const Input& in : ins) {
+        if (held[rank].count(in)) continue;
+        int32_t best_local = -1, best_remote = -1;
+        for (const auto& [h, since] : holders[in]) {
+          if (since >= stage) continue;
+          if (node(h) == node(rank)) {
+            if (best_local < 0 || intra_load[h] < intra_load[best_local]) best_local = h;
+          } else if (best_remote < 0 || cross_load[h] < cross_load[best_remote]) {
+            best_remote = h;
           }
-          if (!last && (!fits || received[rank] + fresh > receive_budget[rank])) continue;
-          for (auto in : inputs(c)) {
-            if (part[in.first] == rank || held[rank].count(in)) continue;
-            const auto [src, relay] = source_of(rank, in);
-            held[rank].insert(in);
-            st.transfers.push_back({src, rank, in.second, slice(in.first), relay});
-            if (across_nodes(src, rank)) {
-              sent[src] += input_bytes(in.first, in.second);
-              crossed.emplace(std::make_tuple(in.first, in.second, rank / gpn_eff), rank);
-            }
-          }
-          received[rank] += fresh;
-          placed[rank][i] = true;
-          compute_done[rank] += work[c].seconds;
-          st.tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
-          out.work_of[stage][rank].push_back(c);
-          added = true;
-          break;
         }
+        const int32_t src = best_local >= 0 ? best_local : best_remote;
+        need.push_back({rank, src, in});
+        if (best_local < 0) cross[src] += input_bytes(in);
       }
+      for (const auto& [src, bytes] : cross)
+        if (cross_load[src] + bytes > budget) return false;
+      return true;
+    };
+    auto commit = [&](const std::vector<Fetch>& need) {
+      for (const Fetch& f : need) {
+        (node(f.src) == node(f.dst) ? intra_load : cross_load)[f.src] += input_bytes(f.in);
+        fetches.push_back(f);
+      }
+      for (const Fetch& f : need) hold(f.dst, f.in, stage);
+    };
+    std::vector<bool> done(r.ranks, false);
+    for (;;) {
+      int32_t rank = -1;
+      for (int32_t k = 0; k < r.ranks; ++k)
+        if (!done[k] && (rank < 0 || ready[k] < ready[rank])) rank = k;
+      if (rank < 0) break;
+      auto& list = pending[rank];
+      if (list.empty()) {
+        done[rank] = true;
+        continue;
+      }
+      bool progress = false;
+      for (size_t i = 0; i < list.size() && !progress; ++i) {
+        const int32_t c = list[i];
+        std::vector<Fetch> need;
+        const auto ins = inputs(c);
+        if (!plan_fetches(rank, {ins.begin(), ins.end()}, need)) continue;
+        commit(need);
+        out.stages[stage].tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
+        out.work_of[stage][rank].push_back(c);
+        ready[rank] += work[c].seconds;
+        list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+        progress = true;
+      }
+      if (!progress) break;
     }
-    for (const auto& [key, rank] : crossed) node_copy.emplace(key, rank);
+    for (int32_t rank = 0; rank < r.ranks; ++rank)
+      for (int32_t c : pending[rank])
+        for (const Input& in : inputs(c)) {
+          std::vector<Fetch> need;
+          if (!held[rank].count(in) && plan_fetches(rank, {in}, need)) commit(need);
+        }
+  };
+  for (int32_t stage = 1; stage < stages; ++stage) {
+    std::vector<Fetch> fetches;
+    select(stage, send_budget, fetches);
+    if (stage == stages - 1) select(stage, std::numeric_limits<double>::infinity(), fetches);  // the rest
+    // DCP's two-phase communication: an input several GPUs of one node fetch from the same sender
+    // across nodes in this stage crosses once, to the one of them receiving least across nodes in
+    // the stage, which relays it to the others (AttnTransfer::relay).
+    std::vector<double> received(r.ranks, 0);
+    std::map<std::tuple<int32_t, Input, int32_t>, std::vector<int32_t>> crossing;  // (src, input, dst node) -> dsts
+    for (const Fetch& f : fetches)
+      if (node(f.src) != node(f.dst)) {
+        received[f.dst] += input_bytes(f.in);
+        crossing[{f.src, f.in, node(f.dst)}].push_back(f.dst);
+      }
+    AttnStage& st = out.stages[stage];
+    for (const Fetch& f : fetches) {
+      if (node(f.src) == node(f.dst)) {
+        st.transfers.push_back({f.src, f.dst, f.in.second, slice(f.in.first)});
+        continue;
+      }
+      const auto& dsts = crossing.at({f.src, f.in, node(f.dst)});
+      const int32_t receiver = *std::min_element(dsts.begin(), dsts.end(), [&](int32_t a, int32_t b) {
+        return received[a] < received[b] || (received[a] == received[b] && a < b);
+      });
+      if (f.dst == receiver) st.transfers.push_back({f.src, f.dst, f.in.second, slice(f.in.first)});
+      else st.transfers.push_back({receiver, f.dst, f.in.second, slice(f.in.first), true});
+    }
   }
   return out;
 }
@@ -417,7 +454,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(placed.slice(b));
   // Per token and query head: Q and K/V values, and the backward's Q side (Q, dO, O and the LSE).
   const double d = r.head_dim, vb = r.value_bytes;
-  const double q_row = d * vb, kv_row = 2 * d * vb * r.heads_kv / r.heads_q, q_row_backward = 3 * d * vb + 4;
+  const double q_row = d * vb, kv_row = 2 * d * vb * r.heads_kv / r.heads_q, q_row_backward = 3 * d * vb;
   const Divisions fwd = schedule_divisions(placed, q_row, kv_row);
   p.stages = fwd.stages;
   p.backward = backward_of(placed, schedule_divisions(placed, q_row_backward, kv_row), r.early_outputs);

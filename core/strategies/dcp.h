@@ -18,20 +18,22 @@
 //      each node's GPUs can meet the GPU cap), then the GPUs of each node: memory within
 //      (1 + eps_mem) of the global mean, compute within (1 + eps_comp) of the node's — so up to
 //      (1 + 4·eps_comp)(1 + eps_comp) of the global mean (DcpResult reports both).
-//   4. Stages: stage 0 holds every block whose inputs are home; the other blocks fill the
-//      `divisions` stages after it (DCP's pipeline generator: a local first stage in front of
-//      DCP_N_STAGES) under DCP's per-stage budgets — a rank receives at most 1.2 × its inputs /
-//      divisions, a rank sends across nodes at most 1.2 × all inter-node inputs / ranks /
-//      divisions — round-robin over the ranks, least compute so far first, each taking its
-//      largest block that fits; the last stage the rest. A stage's transfers bring the inputs its
-//      blocks lack (posted before the previous stage's compute). Partial outputs of blocks
+//   4. Stages, as DCP's pipeline generator builds them: stage 0 holds every block whose inputs are
+//      home; the other blocks fill the `divisions` stages after it (DCP_N_STAGES). In each stage
+//      the rank with the least work selected in the stage takes its largest block whose fetches
+//      fit — an input comes from a GPU of the rank's node that held it before the stage, else from
+//      one on another node, the least loaded; only a sender's inter-node bytes are budgeted, at
+//      1.2 × the inter-node volume / ranks / divisions — and the stage ends when that rank can
+//      take none; then each rank fetches what fits of its remaining blocks' inputs (prefetch,
+//      NVLink copies unbudgeted). The last stage takes the rest. A stage's transfers are posted
+//      before the previous stage's compute. Partial outputs of blocks
 //      computed away from their Q's home go home after the last stage and merge there (LSE rule),
 //      as DCP's executor sends them; with early_outputs as soon as they are final — with stage
 //      k + 2's transfers when the rank's last tile on them ran in stage k.
-//   5. Two-phase communication: an input that GPUs of one node need from another node crosses
-//      the network once per node — to the first of them placed in a stage, which relays it to the
-//      others of that stage once it arrives (AttnTransfer::relay), later stages copying it from that
-//      GPU over NVLink. The budgets count the network crossings.
+//   5. Two-phase communication: an input that GPUs of one node fetch from one sender in a stage
+//      crosses the network once — to the one of them receiving least across nodes in the stage,
+//      which relays it to the others once it arrives (AttnTransfer::relay); later stages copy it
+//      from a GPU of the node over NVLink. The budgets count each fetch (DCP merges them after).
 //   6. Backward (AttentionPlan::backward): the forward's placement, its divisions scheduled again
 //      by step 4 with the backward's inputs (a Q block brings its dO and final O and LSE: three
 //      times Q's bytes, so budgets and choices differ from the forward's), as DCP's compiler runs
@@ -39,7 +41,7 @@
 //      blocks away from home over its stages and sends them straight home after the last stage,
 //      as DCP's executor does (not overlapped with the kernels); with early_outputs in the phase
 //      after its last tile on the block.
-// Not yet: DCP's prefetch into spare budget, padding sequences to the block size.
+// Not yet: padding sequences to the block size (DCP pads each to a multiple of B).
 #pragma once
 
 #include <cstdint>

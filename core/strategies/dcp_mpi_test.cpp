@@ -209,12 +209,14 @@ TEST(Dcp, HeadBlocksSplitEveryTokenBlockByKvGroups) {
   EXPECT_NE(plan_dcp(r, cost).error_str().find("head_blocks = 3 must divide heads_kv = 4"), std::string::npos);
 }
 
-// Two-phase communication: an input that several GPUs of a node need crosses the network once per
-// node and stage (to the first of them, which relays it) or is copied from a GPU of the node that
-// received it earlier; every relay forwards what its sender receives in the same stage.
-TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
+// Two-phase communication as DCP's pipeline generator does it: an input that several GPUs of a
+// node fetch from one sender in a stage crosses the network once (to one of them, which relays it)
+// or is copied from a GPU of the node that received it earlier; every relay forwards what its
+// sender receives in the same stage. Prefetch: spare budget brings inputs of a rank's later blocks
+// early, and every input a rank receives is read by one of its blocks then or later.
+TEST(Dcp, InputsCrossIntoANodeOncePerSenderAndStageAndArePrefetched) {
   const CostModel cost = ideal_cost();
-  int64_t relays = 0;
+  int64_t relays = 0, prefetched = 0;
   for (const DcpCase& c : dcp_cases())
     for (auto [ranks, gpn] : {std::pair{4, 2}, std::pair{8, 4}})
       for (int divisions : {1, 4})
@@ -223,9 +225,12 @@ TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
           r.head_blocks = head_blocks;
           auto d = plan_dcp(r, cost);
           ASSERT_TRUE(d.ok()) << d.error_str();
-          EXPECT_EQ(check_attention_plan(d->plan), "") << c.name;
-          for (const AttnStage& st : d->plan.stages) {
-            std::set<std::tuple<int32_t, int64_t, int32_t, AttnTensor, int32_t>> crossings;  // (slice, dst node)
+          const AttentionPlan& p = d->plan;
+          EXPECT_EQ(check_attention_plan(p), "") << c.name;
+          for (size_t s = 0; s < p.stages.size(); ++s) {
+            const AttnStage& st = p.stages[s];
+            // (slice, tensor, sender, dst node)
+            std::set<std::tuple<int32_t, int64_t, int32_t, AttnTensor, int32_t, int32_t>> crossings;
             for (const AttnTransfer& t : st.transfers) {
               if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;
               const int32_t from = t.src / gpn, to = t.dst / gpn;
@@ -233,13 +238,26 @@ TEST(Dcp, InputsCrossIntoANodeOncePerStage) {
                 ++relays;
                 EXPECT_EQ(from, to) << c.name << ": a relay stays inside its node";
               }
+              auto reads = [&](size_t k) {
+                return std::any_of(p.stages[k].tiles[t.dst].begin(), p.stages[k].tiles[t.dst].end(), [&](const AttnTile& x) {
+                  return (t.tensor == AttnTensor::q ? x.q : x.kv) == t.slice;
+                });
+              };
+              bool later = false;
+              for (size_t k = s; k < p.stages.size(); ++k) later = later || reads(k);
+              EXPECT_TRUE(later) << c.name << ": rank " << t.dst << " receives " << attn_tensor_name(t.tensor)
+                                 << " in stage " << s << " that none of its blocks reads";
+              prefetched += !reads(s);
               if (from == to) continue;
-              EXPECT_TRUE(crossings.insert({t.slice.seq, t.slice.tok_begin, t.slice.head_begin, t.tensor, to}).second)
-                  << c.name << ": " << attn_tensor_name(t.tensor) << " crosses into node " << to << " twice in a stage";
+              EXPECT_TRUE(
+                  crossings.insert({t.slice.seq, t.slice.tok_begin, t.slice.head_begin, t.tensor, t.src, to}).second)
+                  << c.name << ": " << attn_tensor_name(t.tensor) << " crosses from rank " << t.src << " into node "
+                  << to << " twice in a stage";
             }
           }
         }
   EXPECT_GT(relays, 0);
+  EXPECT_GT(prefetched, 0) << "no input was fetched ahead of the stage that reads it";
 }
 
 // The backward keeps the forward's placement and is scheduled on its own (references/dcp.md,
