@@ -160,6 +160,18 @@ bool check_tile(const AttentionPlan& p, const AttnTile& t, const std::string& wh
   return true;
 }
 
+// A transfer runs between two ranks of the plan and carries a slice inside it. False when the
+// endpoints are wrong (the slice's problems are reported without stopping the caller).
+bool check_transfer(const AttentionPlan& p, const AttnTransfer& t, const std::string& where, Problems& out) {
+  if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
+    out.add(where + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
+            " is not a transfer between two ranks of " + std::to_string(p.ranks));
+    return false;
+  }
+  check_slice(p, t.slice, t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv, where, out);
+  return true;
+}
+
 // Every token of every sequence has exactly one home, and home slices carry all heads.
 void check_homes(const AttentionPlan& p, Problems& out) {
   std::vector<std::vector<std::pair<AttnSlice, int32_t>>> by_seq(p.seq_lengths.size());
@@ -501,13 +513,7 @@ void check_explicit_backward(const AttentionPlan& p, Problems& out) {
     const std::string at = "backward phase " + std::to_string(i);
     std::vector<AttnTransfer> arrived;
     for (const AttnTransfer& t : ph.transfers) {
-      if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
-        out.add(at + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
-                " is not a transfer between two ranks of " + std::to_string(p.ranks));
-        continue;
-      }
-      const bool kv_side = t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv;
-      if (!check_slice(p, t.slice, kv_side, at + " transfer", out)) continue;
+      if (!check_transfer(p, t, at + " transfer", out)) continue;
       const int x = input_index(t.tensor);
       if (x < 0) {  // a gradient partial
         if (t.relay) out.add(at + ": a relay carries " + std::string(attn_tensor_name(t.tensor)) + "; relays carry inputs");
@@ -603,15 +609,6 @@ std::string check_attention_plan(const AttentionPlan& p) {
   std::vector<std::vector<AttnSlice>> held_q(p.home), held_kv(p.home), computed_q(p.ranks);
   // Partial outputs sent home inside the stages: (stage, transfer); checked once all tiles are known.
   std::vector<std::pair<size_t, const AttnTransfer*>> early_out;
-  auto check_transfer = [&](const AttnTransfer& t, const std::string& where) {
-    if (t.src < 0 || t.src >= p.ranks || t.dst < 0 || t.dst >= p.ranks || t.src == t.dst) {
-      out.add(where + ": " + std::to_string(t.src) + " -> " + std::to_string(t.dst) +
-              " is not a transfer between two ranks of " + std::to_string(p.ranks));
-      return false;
-    }
-    check_slice(p, t.slice, t.tensor == AttnTensor::kv || t.tensor == AttnTensor::dkv, where, out);
-    return true;
-  };
   for (size_t s = 0; s < p.stages.size() && !out.full(); ++s) {
     const AttnStage& st = p.stages[s];
     const std::string at = "stage " + std::to_string(s);
@@ -620,7 +617,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
     std::vector<AttnTransfer> arrived;
     std::vector<const AttnTransfer*> relays;
     for (const AttnTransfer& t : st.transfers) {
-      if (!check_transfer(t, at + " transfer")) continue;
+      if (!check_transfer(p, t, at + " transfer", out)) continue;
       if (t.relay) {
         relays.push_back(&t);
         continue;
@@ -690,7 +687,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
   std::vector<AttnTransfer> outputs = p.gather_out;
   for (const auto& [s, t] : early_out) {
     const std::string at = "stage " + std::to_string(s) + " out";
-    if (!check_transfer(*t, at)) continue;
+    if (!check_transfer(p, *t, at, out)) continue;
     bool before = false, after = false;
     for (size_t k = 0; k < p.stages.size(); ++k)
       for (const AttnTile& tile : p.stages[k].tiles[t->src])
@@ -709,7 +706,7 @@ std::string check_attention_plan(const AttentionPlan& p) {
   }
   // Outputs: every row computed away from home goes home; only computed rows are sent.
   for (const AttnTransfer& t : p.gather_out) {
-    if (!check_transfer(t, "gather_out")) continue;
+    if (!check_transfer(p, t, "gather_out", out)) continue;
     if (t.tensor != AttnTensor::out)
       out.add(std::string("gather_out carries ") + attn_tensor_name(t.tensor) + ", not out");
     else if (!held(t.slice, computed_q[t.src]))

@@ -197,12 +197,26 @@ struct Placement {
   }
 };
 
+using Input = std::pair<int32_t, AttnTensor>;  // (token block, q or kv)
+
 // The computation blocks scheduled into divisions: each stage's tiles per rank and the q and kv
 // transfers that bring their inputs.
 struct Divisions {
   std::vector<AttnStage> stages;
   std::vector<std::vector<std::vector<int32_t>>> work_of;  // [stage][rank] each tile's computation block
 };
+
+// (rank, input) -> the last stage in which the rank computes with that block away from its home:
+// where its partial output (q) or gradient partials (q: dQ, kv: dK/dV) become final.
+std::map<std::pair<int32_t, Input>, size_t> last_use_away_from_home(const Placement& pl, const Divisions& div) {
+  std::map<std::pair<int32_t, Input>, size_t> last;
+  for (size_t k = 0; k < div.work_of.size(); ++k)
+    for (int32_t rank = 0; rank < static_cast<int32_t>(div.work_of[k].size()); ++rank)
+      for (int32_t c : div.work_of[k][rank])
+        for (const Input& in : {Input{pl.work[c].q, AttnTensor::q}, Input{pl.work[c].kv, AttnTensor::kv}})
+          if (pl.part[in.first] != rank) last[{rank, in}] = k;
+  return last;
+}
 
 // Step 4 for one pass, as DCP's public code builds it (pipeline.py generate_pipelines_n_stages,
 // pipeline_generator.cpp greedy_selection_per_device). An input's bytes in the budgets are its
@@ -236,7 +250,6 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   }
   for (auto& list : pending)  // largest first, as DCP's selection takes them
     std::stable_sort(list.begin(), list.end(), [&](int32_t a, int32_t b) { return work[a].seconds > work[b].seconds; });
-  using Input = std::pair<int32_t, AttnTensor>;  // (token block, q or kv)
   auto input_bytes = [&](const Input& in) {
     const TokenBlock& k = pl.blocks[in.first];
     return static_cast<double>(k.tokens()) * (k.head_end - k.head_begin) * (in.second == AttnTensor::q ? q_row : kv_row);
@@ -284,7 +297,7 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
       for (const Input& in : ins) {
         if (held[rank].count(in)) continue;
         int32_t best_local = -1, best_remote = -1;
-        for (const auto& [h, since] : holders[in]) {
+        for (const auto& [h, since] : holders.at(in)) {
           if (since >= stage) continue;
           if (node(h) == node(rank)) {
             if (best_local < 0 || intra_load[h] < intra_load[best_local]) best_local = h;
@@ -390,17 +403,10 @@ std::vector<AttnBackwardPhase> backward_of(const Placement& pl, const Divisions&
     }
     phases[i + 1].tiles = div.stages[i].tiles;
   }
-  // (rank, token block, q or kv) away from home -> the last stage with a tile on it
-  std::map<std::tuple<int32_t, int32_t, AttnTensor>, size_t> partials;
-  for (size_t k = 0; k < S; ++k)
-    for (int32_t rank = 0; rank < static_cast<int32_t>(div.work_of[k].size()); ++rank)
-      for (int32_t c : div.work_of[k][rank])
-        for (const auto& [b, side] : {std::make_pair(pl.work[c].q, AttnTensor::q), std::make_pair(pl.work[c].kv, AttnTensor::kv)})
-          if (pl.part[b] != rank) partials[{rank, b, side}] = k;
-  for (const auto& [key, k] : partials) {
-    const auto& [rank, b, side] = key;
+  for (const auto& [key, k] : last_use_away_from_home(pl, div)) {
+    const auto& [rank, in] = key;
     phases[early ? k + 2 : S + 1].transfers.push_back(
-        {rank, pl.part[b], side == AttnTensor::q ? AttnTensor::dq : AttnTensor::dkv, pl.slice(b)});
+        {rank, pl.part[in.first], in.second == AttnTensor::q ? AttnTensor::dq : AttnTensor::dkv, pl.slice(in.first)});
   }
   const auto idle = [](const AttnBackwardPhase& ph) {
     return ph.transfers.empty() &&
@@ -462,14 +468,10 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   // the last stage (gather_out), as DCP's executor sends them; with early_outputs as soon as they
   // are final, with the transfers of stage k + 2 when the rank's last tile on the block ran in
   // stage k (a reduction inside the divisions, hidden under stage k + 1's compute).
-  std::map<std::pair<int32_t, int32_t>, size_t> last_stage;  // (rank, Q block) -> last stage with a tile
-  for (size_t k = 0; k < fwd.work_of.size(); ++k)
-    for (int32_t at = 0; at < r.ranks; ++at)
-      for (int32_t c : fwd.work_of[k][at])
-        if ((*part)[work[c].q] != at) last_stage[{at, work[c].q}] = k;
-  for (const auto& [key, k] : last_stage) {
-    const auto [at, q] = key;
-    const AttnTransfer t{at, (*part)[q], AttnTensor::out, placed.slice(q)};
+  for (const auto& [key, k] : last_use_away_from_home(placed, fwd)) {
+    const auto& [at, in] = key;
+    if (in.second != AttnTensor::q) continue;
+    const AttnTransfer t{at, (*part)[in.first], AttnTensor::out, placed.slice(in.first)};
     if (r.early_outputs && k + 2 < p.stages.size()) p.stages[k + 2].transfers.push_back(t);
     else p.gather_out.push_back(t);
   }
