@@ -165,6 +165,19 @@ TEST_F(ResultsTest, FittedValuesAreMarkedAsCalibrationAndShownApart) {
   EXPECT_NE(old->find("out of sample"), std::string::npos) << *old;
 }
 
+// `show` lists a wall-clock metric the spec names (the cpu backend's measured time) from the
+// point's "timings", where the runner keeps it, and marks its column as wall-clock.
+TEST_F(ResultsTest, ShowReadsAWallClockMetricFromTimings) {
+  json results = results_to_json(spec_, current_provenance(1), run_all());
+  results["spec"]["metrics"].push_back("cpu_attention_measured_s");
+  results["points"][0]["timings"]["cpu_attention_measured_s"] = 0.1945;
+  ASSERT_FALSE(results["points"][0]["metrics"].contains("cpu_attention_measured_s"));
+  auto text = format_results(results, "results.json");
+  ASSERT_TRUE(text.ok()) << text.error_str();
+  EXPECT_NE(text->find("cpu_attention_measured_s (wall)"), std::string::npos) << *text;
+  EXPECT_NE(text->find("0.1945"), std::string::npos) << *text;
+}
+
 TEST_F(ResultsTest, ComparisonWithoutItsPointSaysWhy) {
   auto r = run_all();
   r[1].reset();

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/experiment/metrics.h"
 #include "core/experiment/results.h"
 
 namespace cpbench {
@@ -81,7 +82,12 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
   header.insert(header.end(), axes.begin(), axes.end());
   header.push_back("strategy");
   header.push_back("status");
-  header.insert(header.end(), metrics.begin(), metrics.end());
+  // A wall-clock metric (the cpu backend's measured time) lives in a point's "timings": shown from
+  // there and marked, since no comparison reads it and two runs differ in it.
+  for (const auto& m : metrics) {
+    const MetricInfo* info = find_metric(m);
+    header.push_back(info && info->timing ? m + " (wall)" : m);
+  }
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> reasons;
   size_t pruned = 0, hidden = 0;
@@ -99,7 +105,11 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
     for (const auto& a : axes) r.push_back(cell(p.value("params", json::object()).value(a, json(nullptr))));
     r.push_back(p.value("strategy", ""));
     r.push_back(p.value("status", ""));
-    for (const auto& m : metrics) r.push_back(cell(p.value("metrics", json::object()).value(m, json(nullptr))));
+    for (const auto& m : metrics) {
+      const MetricInfo* info = find_metric(m);
+      const char* section = info && info->timing ? "timings" : "metrics";
+      r.push_back(cell(p.value(section, json::object()).value(m, json(nullptr))));
+    }
     rows.push_back(r);
     // Why a point did not run, or a strategy's note on one that did (what a search chose);
     // a frontier run's pruned points are counted, not listed.
