@@ -166,6 +166,42 @@ TEST(LayerOps, TpCommOverlapHidesTheSpCollectivesBehindChunkedGemms) {
   EXPECT_NE(check_parallel_config(layout), "");
 }
 
+// Kwai's TP overlap (seed 002: TP communication "split into dependent and independent parts;
+// independent parts are overlapped using multiple CUDA streams, while dependent parts use
+// split-pipeline overlap"), as the backward lowers it with tp_comm_overlap: the collectives a GEMM
+// waits for (the dgrad's reduce-scatter, the output gradient's all-gather) become ring steps
+// pipelined with chunk GEMMs; the re-gather of a weight gradient's input, which only the wgrad
+// reads, stays one collective on the tp stream that no dgrad waits for.
+TEST(LayerOps, TpCommOverlapPipelinesTheDependentCollectivesAndRunsTheIndependentOnesBeside) {
+  const CostModel cost = preset_model("h100_dgx");
+  ParallelConfig layout;
+  layout.num_gpus = 8;
+  layout.tp = 8;
+  layout.sequence_parallel = true;
+  layout.tp_comm_overlap = true;
+  PlanMicroBatch mb;
+  mb.lengths = {8192};
+  const OpList bw = lower_layer(cost, model("gpt3_175b"), layout, mb).backward;
+  std::vector<int> independent;
+  int ring_steps = 0;
+  for (size_t i = 0; i < bw.size(); ++i) {
+    if (bw[i].stream != OpStream::tp) continue;
+    if (bw[i].name == "tp all-gather (wgrad input)") independent.push_back(static_cast<int>(i));
+    else if (bw[i].name.find("ring") != std::string::npos) ++ring_steps;
+    else ADD_FAILURE() << "a blocking TP collective in the overlapped backward: " << bw[i].name;
+  }
+  EXPECT_EQ(independent.size(), 2u);  // QKV's and FC1's inputs
+  EXPECT_EQ(ring_steps, 4 * (8 - 1));  // fc2 and proj dgrad all-gathers, fc1 and qkv dgrad reduce-scatters
+  for (size_t i = 0; i < bw.size(); ++i)
+    for (int d : bw[i].deps)
+      if (std::find(independent.begin(), independent.end(), d) != independent.end())
+        EXPECT_NE(bw[i].name.find("wgrad"), std::string::npos) << bw[i].name << " waits for an independent gather";
+  // Beside the dgrad chunks the gathers hide: the backward's exposed TP time is under a tenth of
+  // its TP collectives' time.
+  const PassCost p = price_ops(cost, bw);
+  EXPECT_LT(p.tp_comm_s, 0.1 * sum(bw, OpStream::tp));
+}
+
 TEST(LayerOps, CpCommOverlapHidesTheKvAllGatherBehindTheQGemmAndTheDkvReturnBehindTheQBackward) {
   const CostModel cost = preset_model("h100_dgx");
   const ModelShape m = model("gpt3_175b");
