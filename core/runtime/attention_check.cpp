@@ -1,6 +1,7 @@
 #include "core/runtime/attention_check.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/workload/rng.h"
 #include "kernels/reference/attention_ref.h"
@@ -80,14 +81,29 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
   // The home slice holds query heads [head_begin, head_end) (K/V heads of those / g) of the
   // reference's `heads`-head rows.
   const int64_t g = p.heads_q / p.heads_kv;
+  // A missing value or a NaN is a failure, not a ratio that no comparison can exceed.
+  auto fail = [&](const std::string& where) {
+    r.worst = std::numeric_limits<double>::infinity();
+    r.max_abs_error = std::numeric_limits<double>::infinity();
+    r.where = where;
+  };
   auto cmp = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want, int64_t heads,
                  Tolerance tol) {
     const int64_t div = heads == p.heads_q ? 1 : g;
     const int64_t sh = h.slice.heads() / div, h0 = h.slice.head_begin / div;
+    if (static_cast<int64_t>(got.size()) != n * sh * d) {
+      fail(std::string(what) + ": " + std::to_string(got.size()) + " values, expected " + std::to_string(n * sh * d));
+      return;
+    }
     for (int64_t t = 0; t < n; ++t)
       for (int64_t i = 0; i < sh * d; ++i) {
         double x = got[t * sh * d + i], y = want[((row0 + t) * heads + h0) * d + i];
         double err = std::fabs(x - y), ratio = err / (tol.atol + tol.rtol * std::fabs(y));
+        if (!std::isfinite(x)) {
+          fail(std::string(what) + " token " + std::to_string(h.slice.tok_begin + t) + " of sequence " +
+               std::to_string(h.slice.seq) + " is " + std::to_string(x));
+          return;
+        }
         r.max_abs_error = std::max(r.max_abs_error, err);
         if (ratio > r.worst) {
           r.worst = ratio;
@@ -100,9 +116,15 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
   const Tolerance out_tol = bf16 ? kBf16OutTolerance : kOutTolerance;
   const Tolerance grad_tol = bf16 ? kBf16GradTolerance : kGradTolerance;
   cmp("O", h.out, ref.out, p.heads_q, out_tol);
-  for (int64_t hd = 0; hd < h.slice.heads(); ++hd)
+  if (static_cast<int64_t>(h.lse.size()) != h.slice.heads() * n)
+    fail("LSE: " + std::to_string(h.lse.size()) + " values, expected " + std::to_string(h.slice.heads() * n));
+  for (int64_t hd = 0; hd < h.slice.heads() && std::isfinite(r.worst); ++hd)
     for (int64_t t = 0; t < n; ++t) {
       double x = h.lse[hd * n + t], y = ref.lse[(h.slice.head_begin + hd) * T + row0 + t];
+      if (std::isnan(x)) {
+        fail("LSE token " + std::to_string(h.slice.tok_begin + t) + " is NaN");
+        break;
+      }
       if (std::isinf(x) || std::isinf(y)) {
         if (x != y) {
           r.worst = std::max(r.worst, 1e30);

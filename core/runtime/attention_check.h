@@ -40,8 +40,9 @@ inline constexpr Tolerance kGradTolerance{1e-4, 1e-3};
 inline constexpr Tolerance kBf16OutTolerance{2e-2, 2e-2};
 inline constexpr Tolerance kBf16GradTolerance{5e-2, 5e-2};
 
-// The worst |x − ref| / (atol + rtol·|ref|) over a home slice's results (≤ 1 passes), and where;
-// the tolerances follow the plan's value_bytes.
+// The worst |x − ref| / (atol + rtol·|ref|) over a home slice's results (≤ 1 passes), and where; a
+// result of the wrong size or a NaN or infinite value (an infinite LSE only where the reference has it)
+// is infinitely wrong. The tolerances follow the plan's value_bytes.
 struct CheckResult {
   double worst = 0;
   double max_abs_error = 0;
