@@ -122,6 +122,8 @@ def main(argv=None):
     ap.add_argument("--mutants", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--min-mutants", type=int, default=0,
+                    help="fail when fewer mutants than this ran before --seconds ran out (a corpus cut short proves less)")
     ap.add_argument("--work", default=None, help="keep the mutants here (default: a temporary folder)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every run's mutation and exit code")
     args = ap.parse_args(argv)
@@ -142,10 +144,11 @@ def main(argv=None):
         results = json.load(f)
     sources = {s: json.load(open(os.path.join(args.experiments, s))) for s in SPECS + PRESETS}
 
-    failures, ran, start = [], 0, time.time()
+    failures, ran, mutated, start = [], 0, 0, time.time()
     for i in range(args.mutants):
         if time.time() - start > args.seconds:
             break
+        mutated += 1
         target = rng.choice(["spec", "preset", "results"])
         case = os.path.join(work, f"m{i:04d}")
         shutil.rmtree(case, ignore_errors=True)
@@ -194,8 +197,10 @@ def main(argv=None):
         if args.work is None:
             shutil.rmtree(case, ignore_errors=True)
     elapsed = time.time() - start
-    print(f"fuzz: {ran} runs of {i + 1 if args.mutants else 0} mutants (seed {args.seed}) in {elapsed:.0f} s, "
+    print(f"fuzz: {ran} runs of {mutated} mutants (seed {args.seed}) in {elapsed:.0f} s, "
           f"{len(failures)} failed")
+    if mutated < args.min_mutants:
+        failures.append(f"only {mutated} of the {args.min_mutants} mutants asked for ran within {args.seconds:.0f} s")
     for f in failures:
         print(f)
     if args.work is None:

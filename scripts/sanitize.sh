@@ -14,7 +14,7 @@ cmake --build "$build" --target cpbench -j "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=0:exitcode=86:abort_on_error=0
 export UBSAN_OPTIONS=halt_on_error=1:exitcode=86:print_stacktrace=1
 export OMP_NUM_THREADS=1
-python3 "$root/scripts/fuzz.py" "$build/cpbench" "$root/experiments" --mutants 300 --seed 1 --seconds 900
+python3 "$root/scripts/fuzz.py" "$build/cpbench" "$root/experiments" --mutants 300 --min-mutants 300 --seed 1 --seconds 900
 mpi="mpirun --oversubscribe --allow-run-as-root -np 2"
 for layout in ring zigzag all_gather a2a a2a+p2p; do
   $mpi "$build/cpbench" exec --layout "$layout" --mask causal --lengths 300,132,64 --heads 4 --kv-heads 2 \

@@ -171,6 +171,8 @@ TEST(Executor, RunsThroughTheKernelBackendInterface) {
     EXPECT_EQ(counted->home[i].out, plain->home[i].out);
     EXPECT_EQ(counted->home[i].dq, plain->home[i].dq);
     EXPECT_EQ(counted->home[i].dk, plain->home[i].dk);
+    EXPECT_EQ(counted->home[i].dv, plain->home[i].dv);
+    EXPECT_EQ(counted->home[i].lse, plain->home[i].lse);
   }
 }
 

@@ -239,6 +239,7 @@ TEST(Engine, ContentionWeighsSmAndHbmSharesByWhatBindsTheCompute) {
     g.add(a);
     TaskSpec b = task(0, 2, 4, {}, 'm');
     b.sm_share = 0.25;
+    b.hbm_share = 0.25;
     g.add(b);
     TaskSpec w = task(0, 0, 1);
     w.sm_bound = sm_bound;
@@ -248,9 +249,10 @@ TEST(Engine, ContentionWeighsSmAndHbmSharesByWhatBindsTheCompute) {
     EXPECT_EQ(r.end_s[other], 1.0);
     return r.end_s[work];
   };
-  EXPECT_EQ(run(1), 2.0);  // rate 1 − 0.25 − 0.25
-  EXPECT_EQ(run(0), 2.0);  // rate 1 − 0.5
-  EXPECT_EQ(run(0.5), 2.0);  // rate 1 − (0.5·0.5 + 0.5·0.5)
+  // SM shares sum to 0.5 and HBM shares to 0.75, so each weighting gives its own rate.
+  EXPECT_DOUBLE_EQ(run(1), 2.0);      // rate 1 − (0.25 + 0.25)
+  EXPECT_DOUBLE_EQ(run(0), 4.0);      // rate 1 − (0.5 + 0.25)
+  EXPECT_DOUBLE_EQ(run(0.5), 1 / 0.375);  // rate 1 − (0.5·0.5 + 0.5·0.75)
   TaskGraph g;
   TaskSpec hog = task(0, 1, 20, {}, 'm');
   hog.sm_share = 1;

@@ -294,7 +294,7 @@ TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState)
   // The gathers of the next layer run beside this one's compute: on NVLink they hide, and the
   // step costs at most a few percent more than DDP's.
   EXPECT_LT(zero3.metrics.at("step_time_s"), 1.05 * ddp.metrics.at("step_time_s"));
-  EXPECT_GE(zero3.metrics.at("exposed_comm_s"), 0);
+  EXPECT_LT(zero3.metrics.at("exposed_comm_s"), 0.02 * zero3.metrics.at("step_time_s"));  // measured 1.1%
 }
 
 // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather moves from

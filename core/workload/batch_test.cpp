@@ -107,6 +107,22 @@ TEST(MakeGlobalBatch, LengthScaleMultipliesBeforeClipping) {
   auto scaled = make_global_batch(p, doubled);
   for (size_t i = 0; i < base.lengths.size(); ++i)
     EXPECT_NEAR(double(scaled.lengths[i]), 2.0 * double(base.lengths[i]), 1.0);  // each rounded once
+  // A cap at the median: half the doubled draws pass it and are clipped to it, which clipping
+  // before scaling (2 · min(raw, cap)) would not do.
+  std::vector<int64_t> sorted = base.lengths;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t cap = sorted[sorted.size() / 2];
+  BatchRequest tight{64, 0, 1, cap, 3};
+  tight.length_scale = 2.0;
+  auto clipped = make_global_batch(p, tight);
+  ASSERT_EQ(clipped.lengths.size(), base.lengths.size());
+  int over = 0;
+  for (size_t i = 0; i < base.lengths.size(); ++i) {
+    over += 2 * base.lengths[i] > cap;
+    EXPECT_LE(clipped.lengths[i], cap);
+    EXPECT_NEAR(double(clipped.lengths[i]), std::min(2.0 * double(base.lengths[i]), double(cap)), 1.0);
+  }
+  EXPECT_GE(over, 32);
 }
 
 }  // namespace

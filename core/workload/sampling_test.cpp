@@ -97,6 +97,8 @@ TEST(Sampling, FixedIsConstantAndScaled) {
   for (int64_t x : sample_lengths(p, 1, 100, 1, 1000)) EXPECT_EQ(x, 1000);  // a tighter clamp wins
   LengthSampler doubled(p, 1, 1, 1 << 20, 2.0);
   EXPECT_EQ(doubled.next(), 4096);
+  LengthSampler capped(p, 1, 1, 3000, 2.0);  // scaled, then clipped: 3000, not 2 · min(2048, 3000)
+  EXPECT_EQ(capped.next(), 3000);
 }
 
 TEST(Sampling, LognormalMedianQuantilesAndMeanMatchTheDefinition) {

@@ -184,6 +184,7 @@ TEST(SoftmaxRow, ExpPolynomialAccuracy) {
 TEST(SoftmaxRow, MaskedColumnsAreZeroAndSumIsExact) {
   std::vector<float> row(20);
   for (int i = 0; i < 20; ++i) row[i] = -0.1f * static_cast<float>(i);
+  row[0] = -5.0f;  // outside [lo, hi): must come back as it went in
   const int64_t c[4] = {3, 12, 15, 17};  // allowed columns 3..11 and 15..16 inside [1, 19)
   EXPECT_FLOAT_EQ(masked_row_max(row.data(), c), -0.3f);
   const float sum = masked_exp_row(row.data(), c, 1, 19, 0.0f);
@@ -195,7 +196,7 @@ TEST(SoftmaxRow, MaskedColumnsAreZeroAndSumIsExact) {
     if (!allowed && i >= 1 && i < 19) EXPECT_EQ(row[i], 0.0f) << i;
   }
   EXPECT_NEAR(sum, want, 1e-5);
-  EXPECT_FLOAT_EQ(row[0], 0.0f);
+  EXPECT_FLOAT_EQ(row[0], -5.0f);
   EXPECT_FLOAT_EQ(row[19], -1.9f);  // outside [lo, hi): untouched
 }
 
