@@ -29,8 +29,9 @@ struct ParallelConfig {
   std::string recompute = "none";    // "none" | "selective" | "full" | "balanced" (Kwai's GEMM-last)
   // Kwai's pipeline-aware activation offloading (ATC'24, references/kwai.md): after each forward
   // the largest fraction α of the saved bytes is copied to pinned host memory on a copy stream
-  // (device-to-host over the GPU's PCIe link) and copied back one op before the matching backward
-  // (host-to-device); the backward waits for it. 0 = none.
+  // (device-to-host over the GPU's PCIe link) and copied back before the matching backward
+  // (host-to-device), which waits for it; when each happens: core/sim/memory.h, offload_schedule.
+  // 0 = none.
   double activation_offload_ratio = 0;
   bool scatter_gather = true;        // SC'21 §4.1: split pipeline sends over the TP ranks' NICs
   bool overlap_grad_reduce = true;   // DP gradient reduction overlapped with the backward pass

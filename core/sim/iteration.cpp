@@ -520,33 +520,34 @@ class IterationGraph {
   }
 
   // The bytes each stage's pipeline sends put on their links, over the schedule.
-  // Activation offloading (layout.activation_offload_ratio α, offloaded_ops): the copy of α of a
-  // forward's saved bytes to the host after its compute, on the copy-out stream, and the copy
-  // back on the copy-in stream once the op before the backward may start (it runs during that
-  // op); the backward's compute waits for it. Copy engines hold no SMs: no contention term.
+  // Activation offloading (layout.activation_offload_ratio α, offload_schedule): the copy of α of a
+  // forward's saved bytes to the host after its compute, on the copy-out stream; the op after its
+  // release point waits for it (Megatron-Kwai's compute stream waits on the offload stream there).
+  // The copy back, on the copy-in stream, starts when the stage's previous backward may start (the
+  // onload stream first waits for the compute stream) and once the copy out is done; the backward
+  // waits for it. Copy engines hold no SMs: no contention term.
   void add_offload_copies(const std::vector<PlanMicroBatch>& mbs, int first_device, const PipelineTasks& tasks) {
     const double alpha = L_.activation_offload_ratio;
     if (alpha <= 0) return;
     for (int s = 0; s < p_; ++s) {
       const std::vector<PipeOp>& ops = schedule_[s];
-      const std::vector<bool> offloaded = offloaded_ops(L_, ops);
+      const OffloadSchedule off = offload_schedule(L_, ops, s);
       const double layers = static_cast<double>(stage_layers(L_, model_.layers, s)) / v_;
       const int device = first_device + s;
-      std::map<std::pair<int, int>, int> copied_out;  // (micro-batch, chunk) -> its copy-out task
+      std::vector<int> copied_out(ops.size(), -1);  // [forward op] its copy-out task
       for (size_t i = 0; i < ops.size(); ++i) {
-        const auto key = std::make_pair(ops[i].micro_batch, ops[i].chunk);
         const std::string name = std::to_string(ops[i].micro_batch) + "." + std::to_string(ops[i].chunk);
-        if (ops[i].forward && offloaded[i]) {
+        if (ops[i].forward && off.offloaded[i]) {
           const double bytes = alpha * layers * micro_batch_layer_bytes(model_, L_, mbs[ops[i].micro_batch]);
-          copied_out[key] = graph_.add(TaskSpec{device, kCopyOutStream, cost_.p2p_s(bytes, Link::pcie),
-                                                {tasks.compute[s][i]}, -1, -1, "offload F" + name, 'm'});
+          copied_out[i] = graph_.add(TaskSpec{device, kCopyOutStream, cost_.p2p_s(bytes, Link::pcie),
+                                              {tasks.compute[s][i]}, -1, -1, "offload F" + name, 'm'});
           offload_bytes_[device] += 2 * bytes;
-        } else if (!ops[i].forward) {
-          auto it = copied_out.find(key);
-          if (it == copied_out.end()) continue;
-          const int out = it->second;
+          const size_t waits = static_cast<size_t>(off.released_after[i]) + 1;
+          if (waits < ops.size()) graph_.add_dep(tasks.compute[s][waits], copied_out[i]);
+        } else if (off.reload_at[i] >= 0) {
+          const int out = copied_out[off.forward_of[i]];
           std::vector<int> deps = {out};
-          if (i >= 2) deps.push_back(tasks.done[s][i - 2]);
+          if (off.reload_at[i] >= 1) deps.push_back(tasks.done[s][off.reload_at[i] - 1]);
           const int in = graph_.add(TaskSpec{device, kCopyInStream, graph_.task(out).duration_s, deps, -1, -1,
                                              "reload B" + name, 'm'});
           graph_.add_dep(tasks.compute[s][i], in);

@@ -65,28 +65,41 @@ double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L,
   return bytes;
 }
 
-namespace {
-
-// [op] the index of the forward of a backward op (of the same micro-batch and chunk), else −1.
-std::vector<int64_t> forward_index(const std::vector<PipeOp>& ops) {
-  std::map<std::pair<int, int>, int64_t> forwards;
-  std::vector<int64_t> out(ops.size(), -1);
-  for (size_t i = 0; i < ops.size(); ++i) {
+OffloadSchedule offload_schedule(const ParallelConfig& L, const std::vector<PipeOp>& ops, int stage) {
+  const int64_t n = static_cast<int64_t>(ops.size());
+  OffloadSchedule out{std::vector<bool>(n, false), std::vector<int64_t>(n, -1), std::vector<int64_t>(n, -1),
+                      std::vector<int64_t>(n, -1)};
+  std::map<std::pair<int, int>, int64_t> forwards;  // (micro-batch, chunk) -> its forward op
+  int64_t first_backward = n;
+  for (int64_t i = 0; i < n; ++i) {
     const auto key = std::make_pair(ops[i].micro_batch, ops[i].chunk);
-    if (ops[i].forward) forwards[key] = static_cast<int64_t>(i);
-    else if (auto it = forwards.find(key); it != forwards.end()) out[i] = it->second;
+    if (ops[i].forward) {
+      forwards[key] = i;
+    } else {
+      first_backward = std::min(first_backward, i);
+      if (auto it = forwards.find(key); it != forwards.end()) out.forward_of[i] = it->second;
+    }
   }
-  return out;
-}
-
-}  // namespace
-
-std::vector<bool> offloaded_ops(const ParallelConfig& L, const std::vector<PipeOp>& ops) {
-  std::vector<bool> out(ops.size(), false);
   if (L.activation_offload_ratio <= 0) return out;
-  const std::vector<int64_t> fwd = forward_index(ops);
-  for (size_t j = 0; j < ops.size(); ++j)
-    if (fwd[j] >= 0 && static_cast<int64_t>(j) >= fwd[j] + 4) out[fwd[j]] = true;
+  // The warm-up: the forwards before the steady state's first forward, the one right before the
+  // first backward.
+  const int64_t warmup = std::max<int64_t>(0, first_backward - 1);
+  const bool last_stage = stage == static_cast<int>(L.pp) - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!ops[i].forward) continue;
+    out.offloaded[i] = L.vp > 1 ? !(last_stage && ops[i].chunk == L.vp - 1) : warmup >= 2;
+    if (!out.offloaded[i]) continue;
+    int64_t next = i + 1;
+    while (next < n && !ops[next].forward) ++next;
+    out.released_after[i] = next < n ? next : std::min(i + 1, n - 1);
+  }
+  int64_t previous_backward = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ops[i].forward) continue;
+    const int64_t f = out.forward_of[i];
+    if (f >= 0 && out.offloaded[f]) out.reload_at[i] = std::max(f + 1, previous_backward >= 0 ? previous_backward : i - 1);
+    previous_backward = i;
+  }
   return out;
 }
 
@@ -97,8 +110,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
   const std::vector<PipeOp>& ops = schedule[stage];
   const double layers_per_chunk = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
   const double alpha = L.activation_offload_ratio;
-  const std::vector<bool> offloaded = offloaded_ops(L, ops);
-  const std::vector<int64_t> fwd = alpha > 0 ? forward_index(ops) : std::vector<int64_t>(ops.size(), -1);
+  const OffloadSchedule off = offload_schedule(L, ops, stage);
   // Per micro-batch, once (each sums over its sequences): one layer's saved bytes, and what the
   // recompute mode dropped from them.
   std::vector<double> layer_bytes(micro_batches.size()), dropped(micro_batches.size());
@@ -107,12 +119,25 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
   }
   auto saved = [&](size_t i) { return layers_per_chunk * layer_bytes[ops[i].micro_batch]; };
-  double held = 0;  // saved bytes on the device when op i starts
+  // The two copy-back buffers: each its size and the backward using it (−1: free).
+  struct Buffer {
+    double bytes = 0;
+    int64_t user = -1;
+  };
+  Buffer buffers[2];
+  std::vector<std::vector<int64_t>> reloads_at(ops.size()), released_at(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    // A reload for the next op, if it is the backward of offloaded activations, arrives during this one.
-    double arriving = 0;
-    if (i + 1 < ops.size() && fwd[i + 1] >= 0 && offloaded[fwd[i + 1]]) arriving = alpha * saved(fwd[i + 1]);
-    double during = held + arriving, workspace = 0;
+    if (off.reload_at[i] >= 0) reloads_at[off.reload_at[i]].push_back(static_cast<int64_t>(i));
+    if (off.released_after[i] >= 0) released_at[off.released_after[i]].push_back(static_cast<int64_t>(i));
+  }
+  double held = 0;  // saved bytes on the device when op i starts, outside the copy-back buffers
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (int64_t b : reloads_at[i]) {  // copies back issued as op i starts, each into a free buffer
+      Buffer& into = buffers[0].user < 0 ? buffers[0] : buffers[1];
+      into.bytes = std::max(into.bytes, alpha * saved(off.forward_of[b]));
+      into.user = b;
+    }
+    double during = held + buffers[0].bytes + buffers[1].bytes, workspace = 0;
     if (ops[i].forward) {
       during += saved(i);  // all of the forward's saved bytes exist at its end
     } else {
@@ -122,12 +147,18 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       workspace = dropped[ops[i].micro_batch];
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
-    // After op i: its own bytes; the offload copied during op i (of forward i − 1) has left; the
-    // reload for op i + 1 is in.
-    held += ops[i].forward ? saved(i) : -saved(i);
-    if (i > 0 && ops[i - 1].forward && offloaded[i - 1]) held -= alpha * saved(i - 1);
-    held += arriving;
-    out.after_op.push_back(held);
+    // After op i: a forward's bytes are held; a backward frees what stayed on the device (its
+    // copied-back share sits in a buffer, which it releases); offloaded shares released here leave.
+    if (ops[i].forward) {
+      held += saved(i);
+    } else {
+      const int64_t f = off.forward_of[i];
+      held -= f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i);
+      for (Buffer& b : buffers)
+        if (b.user == static_cast<int64_t>(i)) b.user = -1;
+    }
+    for (int64_t f : released_at[i]) held -= alpha * saved(f);
+    out.after_op.push_back(held + buffers[0].bytes + buffers[1].bytes);
   }
   return out;
 }

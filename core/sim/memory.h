@@ -48,17 +48,33 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb,
                                bool recompute_none = false);
 
-// Which forward ops of one stage's schedule offload the fraction activation_offload_ratio of their
-// saved bytes to the host: each whose backward comes 4 or more ops later (the copy out runs during
-// the next op, the copy back during the op before the backward: only with an op between them do
-// the bytes leave the device at all; closer, they stay).
-std::vector<bool> offloaded_ops(const ParallelConfig& layout, const std::vector<PipeOp>& ops);
+// Kwai's activation offloading on one stage's schedule, as Megatron-Kwai's schedules run it
+// (atc24ae-1.0.0, megatron/core/pipeline_parallel/offload.py and schedules.py):
+// - which forwards offload α of their saved bytes: interleaved, all but the last stage's last
+//   chunk; otherwise every forward of a stage whose warm-up holds two or more forwards (stages up to
+//   p − 3 in 1F1B), none elsewhere;
+// - the copy of forward i leaves after op i; its device bytes are released at the next offload call,
+//   the end of the next forward op (in warm-up the next op, in 1F1B's steady state two ops later;
+//   after the last forward, the end of the op after it), and the op after that point waits for the
+//   copy (the compute stream waits on the offload stream);
+// - the copy back of a backward is issued when the stage's previous backward starts (its first
+//   backward: when the op before it starts, after the warm-up) into one of two persistent device
+//   buffers (ping and pong, each grown to the largest chunk copied back into it and never freed),
+//   and the backward waits for it.
+struct OffloadSchedule {
+  std::vector<bool> offloaded;          // [op] a forward whose α share goes to the host
+  std::vector<int64_t> released_after;  // [offloaded forward] the op after whose end its α share leaves the device
+  std::vector<int64_t> reload_at;       // [backward of an offloaded forward] the op at whose start its copy back is issued
+  std::vector<int64_t> forward_of;      // [backward] its forward op (same micro-batch and chunk), else −1
+};
+OffloadSchedule offload_schedule(const ParallelConfig& layout, const std::vector<PipeOp>& ops, int stage);
 
 // Activation bytes held by one stage after each op of its schedule (forward: + the chunk's saved
 // bytes; backward: − them), for one DP×CP rank's micro-batch list, in the order the stage's
-// compute stream runs them. With offloading (offloaded_ops), α of a forward's bytes leave at the
-// end of the next op and return during the op before the backward. peak: the largest value during
-// an op, with the backward's transient working set (what the recompute mode dropped, for one layer).
+// compute stream runs them. With offloading (offload_schedule), α of a forward's bytes leave when
+// it says and come back into the two persistent copy-back buffers, which count from their first
+// use. peak: the largest value during an op, with the backward's transient working set (what the
+// recompute mode dropped, for one layer).
 struct StageMemory {
   std::vector<double> after_op;
   double peak = 0, peak_workspace = 0;  // activations and the workspace at the peak

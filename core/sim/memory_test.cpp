@@ -94,45 +94,65 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (6 + 12.0 / 4) * params);
 }
 
-// Offloading along the schedule (Kwai): α of every forward's saved bytes leaves during the next op
-// and returns during the op before its backward. Hand count on 1F1B, p = 4, m = 8, stage 0, one
-// chunk's bytes = x: at α = 0 the peak is 4 chunks in flight; at α = 1 a forward meets only what
-// has not left — its own bytes, the previous forward's still being copied out — and a backward its
-// own reloaded bytes plus the next backward's arriving... so the peak is a few chunks, not p.
+// Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count
+// on 1F1B, stage 0, one chunk's bytes = x, p micro-batches in flight: a forward's bytes stay until
+// the next forward ends (its copy runs meanwhile), and copies back land in two persistent buffers
+// of α·x each. So in the steady state a forward meets (1 − α) of the p − 1 chunks held, α of the
+// previous forward's, both buffers and its own: (p − 1)(1 − α)x + αx + 2αx + x = (p − (p − 4)α)·x.
+// On 4 stages offloading saves nothing at stage 0; on 8 it halves the peak at α = 1.
 TEST(MemoryTimeline, OffloadingFreesAlongTheScheduleAndAlphaZeroIsNone) {
   const ModelShape gpt = preset("gpt_39.1b");
-  Plan plan = ptdp_plan(4, 1, 8, 2048);
-  plan.layout.recompute = "none";
-  plan.layout.attention_kernel = "flash";
-  const double x = 12 * micro_batch_layer_bytes(gpt, plan.layout, plan.micro_batches[0][0]);  // 48 layers / 4
-  auto peak = [&](double alpha) {
-    Plan p = plan;
-    p.layout.activation_offload_ratio = alpha;
-    return estimate_memory(gpt, p, {}).activation_bytes;
-  };
-  EXPECT_NEAR(peak(0), 4 * x, 1e-9 * x);
-  double previous = peak(0);
-  for (double alpha : {0.25, 0.5, 0.75, 1.0}) {
-    const double now = peak(alpha);
-    EXPECT_LT(now, previous) << alpha;
-    previous = now;
+  for (int64_t pp : {4, 8}) {
+    Plan plan = ptdp_plan(pp, 1, 2 * pp, 2048);
+    plan.layout.recompute = "none";
+    plan.layout.attention_kernel = "flash";
+    const double x = static_cast<double>(48 / pp) * micro_batch_layer_bytes(gpt, plan.layout, plan.micro_batches[0][0]);
+    for (double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      Plan p = plan;
+      p.layout.activation_offload_ratio = alpha;
+      const double want = (static_cast<double>(pp) - static_cast<double>(pp - 4) * alpha) * x;
+      EXPECT_NEAR(estimate_memory(gpt, p, {}).activation_bytes, want, 1e-9 * x) << "p " << pp << " alpha " << alpha;
+    }
   }
-  // Stage 0's 1F1B order: F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7. F0..F3 and F4..F7 are
-  // three or more ops before their backwards, so all are offloaded. At α = 1 the largest set is at
-  // F3: F2 still copying out, F3's own bytes, B0's reload arriving (3x).
-  EXPECT_NEAR(peak(1), 3 * x, 1e-9 * x);
-  const auto schedule = pipeline_schedule("1f1b", 4, 8, 1);
+  const Plan plan = ptdp_plan(4, 1, 8, 2048);
+  const double x = 12 * micro_batch_layer_bytes(gpt, plan.layout, plan.micro_batches[0][0]);
+  auto schedule = pipeline_schedule("1f1b", 4, 8, 1);
   ASSERT_TRUE(schedule.ok());
-  const std::vector<bool> offloaded = offloaded_ops(ParallelConfig{.activation_offload_ratio = 1}, (*schedule)[0]);
-  EXPECT_EQ(std::count(offloaded.begin(), offloaded.end(), true), 8);
-  // Stage 2 runs F0 F1 B0 F2 B1 F3 B2 ...: each backward 3 ops after its forward, where the copy
-  // out (during the next op) would meet the copy back (during the op before the backward) and the
-  // bytes never leave: not offloaded, no PCIe traffic for nothing.
-  const std::vector<bool> two_before_last = offloaded_ops(ParallelConfig{.activation_offload_ratio = 1}, (*schedule)[2]);
-  EXPECT_EQ(std::count(two_before_last.begin(), two_before_last.end(), true), 0);
-  // The last stage runs each backward right after its forward: nothing there is offloaded.
-  const std::vector<bool> last = offloaded_ops(ParallelConfig{.activation_offload_ratio = 1}, (*schedule)[3]);
-  EXPECT_EQ(std::count(last.begin(), last.end(), true), 0);
+  ParallelConfig all = plan.layout;
+  all.activation_offload_ratio = 1;
+  // Stage 0 runs F0 F1 F2 | F3 B0 F4 B1 ... B7. After each warm-up forward one forward's bytes
+  // are held (the one just run); after F3 one, plus B0's buffer.
+  const StageMemory stage0 = stage_activation_memory(gpt, all, plan.micro_batches[0], *schedule, 0);
+  EXPECT_NEAR(stage0.after_op[0], x, 1e-9 * x);
+  EXPECT_NEAR(stage0.after_op[2], x, 1e-9 * x);
+  EXPECT_NEAR(stage0.after_op[3], 2 * x, 1e-9 * x);
+  // The buffers are never freed: after the last backward they remain.
+  EXPECT_NEAR(stage0.after_op.back(), 2 * x, 1e-9 * x);
+  const OffloadSchedule s0 = offload_schedule(all, (*schedule)[0], 0);
+  EXPECT_EQ(std::count(s0.offloaded.begin(), s0.offloaded.end(), true), 8);
+  EXPECT_EQ(s0.released_after[0], 1);  // warm-up: at the end of the next op
+  EXPECT_EQ(s0.released_after[3], 5);  // steady state: F3 leaves as F4 (op 5) ends
+  EXPECT_EQ(s0.reload_at[4], 3);       // B0's copy back: after the warm-up
+  EXPECT_EQ(s0.reload_at[6], 4);       // B1's: as B0 starts
+  // Stage 1 warms up with two forwards: offloaded. Stage 2 (one) and the last stage (none) keep
+  // their bytes, as Megatron-Kwai offloads only where the warm-up holds two or more forwards.
+  const OffloadSchedule s1 = offload_schedule(all, (*schedule)[1], 1);
+  EXPECT_EQ(std::count(s1.offloaded.begin(), s1.offloaded.end(), true), 8);
+  for (int stage : {2, 3}) {
+    const OffloadSchedule s = offload_schedule(all, (*schedule)[stage], stage);
+    EXPECT_EQ(std::count(s.offloaded.begin(), s.offloaded.end(), true), 0) << stage;
+  }
+  // Interleaved: every stage offloads, but the last stage not its last chunk's forwards.
+  ParallelConfig inter = all;
+  inter.vp = 2;
+  auto interleaved = pipeline_schedule("interleaved", 4, 8, 2);
+  ASSERT_TRUE(interleaved.ok());
+  for (int stage = 0; stage < 4; ++stage) {
+    const OffloadSchedule s = offload_schedule(inter, (*interleaved)[stage], stage);
+    for (size_t i = 0; i < s.offloaded.size(); ++i)
+      if ((*interleaved)[stage][i].forward)
+        EXPECT_EQ(s.offloaded[i], !(stage == 3 && (*interleaved)[stage][i].chunk == 1)) << stage << " op " << i;
+  }
 }
 
 }  // namespace
