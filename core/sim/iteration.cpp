@@ -174,7 +174,8 @@ class IterationGraph {
       : plan_(plan), L_(plan.layout), model_(model), cost_(cost), replicas_(replicas), schedule_(schedule),
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
         attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
-        host_s_(replicas.lists.size() * p_, 0), kernels_(replicas.lists.size() * p_, 0),
+        host_s_(replicas.lists.size() * p_, 0), layer_contention_s_(replicas.lists.size() * p_, 0),
+        kernels_(replicas.lists.size() * p_, 0),
         sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0),
         longest_(longest_sequence(plan)) {}
 
@@ -189,6 +190,7 @@ class IterationGraph {
         for (const auto& c : (*costs)[s]) {
           cp_wait_s_[r] += c.fwd.cp_wait_s + c.bwd.cp_wait_s;
           host_s_[first_device + s] += c.fwd.host_s + c.bwd.host_s;
+          layer_contention_s_[first_device + s] += c.fwd.contention_s + c.bwd.contention_s;
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
         }
       for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
@@ -309,7 +311,9 @@ class IterationGraph {
         busy_max = std::max(busy_max, compute);
         exposed += w * sim.exposed_comm_s[d];
         out.exposed_host_s += w * host_s_[d];
-        out.contention_s += w * sim.contention_s[d];
+        // Inside the layers (TP collectives and ZeRO-3 gathers beside GEMMs, CP sends beside the
+        // attention tiles) and between them (pipeline sends, DP reductions, parameter gathers).
+        out.contention_s += w * (layer_contention_s_[d] + sim.contention_s[d]);
         out.kernels += w * kernels_[d];
         idle += w * std::max(0.0, sim.makespan_s - sim.compute_busy_s[d] - sim.exposed_comm_s[d] - host_s_[d]);
         out.comm_bytes += sent_[d] * w;
@@ -707,6 +711,7 @@ class IterationGraph {
   std::vector<std::vector<int>> grad_tasks_;  // [stage] the DP reduction tasks of every replica
   std::vector<double> cp_wait_s_;             // [replica] CP waits summed over stages
   std::vector<double> host_s_;                // [device] compute stream waiting for the host
+  std::vector<double> layer_contention_s_;    // [device] compute slowed inside its layers' passes
   std::vector<double> kernels_;               // [device] GPU kernels its ops issue
   std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
   std::vector<double> offload_bytes_;         // [device] activation bytes copied out and back over PCIe
