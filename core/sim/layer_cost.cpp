@@ -278,14 +278,24 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   // ring steps move a_bytes/tp each, tp − 1 of them: the bytes of the blocking collectives.
   const bool overlap = sp && layout.tp_comm_overlap && tp.size > 1;
   const bool tp_network = tp.ranks_per_node < tp.size;
+  // TransformerEngine issues the chunk GEMMs round-robin on up to three compute streams
+  // (NVTE_COMM_OVERLAP_MAX_STREAMS = 3, transformer_engine/common/comm_gemm_overlap; the GEMMs of
+  // CommOverlapP2PBase run on _stream_compute[i % 3]), so a chunk whose data is there runs beside
+  // the previous ones and their waves share the SMs: a chunk costs its share of one GEMM over
+  // that many chunks' rows, plus its own launch.
+  constexpr int64_t kTeComputeStreams = 3;
   const int64_t chunks = overlap ? t : 1;
   using ChunkTime = double (*)(const CostModel&, const Gemm&);
-  auto chunk_of = [&](const Gemm& g) { return Gemm{(g.m + chunks - 1) / chunks, g.n, g.k}; };
+  auto chunk_s = [&](ChunkTime time, const Gemm& g) {
+    const int64_t rows = (g.m + chunks - 1) / chunks, together = std::min(chunks, kTeComputeStreams);
+    const double launch = cost.params().kernel_overhead_us * 1e-6;
+    return (time(cost, Gemm{together * rows, g.n, g.k}) - launch) / static_cast<double>(together) + launch;
+  };
   // All-gather + GEMM; returns the last chunk GEMM, `arrived` the last ring step (-1 without).
   auto ag_gemm = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in, int* arrived) {
     int step = -1, gemm = -1;
     for (int64_t i = 0; i < chunks; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), time(cost, chunk_of(g)), {i == 0 ? in : step});
+      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {i == 0 ? in : step});
       if (i + 1 < chunks) step = b.tp_step("tp ring all-gather step", a_bytes / t, tp_network, {i == 0 ? in : step});
     }
     if (arrived) *arrived = step;
@@ -295,7 +305,7 @@ LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelC
   auto gemm_rs = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in) {
     int step = -1, gemm = -1;
     for (int64_t i = 0; i < chunks; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), time(cost, chunk_of(g)), {in});
+      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {in});
       if (i + 1 < chunks) step = b.tp_step("tp ring reduce-scatter step", a_bytes / t, tp_network, {gemm, step});
     }
     return step >= 0 ? step : gemm;
