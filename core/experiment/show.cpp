@@ -84,9 +84,12 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
   header.push_back("status");
   // A wall-clock metric (the cpu backend's measured time) lives in a point's "timings": shown from
   // there and marked, since no comparison reads it and two runs differ in it.
+  std::vector<const char*> section;  // per metric: where a point keeps it
   for (const auto& m : metrics) {
     const MetricInfo* info = find_metric(m);
-    header.push_back(info && info->timing ? m + " (wall)" : m);
+    const bool wall = info && info->timing;
+    section.push_back(wall ? "timings" : "metrics");
+    header.push_back(wall ? m + " (wall)" : m);
   }
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> reasons;
@@ -105,11 +108,8 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
     for (const auto& a : axes) r.push_back(cell(p.value("params", json::object()).value(a, json(nullptr))));
     r.push_back(p.value("strategy", ""));
     r.push_back(p.value("status", ""));
-    for (const auto& m : metrics) {
-      const MetricInfo* info = find_metric(m);
-      const char* section = info && info->timing ? "timings" : "metrics";
-      r.push_back(cell(p.value(section, json::object()).value(m, json(nullptr))));
-    }
+    for (size_t k = 0; k < metrics.size(); ++k)
+      r.push_back(cell(p.value(section[k], json::object()).value(metrics[k], json(nullptr))));
     rows.push_back(r);
     // Why a point did not run, or a strategy's note on one that did (what a search chose);
     // a frontier run's pruned points are counted, not listed.

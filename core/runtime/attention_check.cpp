@@ -127,8 +127,8 @@ CheckResult check_home(const AttentionPlan& p, const HomeResult& h, const Refere
       }
       if (std::isinf(x) || std::isinf(y)) {
         if (x != y) {
-          r.worst = std::max(r.worst, 1e30);
-          r.where = "LSE (fully masked row disagrees)";
+          fail("LSE (fully masked row disagrees)");
+          break;
         }
         continue;
       }

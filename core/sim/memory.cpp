@@ -69,6 +69,7 @@ OffloadSchedule offload_schedule(const ParallelConfig& L, const std::vector<Pipe
   const int64_t n = static_cast<int64_t>(ops.size());
   OffloadSchedule out{std::vector<bool>(n, false), std::vector<int64_t>(n, -1), std::vector<int64_t>(n, -1),
                       std::vector<int64_t>(n, -1)};
+  if (L.activation_offload_ratio <= 0) return out;  // the memory walk's common case: nothing to pair
   std::map<std::pair<int, int>, int64_t> forwards;  // (micro-batch, chunk) -> its forward op
   int64_t first_backward = n;
   for (int64_t i = 0; i < n; ++i) {
@@ -80,7 +81,6 @@ OffloadSchedule offload_schedule(const ParallelConfig& L, const std::vector<Pipe
       if (auto it = forwards.find(key); it != forwards.end()) out.forward_of[i] = it->second;
     }
   }
-  if (L.activation_offload_ratio <= 0) return out;
   // The warm-up: the forwards before the steady state's first forward, the one right before the
   // first backward.
   const int64_t warmup = std::max<int64_t>(0, first_backward - 1);

@@ -65,7 +65,7 @@ struct OffloadSchedule {
   std::vector<bool> offloaded;          // [op] a forward whose α share goes to the host
   std::vector<int64_t> released_after;  // [offloaded forward] the op after whose end its α share leaves the device
   std::vector<int64_t> reload_at;       // [backward of an offloaded forward] the op at whose start its copy back is issued
-  std::vector<int64_t> forward_of;      // [backward] its forward op (same micro-batch and chunk), else −1
+  std::vector<int64_t> forward_of;      // [backward] its forward op (same micro-batch and chunk), else −1; all −1 without offloading
 };
 OffloadSchedule offload_schedule(const ParallelConfig& layout, const std::vector<PipeOp>& ops, int stage);
 
