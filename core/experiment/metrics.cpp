@@ -1,5 +1,7 @@
 #include "core/experiment/metrics.h"
 
+#include <algorithm>
+
 namespace cpbench {
 
 const std::vector<MetricInfo>& known_metrics() {
@@ -60,6 +62,44 @@ const MetricInfo* find_metric(const std::string& name) {
   for (const auto& m : known_metrics())
     if (m.name == name) return &m;
   return nullptr;
+}
+
+std::map<std::string, double> combine_batches(const std::vector<std::map<std::string, double>>& batches) {
+  std::map<std::string, double> out;
+  const size_t n = batches.size();
+  // Each batch's weight for a rate: the time it ran.
+  std::vector<double> weight(n, 1.0);
+  for (const char* time : {"attention_time_s", "step_time_s"}) {
+    if (std::all_of(batches.begin(), batches.end(), [&](const auto& b) { return b.count(time) && b.at(time) > 0; })) {
+      for (size_t i = 0; i < n; ++i) weight[i] = batches[i].at(time);
+      break;
+    }
+  }
+  for (const auto& [name, first] : batches.front()) {
+    if (!std::all_of(batches.begin(), batches.end(), [&](const auto& b) { return b.count(name) > 0; })) continue;
+    const MetricInfo* info = find_metric(name);
+    const std::string unit = info ? info->unit : "";
+    double v = 0;
+    if (unit == "GiB") {
+      v = first;
+      for (const auto& b : batches) v = std::max(v, b.at(name));
+    } else if (unit == "bool") {
+      v = first;
+      for (const auto& b : batches) v = std::min(v, b.at(name));
+    } else if (unit == "TFLOP/s" || unit == "PFLOP/s" || unit == "tokens/s" || name == "mfu") {
+      double w = 0;
+      for (size_t i = 0; i < n; ++i) {
+        v += batches[i].at(name) * weight[i];
+        w += weight[i];
+      }
+      v /= w;
+    } else {
+      for (const auto& b : batches) v += b.at(name);
+      v /= static_cast<double>(n);
+    }
+    out[name] = v;
+  }
+  return out;
 }
 
 }  // namespace cpbench

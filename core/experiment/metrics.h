@@ -3,6 +3,7 @@
 // them (a test checks), so results from different strategies and papers stay comparable.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,12 @@ struct MetricInfo {
 
 const std::vector<MetricInfo>& known_metrics();
 const MetricInfo* find_metric(const std::string& name);
+
+// One point's metrics over several batches run one after another (workload "batches"): a time,
+// byte or count is the mean per batch; memory (GiB) the largest, since every batch must fit; a
+// flag holds only if it holds for every batch; a rate (TFLOP/s, PFLOP/s, tokens/s) and MFU are the
+// whole work over the whole time — each batch weighted by its attention_time_s, else its
+// step_time_s, else equally. A metric some batch lacks is left out. Requires a non-empty list.
+std::map<std::string, double> combine_batches(const std::vector<std::map<std::string, double>>& batches);
 
 }  // namespace cpbench

@@ -49,6 +49,8 @@ std::optional<double> metric_of(const Spec& spec, const PointResults& results, c
                                 const std::string& metric, std::string* note) {
   std::optional<double> best;
   std::string best_id;
+  const MetricInfo* info = find_metric(metric);
+  const bool lower_is_better = info && info->unit == "s";
   for (size_t i = 0; i < spec.points.size(); ++i) {
     if (!s.matches(spec.points[i])) continue;
     const std::string& id = spec.points[i].id;
@@ -61,8 +63,9 @@ std::optional<double> metric_of(const Spec& spec, const PointResults& results, c
       return why.empty() ? std::optional<double>(results[i]->metrics.at(metric)) : std::nullopt;
     }
     if (!why.empty()) continue;  // best of those that ran
+    // The best: the shortest time, else the highest value (a rate).
     const double v = results[i]->metrics.at(metric);
-    if (!best || v > *best) best = v, best_id = id;
+    if (!best || (lower_is_better ? v < *best : v > *best)) best = v, best_id = id;
   }
   if (!best) *note = s.best ? "no selected point ran" : "no point selected";
   else if (!note->empty()) *note += "; ";
@@ -253,7 +256,18 @@ std::vector<Comparison> compute_comparisons(const Spec& spec, const PointResults
       continue;
     }
     // A value: one comparison per selected point (several when a grid or strategies fan out), or
-    // with `nearest` one, for the selected point that ran nearest the published value.
+    // with `nearest` one, for the selected point that ran nearest the published value, or with
+    // `best` one, for the best of them (metric_of).
+    if (pv.select.best) {
+      Comparison c{pv.label, pv.metric, pv.kind, pv.published, pv.expect, {}, {}, {}, "", selector_json(pv.select)};
+      std::string note;
+      c.reproduced = metric_of(spec, results, pv.select, pv.metric, &note);
+      c.note = note;
+      c.calibration = fitted_on(spec, pv.select, pv.metric, pv.label);
+      judge(pv, c);
+      out.push_back(std::move(c));
+      continue;
+    }
     std::optional<size_t> nearest;
     size_t selected = 0;
     for (size_t i = 0; pv.nearest && i < spec.points.size(); ++i) {

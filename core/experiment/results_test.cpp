@@ -287,5 +287,66 @@ TEST_F(ResultsTest, SameSpecAndSeedGiveIdenticalPoints) {
   EXPECT_EQ(a["comparisons"], b["comparisons"]);
 }
 
+TEST_F(ResultsTest, SeveralBatchesAreEachPlannedAndTheirMetricsCombined) {
+  json j = {
+      {"description", "batches test"},
+      {"hardware", "a100_80gb_p4de"},
+      {"model", "dcp_micro_attention"},
+      {"workload", {{"dataset", "long_data_collections"}, {"global_batch_tokens", 16384}, {"max_length", 16384},
+                    {"overlong", "drop"}, {"min_fill", 0.75}}},
+      {"parallel", {{"num_gpus", 8}, {"cp", 8}, {"dtype", "bf16"}}},
+      {"strategies", {{{"name", "cp_attention"}, {"set", {{"parallel.attention_layout", "zigzag"}}}}}},
+      {"cases", {{{"name", "one"}}, {{"name", "four"}, {"workload", {{"batches", 4}}}}}},
+      {"metrics", {"attention_time_s", "tokens_per_iteration"}},
+  };
+  std::ofstream(dir_ / "batches.json") << j.dump(2);
+  auto spec = load_spec(dir_ / "batches.json", "t/batches", SpecOptions{default_experiments_dir(), {}, {}});
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  ASSERT_EQ(spec->points.size(), 2u);
+  const PointResult one = run_point(spec->points[0], {}), four = run_point(spec->points[1], {});
+  ASSERT_EQ(one.status, "ok") << one.reason;
+  ASSERT_EQ(four.status, "ok") << four.reason;
+  EXPECT_EQ(four.reason.rfind("mean of 4 batches", 0), 0u) << four.reason;
+  // The tokens are the mean over the four batches the workload draws, the first of them one's.
+  const auto batches = spec->points[1].workload.all_batches();
+  ASSERT_EQ(batches.size(), 4u);
+  double tokens = 0;
+  for (const auto& b : batches) tokens += static_cast<double>(b.total_tokens());
+  EXPECT_DOUBLE_EQ(four.metrics.at("tokens_per_iteration"), tokens / 4);
+  EXPECT_DOUBLE_EQ(one.metrics.at("tokens_per_iteration"), static_cast<double>(batches[0].total_tokens()));
+  EXPECT_NE(four.metrics.at("attention_time_s"), one.metrics.at("attention_time_s"));
+}
+
+TEST_F(ResultsTest, BestIsTheShortestTimeOrTheHighestRateAndAValueMayTakeIt) {
+  json j = {
+      {"description", "best test"},
+      {"hardware", "a100_80gb_p4de"},
+      {"model", "dcp_micro_attention"},
+      {"workload", {{"dataset", "long_data_collections"}, {"global_batch_tokens", 16384}, {"max_length", 16384}}},
+      {"parallel", {{"num_gpus", 8}, {"cp", 8}, {"dtype", "bf16"}}},
+      {"strategies", {{{"name", "cp_attention"}, {"label", "ring"}, {"set", {{"parallel.attention_layout", "ring"}}}},
+                      {{"name", "cp_attention"}, {"label", "zigzag"}, {"set", {{"parallel.attention_layout", "zigzag"}}}}}},
+      {"metrics", {"attention_time_s", "attention_tflops_per_gpu"}},
+      {"published",
+       {{"values", {{{"label", "best time"}, {"metric", "attention_time_s"}, {"value", 0.001},
+                     {"strategy", {"ring", "zigzag"}}, {"best", true}}}},
+        {"ratios", {{{"label", "best rate / ring"}, {"metric", "attention_tflops_per_gpu"}, {"value", 1.0},
+                     {"numerator", {{"strategy", {"ring", "zigzag"}}, {"best", true}}},
+                     {"denominator", {{"strategy", "ring"}}}}}}}},
+  };
+  std::ofstream(dir_ / "best.json") << j.dump(2);
+  auto spec = load_spec(dir_ / "best.json", "t/best", SpecOptions{default_experiments_dir(), {}, {}});
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  PointResults r;
+  for (const auto& p : spec->points) r.push_back(run_point(p, {}));
+  const double ring = r[0]->metrics.at("attention_time_s"), zigzag = r[1]->metrics.at("attention_time_s");
+  ASSERT_NE(ring, zigzag);
+  const auto comps = compute_comparisons(*spec, r);
+  ASSERT_EQ(comps.size(), 2u);  // the value is one comparison, not one per point
+  EXPECT_DOUBLE_EQ(*comps[0].reproduced, std::min(ring, zigzag));
+  const double best_rate = std::max(r[0]->metrics.at("attention_tflops_per_gpu"), r[1]->metrics.at("attention_tflops_per_gpu"));
+  EXPECT_DOUBLE_EQ(*comps[1].reproduced, best_rate / r[0]->metrics.at("attention_tflops_per_gpu"));
+}
+
 }  // namespace
 }  // namespace cpbench

@@ -188,14 +188,14 @@ PlannedPoint plan_change(const PointConfig& point) {
   return out;
 }
 
-PlannedPoint plan_point(const PointConfig& point) {
+// The point planned for `batch` (by default its first batch).
+PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> batch = std::nullopt) {
   if (point.reconfigure.present) return plan_change(point);
   PlannedPoint out;
   if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}, {}};
   const StrategyInfo* strategy = find_strategy(point.strategy);
   if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}, {}};
-  const auto& w = point.workload;
-  out.batch = w.batch();
+  out.batch = batch ? std::move(*batch) : point.workload.batch();
   const auto start = std::chrono::steady_clock::now();
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch, &point.search});
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -282,7 +282,29 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path, cons
                       const fs::path& experiments_dir, double cpu_budget_s) {
   try {
     // The strategy decides, and the backend prices what it decided.
-    return evaluate_planned(point, plan_point(point), trace_path, backend, experiments_dir, cpu_budget_s);
+    if (point.reconfigure.present || point.workload.batches == 1)
+      return evaluate_planned(point, plan_point(point), trace_path, backend, experiments_dir, cpu_budget_s);
+    // Several batches: each planned and priced on its own (a trace for the first only), the
+    // metrics combined as combine_batches says; the first batch that does not run decides.
+    std::vector<GlobalBatch> batches = point.workload.all_batches();
+    const size_t n = batches.size();
+    std::vector<std::map<std::string, double>> metrics, timings;
+    PointResult first;
+    for (size_t k = 0; k < n; ++k) {
+      PointResult r = evaluate_planned(point, plan_point(point, std::move(batches[k])), k == 0 ? trace_path : fs::path(),
+                                       backend, experiments_dir, cpu_budget_s);
+      if (r.status != "ok") {
+        r.reason = "batch " + std::to_string(k + 1) + " of " + std::to_string(n) + ": " + r.reason;
+        return r;
+      }
+      metrics.push_back(std::move(r.metrics));
+      timings.push_back(std::move(r.timings));
+      if (k == 0) first = std::move(r);
+    }
+    first.metrics = combine_batches(metrics);
+    first.timings = combine_batches(timings);
+    first.reason = "mean of " + std::to_string(n) + " batches" + (first.reason.empty() ? "" : "; batch 1: " + first.reason);
+    return first;
   } catch (const std::exception& e) {
     return exception_result(point, e);
   }

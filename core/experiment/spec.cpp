@@ -227,7 +227,9 @@ WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& s
   wl.global_batch_tokens = w.integer_or("global_batch_tokens", 0, 1, kMaxTokens);
   if ((wl.global_batch_sequences > 0) == (wl.global_batch_tokens > 0) && w.diag().ok())
     w.error("global_batch_sequences", "give exactly one of global_batch_sequences and global_batch_tokens");
-  wl.min_length = w.integer_or("min_length", wl.dataset.min_length, 1, kMaxTokens);
+  if (w.choice_or("overlong", "clip", {"clip", "drop"}) == "drop") wl.overlong = Overlong::drop;
+  // Dropping filters the scaled lengths of the dataset as it is: no floor unless one is given.
+  wl.min_length = w.integer_or("min_length", wl.overlong == Overlong::drop ? 1 : wl.dataset.min_length, 1, kMaxTokens);
   wl.max_length = w.integer_or("max_length", wl.dataset.max_length, 1, kMaxTokens);
   if (wl.min_length > wl.max_length && w.diag().ok())
     w.error("max_length", "expected max_length ≥ min_length (" + std::to_string(wl.min_length) + "), got " +
@@ -238,6 +240,7 @@ WorkloadConfig parse_workload(JsonObject& w, Presets& presets, const fs::path& s
   wl.min_fill = w.number_or("min_fill", 0, 0, 1);
   if (wl.min_fill > 0 && wl.global_batch_tokens == 0 && w.diag().ok())
     w.error("min_fill", "applies to a token budget (global_batch_tokens), not to a number of sequences");
+  wl.batches = static_cast<int>(w.integer_or("batches", 1, 1, 1000));
   w.finish();
   return wl;
 }
@@ -614,9 +617,9 @@ PublishedValue parse_published_value(JsonObject& vo, const std::set<std::string>
   pv.published = vo.number("value", -1e300, 1e300);
   pv.label = vo.string_or("label", pv.metric);
   pv.select = parse_selector(vo, case_names, labels);
-  if (pv.select.best)  // a value compares every point it selects; "best" picks one side of a ratio
-    vo.error("best", "only a ratio's numerator or denominator may take the best point");
   pv.nearest = vo.boolean_or("nearest", false);
+  if (pv.select.best && pv.nearest)  // both pick one point of several, by different rules
+    vo.error("best", "a value takes either the best point or the one nearest the published value, not both");
   if (auto t = vo.object_opt("tolerance")) parse_tolerance(*t, pv);
   vo.finish();
   return pv;
@@ -737,12 +740,19 @@ void check_published_selections(const SelectionCounts& counts, Diagnostics& diag
 
 }  // namespace
 
-GlobalBatch WorkloadConfig::batch() const {
+std::vector<GlobalBatch> WorkloadConfig::all_batches() const {
   BatchRequest r{global_batch_sequences, global_batch_tokens, min_length, max_length, seed, length_scale};
   r.min_fill = min_fill;
-  GlobalBatch b = make_global_batch(dataset, r);
-  b.mask = mask;
-  return b;
+  r.overlong = overlong;
+  std::vector<GlobalBatch> out = make_global_batches(dataset, r, batches);
+  for (GlobalBatch& b : out) b.mask = mask;
+  return out;
+}
+
+GlobalBatch WorkloadConfig::batch() const {
+  WorkloadConfig one = *this;
+  one.batches = 1;
+  return one.all_batches().front();
 }
 
 bool Selector::matches(const PointConfig& p) const {
@@ -809,12 +819,13 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   if (!diag.ok()) return diag.errors();
   Presets presets(options.experiments_dir);
   SelectionCounts counts{spec.published};
-  bool first = true, frontier_change = false;
+  bool first = true, frontier_change = false, frontier_batches = false;
   Status expanded = expand_points(file, base, cases, axes, entries, overrides, presets, [&](PointConfig&& p) {
     // The base workload seed is the first point's (unless it is 0).
     if (first && p.workload.seed != 0) spec.seed = p.workload.seed;
     first = false;
     frontier_change |= p.reconfigure.present && !spec.frontier_objectives.empty();
+    frontier_batches |= p.workload.batches > 1 && !spec.frontier_objectives.empty();
     counts.add(p);
     if (options.stream_points) options.stream_points(p);
     else spec.points.push_back(std::move(p));
@@ -822,6 +833,8 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   if (!expanded) return expanded.errors();
   if (frontier_change)
     diag.error("/frontier", "a frontier run searches iteration layouts; its points cannot be changes of layout (\"reconfigure\")");
+  if (frontier_batches)
+    diag.error("/frontier", "a frontier run plans each point once; its points cannot average several batches (workload \"batches\")");
   check_published_selections(counts, diag);
   if (!diag.ok()) return diag.errors();
 

@@ -35,9 +35,13 @@ struct WorkloadConfig {
   double length_scale = 1.0;       // multiplies every sampled length before the clamp (DCP's 0.5–4×)
   MaskSpec mask;                   // the attention mask of every sequence (default causal)
   double min_fill = 0;             // token budget: batches below this fraction are redrawn (DCP: 0.75)
+  Overlong overlong = Overlong::clip;  // lengths over max_length: clipped, or left out (DCP's batches)
+  int batches = 1;                 // a point's metrics are the mean over this many batches of one stream
 
   // The iteration's batch: drawn from the dataset by seed, with the mask.
   GlobalBatch batch() const;
+  // The point's `batches` batches, the first equal to batch().
+  std::vector<GlobalBatch> all_batches() const;
 };
 
 // A change of a running job's layout (spec "reconfigure", Tenplex): the point's "parallel"

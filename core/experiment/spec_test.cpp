@@ -206,14 +206,15 @@ TEST_F(SpecTest, PublishedSelectorMustMatch) {
   EXPECT_NE(e.find("/published/values/0/case: no case is named \"medium\""), std::string::npos) << e;
 }
 
-TEST_F(SpecTest, BestBelongsToARatioSide) {
+TEST_F(SpecTest, AValueTakesTheBestPointOrTheNearestNotBoth) {
   auto f = write([](json& j) {
-    j["published"] = {{"values", {{{"metric", "params_b"}, {"value", 1.7}, {"best", true}}}}};
+    j["published"] = {{"values", {{{"metric", "params_b"}, {"value", 1.7}, {"best", true}, {"nearest", true}}}}};
   });
   auto e = error_of(load(f));
-  EXPECT_NE(e.find("/published/values/0/best: only a ratio's numerator or denominator may take the best point"),
-            std::string::npos)
+  EXPECT_NE(e.find("/published/values/0/best: a value takes either the best point or the one nearest"), std::string::npos)
       << e;
+  f = write([](json& j) { j["published"] = {{"values", {{{"metric", "params_b"}, {"value", 1.7}, {"best", true}}}}}; });
+  EXPECT_TRUE(load(f).ok());
 }
 
 TEST_F(SpecTest, SearchSpaceIsReadAndSetPerStrategy) {
@@ -347,6 +348,28 @@ TEST_F(SpecTest, BatchSizeGivenTwice) {
   auto f = write([](json& j) { j["workload"]["global_batch_tokens"] = 4096; });
   auto e = error_of(load(f));
   EXPECT_NE(e.find("/workload/global_batch_sequences: give exactly one of"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, OverlongAndBatchesAreCheckedAndDropHasNoFloor) {
+  auto f = write([](json& j) { j["workload"]["overlong"] = "cut"; });
+  auto e = error_of(load(f));
+  EXPECT_NE(e.find(f.string() + ": /workload/overlong: expected one of"), std::string::npos) << e;
+  f = write([](json& j) { j["workload"]["batches"] = 0; });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/workload/batches: expected an integer in [1,"), std::string::npos) << e;
+  f = write([](json& j) { j["workload"]["batches"] = 2; j["frontier"] = json::object(); });
+  e = error_of(load(f));
+  EXPECT_NE(e.find("/frontier: a frontier run plans each point once"), std::string::npos) << e;
+  f = write([](json& j) {
+    j["workload"] = {{"dataset", "longalign_10k"}, {"global_batch_tokens", 131072}, {"overlong", "drop"}, {"batches", 3}};
+  });
+  auto spec = load(f);
+  ASSERT_TRUE(spec.ok()) << spec.error_str();
+  const WorkloadConfig& w = spec->points[0].workload;
+  EXPECT_EQ(w.min_length, 1);  // not the dataset's 8192: a scaled length may fall below it
+  const auto batches = w.all_batches();
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].lengths, w.batch().lengths);
 }
 
 TEST_F(SpecTest, InvalidJsonNamesLineAndColumn) {

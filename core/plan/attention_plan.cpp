@@ -381,7 +381,7 @@ int64_t tile_work_pairs(const AttentionPlan& plan, const AttnTile& tile) {
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t) {
   const double tokens = static_cast<double>(t.slice.tokens()), heads = t.slice.heads(), d = plan.head_dim;
   const double kv_heads = heads / std::max(1, plan.group());
-  const double value = plan.value_bytes;
+  const double value = plan.wire_bytes(t.tensor);
   switch (t.tensor) {
     case AttnTensor::q:
     case AttnTensor::dout:
@@ -599,6 +599,8 @@ std::string check_attention_plan(const AttentionPlan& p) {
             ", head_dim = " + std::to_string(p.head_dim) + ": need heads_kv ≥ 1 dividing heads_q and head_dim ≥ 1");
   if (p.value_bytes != 2 && p.value_bytes != 4)
     out.add("value_bytes = " + std::to_string(p.value_bytes) + ": need 2 (bf16/fp16) or 4 (fp32)");
+  if (p.grad_bytes != 0 && p.grad_bytes != 2 && p.grad_bytes != 4)
+    out.add("grad_bytes = " + std::to_string(p.grad_bytes) + ": need 0 (value_bytes), 2 or 4");
   for (size_t s = 0; s < p.seq_lengths.size(); ++s) {
     if (p.seq_lengths[s] < 1)
       out.add("sequence " + std::to_string(s) + " has " + std::to_string(p.seq_lengths[s]) + " tokens");

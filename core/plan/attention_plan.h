@@ -80,6 +80,13 @@ struct AttentionPlan {
   // Bytes of one value on the wire: 4 (fp32) or 2 (bf16/fp16 training). LSE rows stay fp32, as
   // FlashAttention and TransformerEngine keep them. The executor sends exactly this.
   int32_t value_bytes = 4;
+  // Bytes of a gradient partial's value (dq, dkv) on the wire; 0: value_bytes. ring-flash-attention
+  // and LoongTrain pass their fp32 dK/dV accumulators on the backward ring (4 under bf16).
+  int32_t grad_bytes = 0;
+  // What one value of tensor t costs on the wire.
+  int32_t wire_bytes(AttnTensor t) const {
+    return (t == AttnTensor::dq || t == AttnTensor::dkv) && grad_bytes > 0 ? grad_bytes : value_bytes;
+  }
   // How the plan runs, the same for every backend (the simulator prices it, the executors run it):
   //   fused_stages: a rank's tiles of one stage are one varlen kernel call, and what it sends one
   //     peer of one tensor in a phase is one message (TransformerEngine runs a CP step's THD pack

@@ -72,6 +72,15 @@ TEST(AttentionPlan, TransferBytesFollowTheFp32Formulas) {
   EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::q, s}), 10 * 8 * 16 * 2);
   EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::dkv, s}), 2 * 10 * 2 * 16 * 2);
   EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::out, s}), 10 * 8 * (16 * 2 + 4));
+  // fp32 gradient partials (ring-flash-attention's dK/dV): only dq and dkv change.
+  p.grad_bytes = 4;
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::dkv, s}), 2 * 10 * 2 * 16 * 4);
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::dq, s}), 10 * 8 * 16 * 4);
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::kv, s}), 2 * 10 * 2 * 16 * 2);
+  EXPECT_EQ(transfer_bytes(p, {0, 1, AttnTensor::out, s}), 10 * 8 * (16 * 2 + 4));
+  EXPECT_EQ(check_attention_plan(p).find("grad_bytes"), std::string::npos);
+  p.grad_bytes = 3;
+  EXPECT_NE(check_attention_plan(p).find("grad_bytes = 3: need 0 (value_bytes), 2 or 4"), std::string::npos);
 }
 
 // On a 2-rank ring (no relay) the backward phases carry exactly the derived backward transfers,

@@ -70,6 +70,11 @@ struct ParallelConfig {
   // §7 ran TransformerEngine's layouts with DCP's masked kernels) instead of computing the causal
   // envelope (TransformerEngine as shipped). The communication is the layout's either way.
   bool attention_sparse_kernel = false;
+  // cp_attention: bytes of each dK/dV (and dQ) partial value on the wire; 0: the dtype's (2).
+  // ring-flash-attention and LoongTrain accumulate dK/dV in fp32 and pass them on the backward
+  // ring so (ring_flash_attn_varlen.py: dk = block_dk_buffer.to(torch.float32), then send_recv(dk)):
+  // 4. TransformerEngine passes them in the dtype.
+  int64_t attention_grad_bytes = 0;
   int64_t dcp_block_tokens = 0;
   int64_t dcp_divisions = 4;
   int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)

@@ -58,11 +58,11 @@ float from_bf16(uint16_t h) {
 }
 
 // One transfer's message: x's values, then y's (values, or an fp32 LSE for `out`), each value
-// at plan.value_bytes. Its size is transfer_bytes(plan, transfer) exactly.
+// at plan.wire_bytes(t). Its size is transfer_bytes(plan, transfer) exactly.
 std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::vector<float>& x,
                               const std::vector<float>& y) {
   const bool lse = shape_of(p, t).lse_second;
-  const size_t vb = static_cast<size_t>(p.value_bytes);
+  const size_t vb = static_cast<size_t>(p.wire_bytes(t));
   std::vector<std::byte> msg(x.size() * vb + y.size() * (lse ? 4 : vb));
   std::byte* at = msg.data();
   auto put = [&](const std::vector<float>& a, size_t bytes) {
@@ -86,7 +86,7 @@ std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::v
 void decode(const AttentionPlan& p, AttnTensor t, const std::vector<std::byte>& msg, size_t x_values,
             std::vector<float>& x, std::vector<float>& y) {
   const bool lse = shape_of(p, t).lse_second;
-  const size_t vb = static_cast<size_t>(p.value_bytes);
+  const size_t vb = static_cast<size_t>(p.wire_bytes(t));
   const size_t y_bytes = msg.size() - x_values * vb;
   x.resize(x_values);
   y.resize(y_bytes / (lse ? 4 : vb));

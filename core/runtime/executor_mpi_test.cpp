@@ -58,6 +58,8 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
   ASSERT_TRUE(plan.ok()) << layout << " " << m.name << " cp=" << cp << ": " << plan.error_str();
   if (style.experiment) {
     plan->value_bytes = 2;
+    // ring-flash-attention's and LoongTrain's rings pass fp32 dK/dV (attention_grad_bytes 4).
+    if (layout == "ring" || layout == "zigzag" || layout == "double_ring") plan->grad_bytes = 4;
     plan->fused_stages = plan->pipelined_backward = true;
   }
   ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name << " cp=" << cp;

@@ -327,7 +327,8 @@ double attention_tiles_s(const AttentionPlan& plan, const std::vector<const Attn
 
 double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward) {
-  const double per_value = plan.value_bytes + 8.0;  // the partial read, the fp32 accumulator read and written
+  // The partial read, the fp32 accumulator read and written.
+  const double per_value = plan.wire_bytes(backward ? AttnTensor::dkv : AttnTensor::out) + 8.0;
   // Each distinct query slice's partial (and backward each distinct K/V slice's) once: the call
   // produces one partial per row (distinct_elements). A K/V slice names query heads; its dK and dV
   // rows are of its KV heads, 1/group as many (GQA).

@@ -74,6 +74,7 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   a->mask = in.batch.mask;
   a->causal_envelope_work = sparse && !in.parallel.attention_sparse_kernel;
   a->value_bytes = in.parallel.value_bytes();
+  a->grad_bytes = static_cast<int32_t>(in.parallel.attention_grad_bytes);
   a->fused_stages = true;
   a->pipelined_backward = true;
   return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));

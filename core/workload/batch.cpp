@@ -27,37 +27,48 @@ int64_t GlobalBatch::max_length() const {
 }
 
 GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& r) {
-  GlobalBatch batch;
+  return make_global_batches(profile, r, 1).front();
+}
+
+std::vector<GlobalBatch> make_global_batches(const LengthProfile& profile, const BatchRequest& r, int n) {
+  std::vector<GlobalBatch> out;
   if (r.sequences > 0) {
-    LengthSampler sampler(profile, r.seed, r.min_length, r.max_length, r.length_scale);
-    batch.lengths.reserve(static_cast<size_t>(r.sequences));
-    for (int64_t i = 0; i < r.sequences; ++i) batch.lengths.push_back(sampler.next());
-    return batch;
+    LengthSampler sampler(profile, r.seed, r.min_length, r.max_length, r.length_scale, r.overlong);
+    for (int k = 0; k < n; ++k) {
+      GlobalBatch& batch = out.emplace_back();
+      batch.lengths.reserve(static_cast<size_t>(r.sequences));
+      for (int64_t i = 0; i < r.sequences; ++i) batch.lengths.push_back(sampler.next());
+    }
+    return out;
   }
-  if (r.tokens <= 0) return batch;
+  if (r.tokens <= 0) return std::vector<GlobalBatch>(static_cast<size_t>(std::max(n, 1)));
   // A sequence longer than the whole budget could never be placed: cap it at the budget.
   int64_t max_len = std::min(r.max_length, r.tokens);
   int64_t min_len = std::min(r.min_length, max_len);
-  LengthSampler sampler(profile, r.seed, min_len, max_len, r.length_scale);
-  GlobalBatch best;
+  LengthSampler sampler(profile, r.seed, min_len, max_len, r.length_scale, r.overlong);
   int64_t carry = -1;  // the sequence that overflowed the previous batch opens the next one
-  for (int attempt = 0; attempt < 10000; ++attempt) {
-    batch.lengths.clear();
-    int64_t total = 0;
-    for (;;) {
-      const int64_t l = carry >= 0 ? carry : sampler.next();
-      carry = -1;
-      if (total + l > r.tokens) {
-        carry = l;
-        break;
+  for (int k = 0; k < std::max(n, 1); ++k) {
+    GlobalBatch batch, best;
+    bool kept = false;
+    for (int attempt = 0; attempt < 10000 && !kept; ++attempt) {
+      batch.lengths.clear();
+      int64_t total = 0;
+      for (;;) {
+        const int64_t l = carry >= 0 ? carry : sampler.next();
+        carry = -1;
+        if (total + l > r.tokens) {
+          carry = l;
+          break;
+        }
+        batch.lengths.push_back(l);
+        total += l;
       }
-      batch.lengths.push_back(l);
-      total += l;
+      kept = static_cast<double>(total) >= r.min_fill * static_cast<double>(r.tokens);
+      if (!kept && total > best.total_tokens()) best = batch;
     }
-    if (static_cast<double>(total) >= r.min_fill * static_cast<double>(r.tokens)) return batch;
-    if (total > best.total_tokens()) best = batch;
+    out.push_back(kept ? batch : best);
   }
-  return best;
+  return out;
 }
 
 }  // namespace cpbench

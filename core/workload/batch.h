@@ -12,6 +12,7 @@
 
 #include "core/workload/length_profile.h"
 #include "core/workload/mask.h"
+#include "core/workload/sampling.h"
 
 namespace cpbench {
 
@@ -39,11 +40,18 @@ struct BatchRequest {
   // one drawn from the same stream (DCP's micro-benchmarks keep batches at least 75% full); 0 keeps
   // the first batch. Up to 10,000 batches are tried; then the fullest is kept.
   double min_fill = 0;
+  // Lengths over max_length: clipped to it, or left out as DCP's batch scripts do (sampling.h).
+  Overlong overlong = Overlong::clip;
 };
 
 // Requires sequences > 0 or tokens > 0, and 1 ≤ min_length ≤ max_length. The lengths are the
 // stream of LengthSampler(profile, seed, min_length, max_length', length_scale), where max_length'
 // = min(max_length, tokens) in budget mode: batch i of a run should use its own seed.
 GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& request);
+
+// The first n batches of that stream (n ≥ 1), each as make_global_batch draws it, one after the
+// other: the sequence that overflows a batch opens the next, as DCP's get_*_batches.py pack a
+// shuffled dataset; the first equals make_global_batch's.
+std::vector<GlobalBatch> make_global_batches(const LengthProfile& profile, const BatchRequest& request, int n);
 
 }  // namespace cpbench

@@ -125,5 +125,59 @@ TEST(MakeGlobalBatch, LengthScaleMultipliesBeforeClipping) {
   EXPECT_GE(over, 32);
 }
 
+TEST(MakeGlobalBatch, DropLeavesOutScaledLengthsOverTheCapAndScalesTheDatasetAsItIs) {
+  // DCP's get_*_batches.py: the dataset's lengths (its own range) scaled, those over the cap dropped.
+  auto p = lognormal_profile();  // the dataset: 256 … 131072
+  BatchRequest clip{200, 0, 1, 65536, 5};
+  clip.length_scale = 2.0;
+  BatchRequest drop = clip;
+  drop.overlong = Overlong::drop;
+  const auto clipped = make_global_batch(p, clip).lengths;
+  const auto dropped = make_global_batch(p, drop).lengths;
+  ASSERT_EQ(dropped.size(), 200u);
+  const auto at_cap = std::count(clipped.begin(), clipped.end(), int64_t{65536});
+  EXPECT_GT(at_cap, 5) << "the test needs draws over the cap";
+  EXPECT_EQ(std::count(dropped.begin(), dropped.end(), int64_t{65536}), 0);  // none clipped to it
+  EXPECT_LE(*std::max_element(dropped.begin(), dropped.end()), 65536);
+  // The kept draws are the clip stream's draws under the cap, in order (a dropped draw is skipped).
+  std::vector<int64_t> under;
+  for (int64_t l : sample_lengths(p, 5, 2000, 1, 1 << 30))
+    if (std::llround(2.0 * double(std::clamp<int64_t>(l, 256, 131072))) <= 65536) under.push_back(l);
+  for (size_t i = 0; i < dropped.size(); ++i)
+    EXPECT_NEAR(double(dropped[i]), 2.0 * double(std::clamp<int64_t>(under[i], 256, 131072)), 1.0) << i;
+  // Scaled below the dataset's floor: 0.5 × 256 = 128 is kept (no floor unless the caller asks).
+  BatchRequest half{2000, 0, 1, 1 << 30, 5};
+  half.length_scale = 0.5;
+  half.overlong = Overlong::drop;
+  const auto h = make_global_batch(p, half).lengths;
+  EXPECT_EQ(*std::min_element(h.begin(), h.end()), 128);
+  // The raw draw is clipped to the dataset's range before scaling: nothing above 0.5 × 131072.
+  EXPECT_EQ(*std::max_element(h.begin(), h.end()), 65536);
+  // A range no scaled length can reach is an error, not a hang.
+  BatchRequest none{1, 0, 1, 100, 5};
+  none.overlong = Overlong::drop;
+  EXPECT_THROW(make_global_batch(p, none), std::runtime_error);
+}
+
+TEST(MakeGlobalBatches, AreConsecutiveBatchesOfOneStream) {
+  auto p = lognormal_profile();
+  BatchRequest r{0, 131072, 256, 131072, 9};
+  r.min_fill = 0.75;
+  const auto batches = make_global_batches(p, r, 6);
+  ASSERT_EQ(batches.size(), 6u);
+  EXPECT_EQ(batches[0].lengths, make_global_batch(p, r).lengths);
+  // Every batch is ≥ 75% full, and each is a later stretch of the stream than the one before.
+  const auto stream = sample_lengths(p, 9, 20000, 256, 131072);
+  auto from = stream.begin();
+  for (const GlobalBatch& b : batches) {
+    EXPECT_GE(b.total_tokens(), 0.75 * 131072);
+    EXPECT_LE(b.total_tokens(), 131072);
+    const auto at = std::search(from, stream.end(), b.lengths.begin(), b.lengths.end());
+    ASSERT_NE(at, stream.end());
+    from = at + static_cast<long>(b.lengths.size());
+  }
+  EXPECT_NE(batches[1].lengths, batches[0].lengths);
+}
+
 }  // namespace
 }  // namespace cpbench

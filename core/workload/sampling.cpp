@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace cpbench {
 
 LengthSampler::LengthSampler(const LengthProfile& profile, uint64_t seed, int64_t min_length, int64_t max_length,
-                             double length_scale)
+                             double length_scale, Overlong overlong)
     : dist_(&profile.distribution),
+      profile_min_(profile.min_length),
+      profile_max_(profile.max_length),
       rng_(seed),
       min_length_(min_length),
       max_length_(max_length),
-      length_scale_(length_scale) {
+      length_scale_(length_scale),
+      overlong_(overlong) {
   build_tables(*dist_);
 }
 
@@ -57,6 +62,16 @@ double LengthSampler::draw(const LengthDistribution& d) {
 }
 
 int64_t LengthSampler::next() {
+  if (overlong_ == Overlong::drop) {
+    // DCP's get_*_batches.py: the dataset's lengths scaled, those over the budget left out.
+    for (int tries = 0; tries < 1000000; ++tries) {
+      const double raw = std::clamp(draw(*dist_), static_cast<double>(profile_min_), static_cast<double>(profile_max_));
+      const double x = std::max(1.0, std::round(raw * length_scale_));
+      if (x >= static_cast<double>(min_length_) && x <= static_cast<double>(max_length_)) return static_cast<int64_t>(x);
+    }
+    throw std::runtime_error("a million draws in a row fell outside the lengths [" + std::to_string(min_length_) + ", " +
+                             std::to_string(max_length_) + "] (length_scale " + std::to_string(length_scale_) + ")");
+  }
   double x = draw(*dist_) * length_scale_;
   // Clip in floating point first: a Pareto draw with a small alpha can exceed int64.
   x = std::clamp(x, static_cast<double>(min_length_), static_cast<double>(max_length_));
