@@ -1,6 +1,6 @@
 // dcp_bench.cpp — DCP's planner (core/strategies/dcp.h) on the micro-benchmark batches of
-// experiments/dcp/micro_causal (causal; 32 GPUs in 4 nodes for its first two cases, 16 in 4 for
-// the third): the time to plan one batch (blocks,
+// experiments/dcp/micro_causal (causal, each point's first batch; 32 GPUs in 4 nodes for its first
+// two cases, 16 in 4 for the third) and on one 131,072-token sequence: the time to plan one batch (blocks,
 // hypergraph, Zoltan partitioning with its 8 seeds and the balance refinement, stages).
 // `dcp_bench --hypergraphs DIR` instead writes each batch's hypergraph in hMetis format
 // (DIR/NAME.hgr, the partitioner's combined vertex weight scaled to integers) with its true weights
@@ -54,6 +54,14 @@ std::vector<BenchCase> cases(int64_t block) {
     r.block_tokens = block;
     out.push_back({name, r, p.cluster});
   }
+  // The worst case: one 131,072-token sequence on the first case's 32 GPUs (the most
+  // computation blocks a 131,072-token batch has under the causal mask).
+  if (!out.empty()) {
+    BenchCase one = out.front();
+    one.name = "one_131072_sequence_B" + std::to_string(block);
+    one.request.seq_lengths = {131072};
+    out.push_back(one);
+  }
   return out;
 }
 
@@ -77,10 +85,11 @@ void BM_DcpPlan(benchmark::State& state) {
   state.SetLabel(c.name);
   state.counters["compute_blocks"] = static_cast<double>(blocks);
 }
-// The batches of dcp/micro_causal's first two cases (32 GPUs in 4 nodes of 8): Long-Data-Collections
-// ×0.5 (0) and ×2 (2, one 131,072-token sequence), LongAlign ×1 (5), at each block size it tries.
+// The first batches of dcp/micro_causal's first two cases (32 GPUs in 4 nodes of 8):
+// Long-Data-Collections ×0.5 (0) and ×2 (2), LongAlign ×1 (5); and one 131,072-token sequence
+// (12, after the spec's 12 batches), at each block size it tries.
 BENCHMARK(BM_DcpPlan)
-    ->ArgsProduct({{0, 2, 5}, {1024, 2048, 4096}})
+    ->ArgsProduct({{0, 2, 5, 12}, {1024, 2048, 4096}})
     ->Unit(benchmark::kMillisecond);
 
 // Writes the hypergraphs and Zoltan's one-level result; returns the process exit code.
