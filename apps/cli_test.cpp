@@ -133,6 +133,8 @@ TEST_F(CliTest, DryRunPrintsEachPointsPlanAndPredictionAndWritesNothing) {
   for (size_t at = 0; (at = attention.out.find("predicted (sim): attention 0.0", at)) != std::string::npos; ++at) ++layers;
   EXPECT_EQ(layers, 3u) << attention.out;
   EXPECT_EQ(attention.out.find("step 0 s"), std::string::npos) << attention.out;
+  // micro_causal averages 8 batches: the dry run shows the first one's plan and says so.
+  EXPECT_NE(attention.out.find("batch 1 of 8 (the run reports their mean)"), std::string::npos) << attention.out;
   // Points are printed as they are expanded; a bad value in a later one still ends the run as bad
   // input, naming where it was written.
   json bad = spec;

@@ -225,7 +225,11 @@ std::string describe_point(const PointConfig& point) {
       std::snprintf(line, sizeof line, "    %s: %s\n", e.status.c_str(), e.reason.c_str());
     return line;
   }
-  std::string out = (pp.reason.empty() ? "" : "    " + pp.reason + "\n") + plan_summary(pp.plan, point.cluster);
+  // A point of several batches: its first batch's plan (a run plans and prices each).
+  const std::string batches = point.workload.batches > 1
+                                  ? "    batch 1 of " + std::to_string(point.workload.batches) + " (the run reports their mean)\n"
+                                  : "";
+  std::string out = batches + (pp.reason.empty() ? "" : "    " + pp.reason + "\n") + plan_summary(pp.plan, point.cluster);
   // The prediction is the sim backend's (a dry run executes nothing, whatever the backend).
   Evaluation e = evaluate(EvalInput{point.cluster, point.model, pp.batch, point.flops_definition, {}, {}, 0}, pp.plan,
                           "sim");
