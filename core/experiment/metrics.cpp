@@ -64,6 +64,15 @@ const MetricInfo* find_metric(const std::string& name) {
   return nullptr;
 }
 
+bool lower_is_better(const MetricInfo& m) {
+  const bool waste = m.unit == "fraction" && m.name.size() > 9 && m.name.ends_with("_fraction");
+  return m.unit == "s" || m.unit == "ms" || m.unit == "B" || m.unit == "GiB" || m.unit == "ratio" || waste;
+}
+
+bool is_rate(const MetricInfo& m) {
+  return m.unit == "TFLOP/s" || m.unit == "PFLOP/s" || m.unit == "tokens/s" || m.name == "mfu";
+}
+
 std::map<std::string, double> combine_batches(const std::vector<std::map<std::string, double>>& batches) {
   std::map<std::string, double> out;
   const size_t n = batches.size();
@@ -79,6 +88,7 @@ std::map<std::string, double> combine_batches(const std::vector<std::map<std::st
     if (!std::all_of(batches.begin(), batches.end(), [&](const auto& b) { return b.count(name) > 0; })) continue;
     const MetricInfo* info = find_metric(name);
     const std::string unit = info ? info->unit : "";
+    const bool rate = info && is_rate(*info);
     double v = 0;
     if (unit == "GiB") {
       v = first;
@@ -86,7 +96,7 @@ std::map<std::string, double> combine_batches(const std::vector<std::map<std::st
     } else if (unit == "bool") {
       v = first;
       for (const auto& b : batches) v = std::min(v, b.at(name));
-    } else if (unit == "TFLOP/s" || unit == "PFLOP/s" || unit == "tokens/s" || name == "mfu") {
+    } else if (rate) {
       double w = 0;
       for (size_t i = 0; i < n; ++i) {
         v += batches[i].at(name) * weight[i];

@@ -19,6 +19,13 @@ struct MetricInfo {
 const std::vector<MetricInfo>& known_metrics();
 const MetricInfo* find_metric(const std::string& name);
 
+// Whether less of the metric is better: a time, memory, bytes, a fraction of waste (names ending
+// in _fraction: bubble, padding) or an imbalance — scripts/plot.py's lower_is_better by unit.
+bool lower_is_better(const MetricInfo& m);
+// A rate of work (TFLOP/s, PFLOP/s, tokens/s) or MFU: over several runs, the whole work over the
+// whole time.
+bool is_rate(const MetricInfo& m);
+
 // One point's metrics over several batches run one after another (workload "batches"): a time,
 // byte or count is the mean per batch; memory (GiB) the largest, since every batch must fit; a
 // flag holds only if it holds for every batch; a rate (TFLOP/s, PFLOP/s, tokens/s) and MFU are the

@@ -36,5 +36,15 @@ TEST(CombineBatches, RatesOfTrainingStepsAreWeightedByStepTimeAndMissingMetricsA
   EXPECT_EQ(c.count("micro_batches"), 0u);  // one batch lacks it
 }
 
+TEST(MetricDirection, LessIsBetterForTimesMemoryBytesWasteAndImbalanceNotForRates) {
+  for (const char* m : {"step_time_s", "attention_fwd_s", "peak_memory_gib", "comm_bytes_network", "bubble_fraction",
+                        "padding_fraction", "compute_imbalance", "plan_time_ms"})
+    EXPECT_TRUE(lower_is_better(*find_metric(m))) << m;
+  for (const char* m : {"tflops_per_gpu", "attention_tflops_per_gpu", "tokens_per_s_per_gpu", "mfu", "long_token_share"})
+    EXPECT_FALSE(lower_is_better(*find_metric(m))) << m;
+  for (const char* m : {"tflops_per_gpu", "aggregate_pflops", "tokens_per_s_per_gpu", "mfu"}) EXPECT_TRUE(is_rate(*find_metric(m))) << m;
+  for (const char* m : {"step_time_s", "padding_fraction", "micro_batches"}) EXPECT_FALSE(is_rate(*find_metric(m))) << m;
+}
+
 }  // namespace
 }  // namespace cpbench

@@ -50,7 +50,7 @@ std::optional<double> metric_of(const Spec& spec, const PointResults& results, c
   std::optional<double> best;
   std::string best_id;
   const MetricInfo* info = find_metric(metric);
-  const bool lower_is_better = info && info->unit == "s";
+  const bool lower = info && lower_is_better(*info);
   for (size_t i = 0; i < spec.points.size(); ++i) {
     if (!s.matches(spec.points[i])) continue;
     const std::string& id = spec.points[i].id;
@@ -63,9 +63,9 @@ std::optional<double> metric_of(const Spec& spec, const PointResults& results, c
       return why.empty() ? std::optional<double>(results[i]->metrics.at(metric)) : std::nullopt;
     }
     if (!why.empty()) continue;  // best of those that ran
-    // The best: the shortest time, else the highest value (a rate).
+    // The best: the lowest of a metric where less is better (a time), else the highest (a rate).
     const double v = results[i]->metrics.at(metric);
-    if (!best || (lower_is_better ? v < *best : v > *best)) best = v, best_id = id;
+    if (!best || (lower ? v < *best : v > *best)) best = v, best_id = id;
   }
   if (!best) *note = s.best ? "no selected point ran" : "no point selected";
   else if (!note->empty()) *note += "; ";

@@ -740,20 +740,18 @@ void check_published_selections(const SelectionCounts& counts, Diagnostics& diag
 
 }  // namespace
 
-std::vector<GlobalBatch> WorkloadConfig::all_batches() const {
+std::vector<GlobalBatch> WorkloadConfig::first_batches(int n) const {
   BatchRequest r{global_batch_sequences, global_batch_tokens, min_length, max_length, seed, length_scale};
   r.min_fill = min_fill;
   r.overlong = overlong;
-  std::vector<GlobalBatch> out = make_global_batches(dataset, r, batches);
+  std::vector<GlobalBatch> out = make_global_batches(dataset, r, n);
   for (GlobalBatch& b : out) b.mask = mask;
   return out;
 }
 
-GlobalBatch WorkloadConfig::batch() const {
-  WorkloadConfig one = *this;
-  one.batches = 1;
-  return one.all_batches().front();
-}
+std::vector<GlobalBatch> WorkloadConfig::all_batches() const { return first_batches(batches); }
+
+GlobalBatch WorkloadConfig::batch() const { return first_batches(1).front(); }
 
 bool Selector::matches(const PointConfig& p) const {
   if (!case_name.empty() && case_name != p.case_name) return false;

@@ -42,6 +42,8 @@ struct WorkloadConfig {
   GlobalBatch batch() const;
   // The point's `batches` batches, the first equal to batch().
   std::vector<GlobalBatch> all_batches() const;
+  // The first n (≥ 1) batches of the workload's stream, each with the mask.
+  std::vector<GlobalBatch> first_batches(int n) const;
 };
 
 // A change of a running job's layout (spec "reconfigure", Tenplex): the point's "parallel"

@@ -41,13 +41,13 @@ std::vector<GlobalBatch> make_global_batches(const LengthProfile& profile, const
     }
     return out;
   }
-  if (r.tokens <= 0) return std::vector<GlobalBatch>(static_cast<size_t>(std::max(n, 1)));
+  if (r.tokens <= 0) return std::vector<GlobalBatch>(static_cast<size_t>(n));
   // A sequence longer than the whole budget could never be placed: cap it at the budget.
   int64_t max_len = std::min(r.max_length, r.tokens);
   int64_t min_len = std::min(r.min_length, max_len);
   LengthSampler sampler(profile, r.seed, min_len, max_len, r.length_scale, r.overlong);
   int64_t carry = -1;  // the sequence that overflowed the previous batch opens the next one
-  for (int k = 0; k < std::max(n, 1); ++k) {
+  for (int k = 0; k < n; ++k) {
     GlobalBatch batch, best;
     bool kept = false;
     for (int attempt = 0; attempt < 10000 && !kept; ++attempt) {

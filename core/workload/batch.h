@@ -49,7 +49,7 @@ struct BatchRequest {
 // = min(max_length, tokens) in budget mode: batch i of a run should use its own seed.
 GlobalBatch make_global_batch(const LengthProfile& profile, const BatchRequest& request);
 
-// The first n batches of that stream (n ≥ 1), each as make_global_batch draws it, one after the
+// The first n batches of that stream (requires n ≥ 1), each as make_global_batch draws it, one after the
 // other: the sequence that overflows a batch opens the next, as DCP's get_*_batches.py pack a
 // shuffled dataset; the first equals make_global_batch's.
 std::vector<GlobalBatch> make_global_batches(const LengthProfile& profile, const BatchRequest& request, int n);
