@@ -62,6 +62,7 @@ EXACT_UNITS = {"mfu": "fraction of peak", "compute_imbalance": "max/mean",
                "flops_per_iteration": "FLOP", "comm_bytes": "bytes"}
 # Metrics whose name says little on an axis; others read from their name ("step time [s]").
 METRIC_NAMES = {"tflops_per_gpu": "TFLOP/s per GPU", "tokens_per_s_per_gpu": "tokens/s per GPU",
+                "tokens_per_s": "tokens/s (whole job)",
                 "aggregate_pflops": "aggregate PFLOP/s", "mfu": "MFU", "params_b": "parameters",
                 "exposed_cp_comm_s": "exposed CP communication",
                 "exposed_comm_s": "exposed communication",

@@ -210,6 +210,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["aggregate_pflops"] = flops / step / 1e15;
   mt["mfu"] = mt["tflops_per_gpu"] / in.cluster.gpu.peak_dense_tflops;
   mt["tokens_per_s_per_gpu"] = mt["tokens_per_iteration"] / step / gpus;
+  mt["tokens_per_s"] = mt["tokens_per_iteration"] / step;
   mt["bubble_fraction"] = sim->bubble_fraction;
   mt["exposed_comm_s"] = sim->exposed_comm_s;
   mt["exposed_cp_comm_s"] = sim->exposed_cp_comm_s;

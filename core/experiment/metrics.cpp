@@ -15,6 +15,7 @@ const std::vector<MetricInfo>& known_metrics() {
       {"aggregate_pflops", "PFLOP/s", "flops_per_iteration / step_time_s over all GPUs"},
       {"mfu", "fraction", "tflops_per_gpu / peak dense 16-bit TFLOP/s"},
       {"tokens_per_s_per_gpu", "tokens/s", "tokens_per_iteration / step_time_s / num_gpus"},
+      {"tokens_per_s", "tokens/s", "tokens_per_iteration / step_time_s: the whole job's throughput"},
       {"peak_memory_gib", "GiB", "device memory the worst GPU needs: allocated + fragmentation + reserved"},
       {"peak_allocated_bytes", "B", "bytes allocated at the peak on the worst GPU (PyTorch's max_memory_allocated): weights, gradients, optimizer state, activations, workspace"},
       {"weights_optimizer_gib", "GiB", "weights, gradients and optimizer state per GPU"},

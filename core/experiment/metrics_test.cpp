@@ -42,7 +42,7 @@ TEST(MetricDirection, LessIsBetterForTimesMemoryBytesWasteAndImbalanceNotForRate
     EXPECT_TRUE(lower_is_better(*find_metric(m))) << m;
   for (const char* m : {"tflops_per_gpu", "attention_tflops_per_gpu", "tokens_per_s_per_gpu", "mfu", "long_token_share"})
     EXPECT_FALSE(lower_is_better(*find_metric(m))) << m;
-  for (const char* m : {"tflops_per_gpu", "aggregate_pflops", "tokens_per_s_per_gpu", "mfu"}) EXPECT_TRUE(is_rate(*find_metric(m))) << m;
+  for (const char* m : {"tflops_per_gpu", "aggregate_pflops", "tokens_per_s_per_gpu", "tokens_per_s", "mfu"}) EXPECT_TRUE(is_rate(*find_metric(m))) << m;
   for (const char* m : {"step_time_s", "padding_fraction", "micro_batches"}) EXPECT_FALSE(is_rate(*find_metric(m))) << m;
 }
 

@@ -110,7 +110,7 @@ namespace {
 // fitted are in sample too).
 bool same_measurement(const std::string& a, const std::string& b) {
   static const std::vector<std::string> step_time = {"step_time_s", "tflops_per_gpu", "aggregate_pflops", "mfu",
-                                                     "tokens_per_s_per_gpu"};
+                                                     "tokens_per_s_per_gpu", "tokens_per_s"};
   auto in = [](const std::string& m) { return std::find(step_time.begin(), step_time.end(), m) != step_time.end(); };
   return a == b || (in(a) && in(b));
 }
