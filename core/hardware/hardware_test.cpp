@@ -105,11 +105,23 @@ TEST(Stack, PresetsNameTheirEra) {
   // overhead, not an efficiency): those comparisons are in sample, the others of the table not.
   for (const char* name : {"h800_kwai", "a800_kwai"}) {
     const ClusterSpec kwai = preset(name);
-    ASSERT_EQ(kwai.fits.size(), 2u) << name;
+    ASSERT_EQ(kwai.fits.size(), std::string(name) == "h800_kwai" ? 4u : 2u) << name;
     EXPECT_EQ(kwai.fits[0].constants, std::vector<std::string>{"memory/allocator_fragmentation"});
     EXPECT_TRUE(kwai.fits[0].covers("kwai/memory_vs_alpha", "peak_allocated_bytes", "no checkpointing, α = 0.3"));
     EXPECT_FALSE(kwai.fits[0].covers("kwai/memory_vs_alpha", "peak_allocated_bytes", "no checkpointing, α = 0.5"));
   }
+  // The H800 stack's GEMM fraction is fitted to two Table 8 rows: their MFU and tokens/s (one
+  // measurement) are in sample; Table 8's original-Megatron row and Figure 9 are held out.
+  const ClusterSpec h800 = preset("h800_kwai");
+  const FitRecord& gemm = h800.fits.at(2);
+  EXPECT_EQ(gemm.constants, std::vector<std::string>{"gemm_peak_fraction"});
+  EXPECT_TRUE(gemm.covers("kwai/gpt175b_8k", "mfu", "Kwai t4 c1 p8 l2 balanced α = 0.63 MFU"));
+  EXPECT_TRUE(gemm.covers("kwai/gpt175b_8k", "tokens_per_s_per_gpu", "Kwai t4 c1 p8 l2 balanced α = 0.63 tokens/s/GPU"));
+  EXPECT_FALSE(gemm.covers("kwai/gpt175b_8k", "mfu", "original Megatron t2 c2 p16 full recompute MFU"));
+  EXPECT_FALSE(gemm.covers("kwai/fig9", "tokens_per_s", "175B s4K n256 t2c2p16 l1 none a0.522 tokens_per_s"));
+  // The search's 8K comparison is against the same Table 8 value: in sample too.
+  EXPECT_TRUE(h800.fits.at(3).covers("kwai/search_175b", "mfu", "8K: a top-5 layout near Kwai's best (43.2%)"));
+  EXPECT_FALSE(h800.fits.at(3).covers("kwai/search_175b", "mfu", "32K: a top-5 layout near Kwai's best (42.7%)"));
 }
 
 TEST(Stack, AnotherStackReplacesTheDefault) {
