@@ -311,6 +311,11 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
   return plans;
 }
 
+void set_te_thd_a2a_host_ops(AttentionPlan& plan) {
+  plan.host_ops_per_sequence_fwd = 3 * kTeThdA2aCallsPerSequence;  // q, k, v
+  plan.host_ops_per_sequence_bwd = 5 * kTeThdA2aCallsPerSequence;  // out, dout; dq, dk, dv
+}
+
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
                                                    const ParallelConfig& layout, const MaskSpec& mask) {
   CpLayoutRequest req;
@@ -337,6 +342,7 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   // the backward's inputs and partial gradients travel step by step under the kernels.
   plan->fused_stages = true;
   plan->pipelined_backward = true;
+  if (req.layout == "a2a+p2p") set_te_thd_a2a_host_ops(*plan);
   return plan;
 }
 

@@ -81,6 +81,19 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
                                                     const std::string& mask, int64_t heads, int64_t kv_heads,
                                                     int64_t head_dim, int64_t pad_to);
 
+// TransformerEngine's THD a2a+p2p on GPUs, as the fork DCP's artifact installs runs it
+// (github.com/chenyu-jiang/TransformerEngine, branch stable, transformer_engine/pytorch/attention.py,
+// read in session 15): around its all-to-alls, reorder_seq_chunks_for_a2a_varlen loops over the
+// sequences in Python, 4 torch calls per sequence and tensor (a slice, a reshape or view, an
+// index_select, a view). A host synchronization precedes the loops the GPU then waits for: the
+// forward's q, k and v (after `.cpu()` of cu_seqlens; the ring starts after slicing k and v by
+// cu_seqlens[-1]), the backward's out and dout (after `dq[cu_seqlens[-1]:]`) and dq, dk and dv
+// (after `dkv_[:, :cu_seqlens[-1]]`). The output's loop after the forward ring runs while the GPU
+// computes; the loops' CPU scalar ops are not counted. Sets host_ops_per_sequence_fwd = 3 · 4 and
+// _bwd = 5 · 4.
+inline constexpr int32_t kTeThdA2aCallsPerSequence = 4;
+void set_te_thd_a2a_host_ops(AttentionPlan& plan);
+
 // The AttentionPlan of one packed micro-batch on its CP group, per TP rank: the layout of the
 // layout's cp_comm_type (single when mb.cp = 1), causal, the model's heads and KV heads over tp,
 // the micro-batch's padded lengths (padded further if the layout needs it), 16-bit values on the

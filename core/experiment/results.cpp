@@ -327,10 +327,12 @@ json results_to_json(const Spec& spec, const Provenance& prov, const PointResult
                {"select", c.select}};
     if (!c.note.empty()) cj["note"] = c.note;
     if (!c.expect.empty()) cj["expect"] = c.expect;
-    // A value names its point at top level too, so readers (plot.py) place it without parsing selectors.
+    // A value names its point at top level too, so readers (plot.py) place it without parsing
+    // selectors: its case, strategy and params (a list of strategies, and the selector's flags such
+    // as "best", stay in the selector).
     if (c.kind == "value")
-      for (const auto& [k, v] : c.select.items())
-        if (!v.is_array()) cj[k] = v;  // a list of strategies stays in the selector
+      for (const char* k : {"case", "strategy", "params"})
+        if (c.select.contains(k) && !c.select[k].is_array()) cj[k] = c.select[k];
     comps.push_back(cj);
   }
   j["comparisons"] = comps;

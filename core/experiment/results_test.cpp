@@ -208,6 +208,23 @@ TEST_F(ResultsTest, BestSidePicksTheHighestOfThePointsThatRan) {
   EXPECT_NE(comps[0].note.find("no selected point ran"), std::string::npos) << comps[0].note;
 }
 
+// A value with "best": what run writes, show and --resume read back (dcp/micro_causal's values
+// with "best" were unreadable by `cpbench show` until session 15).
+TEST_F(ResultsTest, AResultsFileWithABestValueValidates) {
+  PublishedValue pv;
+  pv.label = "best flops";
+  pv.metric = "flops_per_iteration";
+  pv.kind = "value";
+  pv.select.best = true;
+  pv.published = 1;
+  spec_.published = {pv};
+  const json j = results_to_json(spec_, current_provenance(1), run_all());
+  ASSERT_EQ(j["comparisons"].size(), 1u);
+  EXPECT_EQ(j["comparisons"][0]["select"]["best"], true);
+  EXPECT_FALSE(j["comparisons"][0].contains("best"));
+  EXPECT_TRUE(validate_results_json(j, "results.json").ok()) << validate_results_json(j, "results.json").error_str();
+}
+
 TEST_F(ResultsTest, NearestValueComparesTheOnePointClosestToThePublishedValue) {
   // Cases a and b ran (b has twice a's FLOPs), odd is infeasible: a published value near b's picks b.
   const PointResults results = run_all();
@@ -346,6 +363,28 @@ TEST_F(ResultsTest, BestIsTheShortestTimeOrTheHighestRateAndAValueMayTakeIt) {
   EXPECT_DOUBLE_EQ(*comps[0].reproduced, std::min(ring, zigzag));
   const double best_rate = std::max(r[0]->metrics.at("attention_tflops_per_gpu"), r[1]->metrics.at("attention_tflops_per_gpu"));
   EXPECT_DOUBLE_EQ(*comps[1].reproduced, best_rate / r[0]->metrics.at("attention_tflops_per_gpu"));
+}
+
+}  // namespace
+}  // namespace cpbench
+
+namespace cpbench {
+namespace {
+
+// Every committed results file reads back as `cpbench show` and `--resume` read it (a results
+// file only `run` can write and nothing can read is a defect this test catches).
+TEST(CommittedResults, EveryResultsFileValidates) {
+  const fs::path root = fs::path(CPBENCH_SOURCE_DIR) / "results";
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.path().filename() != "results.json") continue;
+    ++files;
+    auto j = load_json_file(e.path());
+    ASSERT_TRUE(j.ok()) << j.error_str();
+    auto v = validate_results_json(*j, e.path().string());
+    EXPECT_TRUE(v.ok()) << v.error_str();
+  }
+  EXPECT_GT(files, 20u);
 }
 
 }  // namespace

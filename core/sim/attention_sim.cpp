@@ -179,10 +179,37 @@ struct Lowering {
     }
   }
 
+  // The runtime's per-sequence host work of a pass (AttentionPlan::host_ops_per_sequence_*): one
+  // task per rank on a host stream, from the rank's last wait point; returns their ids ([rank],
+  // empty when there is none). join() makes the next phase wait for them.
+  std::vector<int> host_work(int32_t ops_per_sequence, const std::string& label) {
+    const double s = ops_per_sequence * static_cast<double>(plan.seq_lengths.size()) * cost.params().host_op_us * 1e-6;
+    std::vector<int> ids;
+    if (s <= 0) return ids;
+    for (int32_t r = 0; r < plan.ranks; ++r) {
+      TaskSpec task;
+      task.device = r;
+      task.stream = 3;
+      task.kind = 'o';
+      task.duration_s = s;
+      task.deps = barrier[r];
+      task.name = label + " host: " + std::to_string(ops_per_sequence) + " torch calls x " +
+                  std::to_string(plan.seq_lengths.size()) + " sequences";
+      ids.push_back(graph.add(std::move(task)));
+    }
+    return ids;
+  }
+  void join(const std::vector<int>& ids) {
+    for (size_t r = 0; r < ids.size(); ++r) barrier[r].push_back(ids[r]);
+  }
+
   // The executor's order: stage i's transfers go out before stage i−1's tiles run.
   void lower(bool backward) {
     const size_t stages = plan.stages.size();
     const std::vector<AttnTransfer> none;
+    // The forward's host work runs beside the first phase's transfers (TransformerEngine's
+    // all-to-alls go out as its loop reorders what arrived); the first tiles wait for both.
+    const std::vector<int> fwd_host = host_work(plan.host_ops_per_sequence_fwd, "fwd");
     for (size_t i = 0; i <= stages; ++i) {
       std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);
       if (i > 0)
@@ -191,11 +218,14 @@ struct Lowering {
       std::string label = "s";  // built in two steps: GCC 12 warns falsely (-Wrestrict) on "s" + string
       label += std::to_string(i);
       phase(i < stages ? plan.stages[i].transfers : none, tiles, false, label);
+      if (i == 0) join(fwd_host);
     }
     phase(plan.gather_out, {}, false, "gather");
     if (!backward) return;
     // The backward phases every backend runs (attention_plan.h backward_phases).
     lowered_backward = backward_phases(plan);
+    // The backward's host work, before its first phase: the sum of what its synchronizations expose.
+    join(host_work(plan.host_ops_per_sequence_bwd, "bwd"));
     const std::vector<AttnBackwardPhase>& phases = lowered_backward;
     for (size_t i = 0; i < phases.size(); ++i) {
       std::vector<std::vector<const AttnTile*>> tiles(plan.ranks);

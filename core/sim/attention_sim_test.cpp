@@ -362,6 +362,59 @@ TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {
   std::filesystem::remove(path);
 }
 
+// TransformerEngine's THD a2a+p2p reorders every sequence in a Python loop the GPU waits for
+// (baselines/cp_layouts.h set_te_thd_a2a_host_ops): the backward's loops sit before its first phase
+// and add exactly their host time; the forward's run beside the all-to-all, so they add at most
+// theirs, and all of it once it outlasts the whole first phase.
+TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {
+  AttentionPlan plan = layout("a2a+p2p", 8, {1024, 2048, 512, 4096});
+  plan.fused_stages = true;
+  plan.pipelined_backward = true;
+  ClusterSpec c = test_cluster();
+  EfficiencyParams e = EfficiencyParams::ideal();
+  e.host_op_us = 5;
+  const CostModel cost(c, e);
+  const AttentionSimResult fwd0 = sim(plan, cost, false), both0 = sim(plan, cost, true);
+  set_te_thd_a2a_host_ops(plan);
+  EXPECT_EQ(plan.host_ops_per_sequence_fwd, 12);
+  EXPECT_EQ(plan.host_ops_per_sequence_bwd, 20);
+  const AttentionSimResult fwd = sim(plan, cost, false), both = sim(plan, cost, true);
+  const double host_fwd = 4 * 12 * 5e-6, host_bwd = 4 * 20 * 5e-6;
+  EXPECT_GT(fwd.step_time_s, fwd0.step_time_s);
+  EXPECT_LE(fwd.step_time_s - fwd0.step_time_s, host_fwd + 1e-12);
+  EXPECT_NEAR((both.step_time_s - fwd.step_time_s) - (both0.step_time_s - fwd0.step_time_s), host_bwd, 1e-12);
+  // No kernel runs longer: the host work is waiting, not compute.
+  EXPECT_DOUBLE_EQ(max_of(both.compute_s), max_of(both0.compute_s));
+  // Host work longer than the first phase (the all-to-all) is exposed whole.
+  e.host_op_us = 1e4;
+  const CostModel slow_host(c, e);
+  plan.host_ops_per_sequence_fwd = 0;
+  const double base = sim(plan, slow_host, false).step_time_s;
+  plan.host_ops_per_sequence_fwd = 12;
+  const double phase0 = sim(plan, slow_host, false).step_time_s;
+  EXPECT_GT(phase0 - base, 4 * 12 * 1e-2 * 0.99);
+  EXPECT_LE(phase0 - base, 4 * 12 * 1e-2 + 1e-12);
+  // Training's TE a2a+p2p plans carry it; the ring layouts do not.
+  PlanMicroBatch mb;
+  mb.cp = 8;
+  mb.lengths = {1024, 2048};
+  ModelShape m;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  ParallelConfig pc;
+  pc.cp = 8;
+  pc.cp_comm_type = "a2a+p2p";
+  auto te = plan_micro_batch_attention(mb, m, pc, kCausal);
+  ASSERT_TRUE(te.ok()) << te.error_str();
+  EXPECT_EQ(te->host_ops_per_sequence_fwd, 12);
+  pc.cp_comm_type = "p2p";
+  auto ring = plan_micro_batch_attention(mb, m, pc, kCausal);
+  ASSERT_TRUE(ring.ok()) << ring.error_str();
+  EXPECT_EQ(ring->host_ops_per_sequence_fwd, 0);
+  EXPECT_EQ(ring->host_ops_per_sequence_bwd, 0);
+}
+
 TEST(AttentionSim, MalformedPlansAreErrors) {
   AttentionPlan plan = layout("ring", 2, {4096});
   plan.stages[1].transfers[0].dst = 5;
