@@ -342,7 +342,7 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   // the backward's inputs and partial gradients travel step by step under the kernels.
   plan->fused_stages = true;
   plan->pipelined_backward = true;
-  if (req.layout == "a2a+p2p") set_te_thd_a2a_host_ops(*plan);
+  if (req.layout == "a2a+p2p" && layout.te_a2a_sequence_loop) set_te_thd_a2a_host_ops(*plan);
   return plan;
 }
 

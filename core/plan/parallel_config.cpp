@@ -31,6 +31,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.attention_ring_window = o.integer_or("attention_ring_window", 0, 0, 1 << 20);
   p.attention_pad_to_longest = o.boolean_or("attention_pad_to_longest", false);
   p.attention_sparse_kernel = o.boolean_or("attention_sparse_kernel", false);
+  p.te_a2a_sequence_loop = o.boolean_or("te_a2a_sequence_loop", false);
   p.attention_grad_bytes = o.integer_or("attention_grad_bytes", 0, 0, 4);
   if (p.attention_grad_bytes == 1 || p.attention_grad_bytes == 3)
     o.error("attention_grad_bytes", "expected 0 (the dtype's), 2 or 4, got " + std::to_string(p.attention_grad_bytes));

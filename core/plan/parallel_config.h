@@ -70,6 +70,9 @@ struct ParallelConfig {
   // §7 ran TransformerEngine's layouts with DCP's masked kernels) instead of computing the causal
   // envelope (TransformerEngine as shipped). The communication is the layout's either way.
   bool attention_sparse_kernel = false;
+  // a2a+p2p as the TransformerEngine fork of DCP's artifact runs it: a Python loop reorders every
+  // sequence's chunks around its all-to-alls (baselines/cp_layouts.h set_te_thd_a2a_host_ops).
+  bool te_a2a_sequence_loop = false;
   // cp_attention: bytes of each dK/dV (and dQ) partial value on the wire; 0: the dtype's (2).
   // ring-flash-attention and LoongTrain accumulate dK/dV in fp32 and pass them on the backward
   // ring so (ring_flash_attn_varlen.py: dk = block_dk_buffer.to(torch.float32), then send_recv(dk)):

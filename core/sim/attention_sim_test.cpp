@@ -394,7 +394,8 @@ TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {
   const double phase0 = sim(plan, slow_host, false).step_time_s;
   EXPECT_GT(phase0 - base, 4 * 12 * 1e-2 * 0.99);
   EXPECT_LE(phase0 - base, 4 * 12 * 1e-2 + 1e-12);
-  // Training's TE a2a+p2p plans carry it; the ring layouts do not.
+  // Training's TE a2a+p2p plans carry it when the spec runs the fork (te_a2a_sequence_loop); the
+  // ring layouts never.
   PlanMicroBatch mb;
   mb.cp = 8;
   mb.lengths = {1024, 2048};
@@ -405,6 +406,10 @@ TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {
   ParallelConfig pc;
   pc.cp = 8;
   pc.cp_comm_type = "a2a+p2p";
+  auto upstream = plan_micro_batch_attention(mb, m, pc, kCausal);
+  ASSERT_TRUE(upstream.ok()) << upstream.error_str();
+  EXPECT_EQ(upstream->host_ops_per_sequence_fwd, 0);  // only with the fork's loop switched on
+  pc.te_a2a_sequence_loop = true;
   auto te = plan_micro_batch_attention(mb, m, pc, kCausal);
   ASSERT_TRUE(te.ok()) << te.error_str();
   EXPECT_EQ(te->host_ops_per_sequence_fwd, 12);
