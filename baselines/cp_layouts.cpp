@@ -311,7 +311,8 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
   return plans;
 }
 
-void set_te_thd_a2a_host_ops(AttentionPlan& plan) {
+void apply_te_a2a_sequence_loop(AttentionPlan& plan, const ParallelConfig& parallel) {
+  if (plan.layout != "a2a+p2p" || !parallel.te_a2a_sequence_loop) return;
   plan.host_ops_per_sequence_fwd = 3 * kTeThdA2aCallsPerSequence;  // q, k, v
   plan.host_ops_per_sequence_bwd = 5 * kTeThdA2aCallsPerSequence;  // out, dout; dq, dk, dv
 }
@@ -342,7 +343,7 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   // the backward's inputs and partial gradients travel step by step under the kernels.
   plan->fused_stages = true;
   plan->pipelined_backward = true;
-  if (req.layout == "a2a+p2p" && layout.te_a2a_sequence_loop) set_te_thd_a2a_host_ops(*plan);
+  apply_te_a2a_sequence_loop(*plan, layout);
   return plan;
 }
 

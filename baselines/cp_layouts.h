@@ -89,10 +89,11 @@ Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, c
 // forward's q, k and v (after `.cpu()` of cu_seqlens; the ring starts after slicing k and v by
 // cu_seqlens[-1]), the backward's out and dout (after `dq[cu_seqlens[-1]:]`) and dq, dk and dv
 // (after `dkv_[:, :cu_seqlens[-1]]`). The output's loop after the forward ring runs while the GPU
-// computes; the loops' CPU scalar ops are not counted. Sets host_ops_per_sequence_fwd = 3 · 4 and
-// _bwd = 5 · 4.
+// computes; the loops' CPU scalar ops are not counted. On an a2a+p2p plan with
+// parallel.te_a2a_sequence_loop, sets host_ops_per_sequence_fwd = 3 · 4 and _bwd = 5 · 4; any
+// other plan is left as it is. The one rule for every strategy that builds a2a+p2p plans.
 inline constexpr int32_t kTeThdA2aCallsPerSequence = 4;
-void set_te_thd_a2a_host_ops(AttentionPlan& plan);
+void apply_te_a2a_sequence_loop(AttentionPlan& plan, const ParallelConfig& parallel);
 
 // The AttentionPlan of one packed micro-batch on its CP group, per TP rank: the layout of the
 // layout's cp_comm_type (single when mb.cp = 1), causal, the model's heads and KV heads over tp,

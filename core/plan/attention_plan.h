@@ -108,7 +108,7 @@ struct AttentionPlan {
   // Host work the runtime does per sequence of the micro-batch while the GPU waits for it: torch
   // calls, each at the stack's host_op_us, before a pass's first transfer or kernel (the forward's;
   // the backward's). It is exposed because a host synchronization precedes it. TransformerEngine's
-  // THD a2a+p2p: te_thd_a2a_host_ops (baselines/cp_layouts.h). 0: none.
+  // THD a2a+p2p: apply_te_a2a_sequence_loop (baselines/cp_layouts.h). 0: none.
   int32_t host_ops_per_sequence_fwd = 0, host_ops_per_sequence_bwd = 0;
   // [rank] the slices a rank owns (all heads, or a head range on multiples of g: DCP's head
   // blocks): its Q, K, V and dO on entry, its O, LSE, dQ, dK and dV on exit. Every (token, head)

@@ -71,7 +71,7 @@ struct ParallelConfig {
   // envelope (TransformerEngine as shipped). The communication is the layout's either way.
   bool attention_sparse_kernel = false;
   // a2a+p2p as the TransformerEngine fork of DCP's artifact runs it: a Python loop reorders every
-  // sequence's chunks around its all-to-alls (baselines/cp_layouts.h set_te_thd_a2a_host_ops).
+  // sequence's chunks around its all-to-alls (baselines/cp_layouts.h apply_te_a2a_sequence_loop).
   bool te_a2a_sequence_loop = false;
   // cp_attention: bytes of each dK/dV (and dQ) partial value on the wire; 0: the dtype's (2).
   // ring-flash-attention and LoongTrain accumulate dK/dV in fp32 and pass them on the backward

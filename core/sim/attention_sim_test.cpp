@@ -363,7 +363,7 @@ TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {
 }
 
 // TransformerEngine's THD a2a+p2p reorders every sequence in a Python loop the GPU waits for
-// (baselines/cp_layouts.h set_te_thd_a2a_host_ops): the backward's loops sit before its first phase
+// (baselines/cp_layouts.h apply_te_a2a_sequence_loop): the backward's loops sit before its first phase
 // and add exactly their host time; the forward's run beside the all-to-all, so they add at most
 // theirs, and all of it once it outlasts the whole first phase.
 TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {
@@ -375,7 +375,11 @@ TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {
   e.host_op_us = 5;
   const CostModel cost(c, e);
   const AttentionSimResult fwd0 = sim(plan, cost, false), both0 = sim(plan, cost, true);
-  set_te_thd_a2a_host_ops(plan);
+  ParallelConfig fork;
+  apply_te_a2a_sequence_loop(plan, fork);  // the switch off: nothing
+  EXPECT_EQ(plan.host_ops_per_sequence_fwd, 0);
+  fork.te_a2a_sequence_loop = true;
+  apply_te_a2a_sequence_loop(plan, fork);
   EXPECT_EQ(plan.host_ops_per_sequence_fwd, 12);
   EXPECT_EQ(plan.host_ops_per_sequence_bwd, 20);
   const AttentionSimResult fwd = sim(plan, cost, false), both = sim(plan, cost, true);

@@ -77,7 +77,7 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   a->grad_bytes = static_cast<int32_t>(in.parallel.attention_grad_bytes);
   a->fused_stages = true;
   a->pipelined_backward = true;
-  if (r.layout == "a2a+p2p" && in.parallel.te_a2a_sequence_loop) set_te_thd_a2a_host_ops(*a);
+  apply_te_a2a_sequence_loop(*a, in.parallel);
   return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));
 }
 
