@@ -131,4 +131,18 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
   return best;
 }
 
+double CostModel::p2p_latency_s(double bytes, Link link) const {
+  const EfficiencyParams& e = params_;
+  const bool ll = bytes <= kP2pLLThresholdBytes;
+  switch (link) {
+    case Link::nvlink:
+      return (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
+    case Link::network:
+      return (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
+    case Link::pcie:
+      return e.pcie_latency_us * 1e-6;
+  }
+  return 0;
+}
+
 }  // namespace cpbench

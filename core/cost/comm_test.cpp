@@ -68,6 +68,22 @@ TEST(Collective, IdealAcrossNodesTakesTheFastestAlgorithm) {
                    12.0 / 16 * kBytes / kNetwork_Bps);
 }
 
+// A send/recv's step latency is its protocol's, as NCCL picks it per operation: LL up to
+// NCCL_P2P_LL_THRESHOLD (16 KiB; a zero-byte one too), Simple above.
+TEST(PointToPoint, LatencyIsTheProtocolNcclPicksForTheMessage) {
+  const CostModel model = preset_model("a100_80gb_p4de");
+  const EfficiencyParams& p = model.params();
+  for (double bytes : {0.0, 64.0, 16384.0}) {
+    EXPECT_DOUBLE_EQ(model.p2p_latency_s(bytes, Link::network), p.network_ll_step_latency_us * 1e-6) << bytes;
+    EXPECT_DOUBLE_EQ(model.p2p_latency_s(bytes, Link::nvlink), p.nvlink_ll_step_latency_us * 1e-6) << bytes;
+  }
+  for (double bytes : {16385.0, 4e6}) {
+    EXPECT_DOUBLE_EQ(model.p2p_latency_s(bytes, Link::network), p.network_step_latency_us * 1e-6) << bytes;
+    EXPECT_DOUBLE_EQ(model.p2p_latency_s(bytes, Link::nvlink), p.nvlink_step_latency_us * 1e-6) << bytes;
+  }
+  EXPECT_LT(model.p2p_latency_s(0, Link::network), model.p2p_latency_s(4e6, Link::network));
+}
+
 TEST(Collective, HierarchicalBeatsAFlatRingOverTheNetwork) {
   for (const char* name : {"a100_80gb_dgx", "h100_dgx", "a100_40gb_p4d"}) {
     const CostModel model = preset_model(name);

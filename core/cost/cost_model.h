@@ -98,6 +98,16 @@ class CostModel {
   // tree; each with the faster protocol. size 1 → 0.
   double collective_s(Collective kind, double bytes, const GroupPlacement& group) const;
 
+  // NCCL's NCCL_P2P_LL_THRESHOLD default (src/enqueue.cc, NCCL_PARAM P2pLLThreshold = 16384):
+  // a send/recv of at most this many bytes runs the LL protocol, a larger one Simple.
+  static constexpr double kP2pLLThresholdBytes = 16384;
+
+  // The step latency of one NCCL send/recv of `bytes` over `link` (NVLink or network): LL's for
+  // a message of at most kP2pLLThresholdBytes (a zero-byte one included), Simple's above, as
+  // NCCL picks a p2p operation's protocol. An all-to-all run as grouped send/recv (NCCL's
+  // all-to-all; AttentionPlan::collective_exchange) pays one per peer.
+  double p2p_latency_s(double bytes, Link link) const;
+
  private:
   ClusterSpec cluster_;
   EfficiencyParams params_;

@@ -110,6 +110,16 @@ struct AttentionPlan {
   // the backward's). It is exposed because a host synchronization precedes it. TransformerEngine's
   // THD a2a+p2p: apply_te_a2a_sequence_loop (baselines/cp_layouts.h). 0: none.
   int32_t host_ops_per_sequence_fwd = 0, host_ops_per_sequence_bwd = 0;
+  // collective_exchange: every phase's transfers run as NCCL all-to-alls over all the plan's
+  // ranks, as DCP's executor runs them (dcp/runtime/flash_attention/executor.py: per stage one
+  // dist.all_to_all_single per dtype of what moves, the relays of two-phase communication in a
+  // second round of them, the outputs in a last one). Every rank takes part in each, whether or
+  // not it sends, and they follow one another on the communicator's stream: an all-to-all
+  // completes nowhere before every rank has posted it, and each costs its latency
+  // (a send/recv step per peer, CostModel::p2p_latency_s) besides the bytes. False: point-to-point sends, each
+  // waiting only for its two ends (ring attention's send/recv pairs). The CPU executor posts the
+  // same messages point to point either way: the same bytes.
+  bool collective_exchange = false;
   // [rank] the slices a rank owns (all heads, or a head range on multiples of g: DCP's head
   // blocks): its Q, K, V and dO on entry, its O, LSE, dQ, dK and dV on exit. Every (token, head)
   // of every sequence has exactly one home.

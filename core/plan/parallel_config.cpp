@@ -41,6 +41,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.dcp_eps_mem = o.number_or("dcp_eps_mem", 0.2, 0, 10);
   p.dcp_eps_comp = o.number_or("dcp_eps_comp", 0.1, 0, 10);
   p.dcp_early_outputs = o.boolean_or("dcp_early_outputs", false);
+  p.dcp_all_to_all = o.boolean_or("dcp_all_to_all", true);
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});
   p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});

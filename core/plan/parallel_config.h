@@ -83,6 +83,10 @@ struct ParallelConfig {
   int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)
   double dcp_eps_mem = 0.2, dcp_eps_comp = 0.1;
   bool dcp_early_outputs = false;
+  // DCP: each stage's exchange as DCP's executor issues it, NCCL all-to-alls over all the ranks
+  // (AttentionPlan::collective_exchange); false: point-to-point sends between the pairs that move
+  // data (a what-if: DCP's runtime does not run so).
+  bool dcp_all_to_all = true;
   // Kwai's CP overlap (ATC'24; needs cp_comm_type "all_gather"): the QKV GEMM computes the K and V
   // columns first, and the all-gather of K/V runs beside the Q columns' GEMM. Forward only: the
   // backward's dK/dV reduction is priced as without it.

@@ -47,6 +47,7 @@ struct Lowering {
   // node gets all its NICs; a rank alone on its node, a GPU's share.
   std::vector<int> nic_of;
   std::vector<double> nic_stretch;
+  int next_collective = 0;  // the graph's collective ids (collective_exchange)
 
   Lowering(const AttentionPlan& p, const CostModel& c, std::vector<int> nodes)
       : plan(p), cost(c), node_of(std::move(nodes)), barrier(p.ranks), waits(p.ranks), compute_s(p.ranks, 0.0) {
@@ -60,6 +61,53 @@ struct Lowering {
       nic_of.push_back(p.ranks + node_of[r] * max_links + seen[node_of[r]]++ % links);
       nic_stretch.push_back(links / share);
     }
+  }
+
+  // collective_exchange: the phase's messages as the all-to-alls that carry them, in the order
+  // they are issued — per round (direct sends, then relays: DCP's second phase) one per element
+  // size of what moves (a message of O also carries its fp32 LSE). Returns, per message, the
+  // all-to-all it travels in; rounds[c] lists the element sizes' all-to-alls by round.
+  struct AllToAll {
+    bool relay;
+    int element_bytes;
+    std::map<std::pair<int32_t, int32_t>, double> bytes;  // (src, dst) -> what src sends dst in it
+    std::vector<int> latency;                             // [rank] its latency task
+  };
+  // A rank's latency in an all-to-all: one send/recv step per peer, each at the protocol NCCL
+  // picks for the larger of the two messages (CostModel::p2p_latency_s; zero bytes: LL).
+  double all_to_all_latency_s(const AllToAll& a, int32_t r) const {
+    double s = 0;
+    for (int32_t p = 0; p < plan.ranks; ++p) {
+      if (p == r) continue;
+      const auto out = a.bytes.find({r, p}), in = a.bytes.find({p, r});
+      const double bytes = std::max(out == a.bytes.end() ? 0.0 : out->second, in == a.bytes.end() ? 0.0 : in->second);
+      s += cost.p2p_latency_s(bytes, node_of[r] == node_of[p] ? Link::nvlink : Link::network);
+    }
+    return s;
+  }
+  template <class Message>
+  std::vector<AllToAll> all_to_alls(const std::vector<Message>& messages, std::vector<int>& of_message) const {
+    std::map<std::pair<bool, int>, std::map<std::pair<int32_t, int32_t>, double>> sent;  // (relay, size) -> bytes
+    of_message.clear();
+    for (const Message& m : messages) {
+      const AttnTransfer& t = *m.first;
+      sent[{t.relay, plan.wire_bytes(t.tensor)}][{t.src, t.dst}] += m.bytes;
+      if (t.tensor == AttnTensor::out) {  // its LSE: fp32, a row per query head and token
+        const double lse = 4.0 * t.slice.tokens() * t.slice.heads();
+        sent[{t.relay, 4}][{t.src, t.dst}] += lse;
+        sent[{t.relay, plan.wire_bytes(t.tensor)}][{t.src, t.dst}] -= lse;
+      }
+    }
+    std::vector<AllToAll> out;
+    for (const auto& [key, bytes] : sent)  // map order: direct sends, then relays; sizes ascending
+      out.push_back({key.first, key.second, bytes, {}});
+    for (const Message& m : messages) {
+      const AllToAll want{m.first->relay, plan.wire_bytes(m.first->tensor), {}, {}};
+      of_message.push_back(static_cast<int>(std::find_if(out.begin(), out.end(), [&](const AllToAll& a) {
+                                              return a.relay == want.relay && a.element_bytes == want.element_bytes;
+                                            }) - out.begin()));
+    }
+    return out;
   }
 
   // Posts `transfers`, runs tiles[r] on every rank r, then every rank waits for its transfers.
@@ -101,8 +149,51 @@ struct Lowering {
     auto slice_key = [](int32_t rank, const AttnTransfer& t) {
       return std::make_tuple(rank, t.tensor, t.slice.seq, t.slice.tok_begin, t.slice.head_begin);
     };
+    // collective_exchange: the all-to-alls in issue order, each a latency task per rank that
+    // starts on every rank at once when all have posted it, after the rank's part (latency, sends
+    // and receives) of the phase's earlier all-to-alls; its messages follow its latency.
+    std::vector<int> a2a_of;
+    std::vector<AllToAll> a2as;
+    size_t a2as_posted = 0;
+    auto post_all_to_alls_until = [&](size_t last) {
+      for (; a2as_posted <= last && a2as_posted < a2as.size(); ++a2as_posted) {
+        AllToAll& a = a2as[a2as_posted];
+        const int id = next_collective++;
+        for (int32_t r = 0; r < plan.ranks; ++r) {
+          const double latency = all_to_all_latency_s(a, r);
+          TaskSpec task;
+          task.device = r;
+          task.stream = 4;
+          task.kind = 'm';
+          task.duration_s = latency;
+          task.collective = id;
+          task.deps = barrier[r];
+          task.deps.insert(task.deps.end(), posted[r].begin(), posted[r].end());
+          task.name = label + (a.relay ? " relay" : "") + " all-to-all (" + std::to_string(a.element_bytes) +
+                      "-byte values) latency";
+          a.latency.push_back(graph.add(std::move(task)));
+        }
+        for (int32_t r = 0; r < plan.ranks; ++r) posted[r].push_back(a.latency[r]);
+      }
+    };
+    if (plan.collective_exchange && !messages.empty()) {
+      a2as = all_to_alls(messages, a2a_of);
+      // Messages in the order of their all-to-alls (relays stay after what they forward).
+      std::vector<size_t> order(messages.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return a2a_of[a] < a2a_of[b]; });
+      std::vector<Message> sorted;
+      std::vector<int> sorted_of;
+      for (size_t i : order) {
+        sorted.push_back(std::move(messages[i]));
+        sorted_of.push_back(a2a_of[i]);
+      }
+      messages = std::move(sorted);
+      a2a_of = std::move(sorted_of);
+    }
     for (const Message& m : messages) {
       const AttnTransfer& t = *m.first;
+      if (!a2as.empty()) post_all_to_alls_until(static_cast<size_t>(a2a_of[&m - messages.data()]));
       TaskSpec task;
       // Inside a node the sender's NVLink ports; across nodes its NIC, which the node's other GPUs
       // on that NIC share: their transfers queue on it, each at the NIC's whole rate.
@@ -112,9 +203,15 @@ struct Lowering {
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
       task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes * nic_stretch[t.src]);
-      // A rendezvous: both ends must have reached this phase's post point.
-      task.deps = barrier[t.src];
-      task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
+      // A rendezvous: both ends must have reached this phase's post point (collective_exchange:
+      // the all-to-all's latency, which every rank reached).
+      if (a2as.empty()) {
+        task.deps = barrier[t.src];
+        task.deps.insert(task.deps.end(), barrier[t.dst].begin(), barrier[t.dst].end());
+      } else {
+        const AllToAll& a = a2as[a2a_of[&m - messages.data()]];
+        task.deps = {a.latency[t.src], a.latency[t.dst]};
+      }
       if (t.relay)
         for (const AttnTransfer* r : m.members)
           if (auto in = arrival.find(slice_key(r->src, *r)); in != arrival.end()) task.deps.push_back(in->second);
@@ -131,6 +228,7 @@ struct Lowering {
       if (!t.relay)
         for (const AttnTransfer* x : m.members) arrival[slice_key(x->dst, *x)] = id;
     }
+    if (!a2as.empty()) post_all_to_alls_until(a2as.size() - 1);  // those carrying only LSE
     for (int32_t r = 0; r < plan.ranks; ++r) {
       int last = -1;
       if (plan.fused_stages && static_cast<size_t>(r) < tiles.size() && !tiles[r].empty()) {

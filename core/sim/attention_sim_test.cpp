@@ -543,5 +543,65 @@ TEST(AttentionSim, ARelayLeavesWhenWhatItForwardsHasArrived) {
   EXPECT_NE(check_attention_plan(orphan).find("relays kv of"), std::string::npos);
 }
 
+// collective_exchange (DCP's executor: each exchange an NCCL all-to-all over every rank): a send
+// between ranks 2 and 3 waits for rank 0, which posts it only after its long tile, and for the
+// all-to-all's latency; as point-to-point sends it runs at once, beside that tile. The outputs'
+// return is two all-to-alls (O in the value dtype, LSE in fp32), each on every rank.
+TEST(AttentionSim, AnAllToAllExchangeWaitsForEveryRankAndItsLatency) {
+  AttentionPlan plan = four_quarters();
+  plan.seq_lengths = {16384};
+  for (int32_t r = 0; r < 4; ++r) plan.home[r] = {{0, r * 4096, (r + 1) * 4096, 0, 8}};
+  const AttnSlice own0 = plan.home[0][0], own2 = plan.home[2][0], own3 = plan.home[3][0];
+  std::vector<std::vector<AttnTile>> stage0(4), stage2(4);
+  stage0[0].assign(4, {own0, own0});                           // rank 0: long work first
+  stage2[3] = {{{0, 3 * 4096, 3 * 4096 + 128, 0, 8}, own2}};  // rank 3: 128 rows on rank 2's keys
+  plan.stages.push_back({{}, stage0});
+  plan.stages.push_back({{}, std::vector<std::vector<AttnTile>>(4)});
+  plan.stages.push_back({{{2, 3, AttnTensor::kv, own2}}, stage2});  // posted after stage 0's tiles
+  EfficiencyParams e = EfficiencyParams::ideal();
+  e.network_step_latency_us = 14;
+  e.network_ll_step_latency_us = 2.7;
+  e.nvlink_step_latency_us = 3.4;
+  e.nvlink_ll_step_latency_us = 0.47;
+  const CostModel cost(test_cluster(), e);
+  const std::vector<int> nodes{0, 0, 1, 1};
+  auto step = [&](const AttentionPlan& p) {
+    auto r = simulate_attention_plan(p, cost, false, nodes);
+    EXPECT_TRUE(r.ok()) << r.error_str();
+    return r.ok() ? r->step_time_s : 0.0;
+  };
+  std::vector<const AttnTile*> work0;
+  for (const AttnTile& t : plan.stages[0].tiles[0]) work0.push_back(&t);
+  const double tile0 = attention_tiles_s(plan, work0, cost, false) + attention_merge_s(plan, work0, cost, false);
+  AttentionPlan without_tile0 = plan;
+  without_tile0.stages[0].tiles[0].clear();
+  plan.fused_stages = without_tile0.fused_stages = true;
+  const double chain = step(without_tile0);  // rank 3's transfer and tile alone
+  ASSERT_GT(tile0, chain);
+  EXPECT_NEAR(step(plan), tile0, 1e-12);  // point to point: beside rank 0's tile
+  plan.collective_exchange = without_tile0.collective_exchange = true;
+  // Ranks 2 and 3 pay a step per peer: Simple's on NVLink to each other (megabytes), the
+  // network's LL to ranks 0 and 1 on the other node (nothing to send: a zero-byte send/recv,
+  // which NCCL still runs).
+  ASSERT_GT(transfer_bytes(plan, plan.stages[2].transfers[0]), CostModel::kP2pLLThresholdBytes);
+  const double latency = 3.4e-6 + 2 * 2.7e-6;
+  EXPECT_NEAR(step(without_tile0), chain + latency, 1e-12);
+  EXPECT_NEAR(step(plan), tile0 + latency + chain, 1e-12);  // after rank 0 posted it
+  // Every rank takes part in every all-to-all: one kv exchange, then O and its LSE.
+  plan.gather_out = {{3, 2, AttnTensor::out, own3}};
+  auto graph = lower_attention_plan(plan, cost, false, Link::nvlink);
+  ASSERT_TRUE(graph.ok()) << graph.error_str();
+  int latencies = 0, lse = 0;
+  for (const TaskSpec& t : graph->tasks())
+    if (t.name.find("all-to-all") != std::string::npos) {
+      ++latencies;
+      lse += t.name.find("(4-byte") != std::string::npos;
+      EXPECT_EQ(t.stream, 4);
+      EXPECT_GE(t.collective, 0);
+    }
+  EXPECT_EQ(latencies, 3 * 4);
+  EXPECT_EQ(lse, 4);
+}
+
 }  // namespace
 }  // namespace cpbench

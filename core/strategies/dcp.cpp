@@ -455,6 +455,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   p.head_dim = r.head_dim;
   p.value_bytes = r.value_bytes;
   p.fused_stages = true;  // one blockwise kernel call per stage and device
+  p.collective_exchange = r.all_to_all;
   p.home.assign(r.ranks, {});
   const Placement placed{blocks, work, *part, r};
   for (int32_t b = 0; b < D; ++b) p.home[(*part)[b]].push_back(placed.slice(b));
@@ -495,6 +496,7 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
   r.eps_mem = layout.dcp_eps_mem;
   r.eps_comp = layout.dcp_eps_comp;
   r.early_outputs = layout.dcp_early_outputs;
+  r.all_to_all = layout.dcp_all_to_all;
   return r;
 }
 

@@ -73,6 +73,9 @@ struct DcpRequest {
   int32_t divisions = 4;  // stages with communication after the local stage 0 (DCP_N_STAGES)
   double eps_mem = 0.2, eps_comp = 0.1;
   bool early_outputs = false;  // outputs and gradients leave inside the divisions (not DCP's executor)
+  // Each stage's exchange as DCP's executor runs it: all-to-alls over all ranks
+  // (AttentionPlan::collective_exchange); false: point-to-point sends.
+  bool all_to_all = true;
 };
 
 struct DcpResult {
