@@ -338,8 +338,13 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
     for (const auto* info : fit.free) fitted.insert(info->key);
     fits.push_back(std::move(fit));
   }
+  // Each family's error with the stack's own values, reported beside the fit's: how well the
+  // constants' sources predicted this machine before anything was fitted to it.
+  std::vector<double> before;
+  for (const Fit& fit : fits) before.push_back(std::sqrt(log_loss(cluster, start->params(), fit.data)));
   for (int pass = 0; pass < 2; ++pass) {
-    for (const Fit& fit : fits) {
+    for (size_t f = 0; f < fits.size(); ++f) {
+      const Fit& fit = fits[f];
       auto with = [&](const std::vector<double>& u) {
         EfficiencyParams p = params;
         for (size_t i = 0; i < fit.free.size(); ++i) p.*fit.free[i]->member = from_log(u[i], *fit.free[i]);
@@ -355,7 +360,7 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
       for (const auto* info : fit.free)
         params.sources[info->key] = fitted_source_prefix(measurements_file) +
                                     std::to_string(fit.data.size()) + " measurements, rms log error " +
-                                    format_g(rms) + ")";
+                                    format_g(rms) + "; " + format_g(before[f]) + " with the stack's values before the fit)";
     }
   }
   json out = stack;

@@ -103,6 +103,15 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
                   "fitted by cpbench calibrate from synthetic.csv (", 0),
               0u)
         << info.key << ": " << recovered->params().sources.at(info.key);
+    // The source gives the fit's error and, larger, the stack's own before it (the synthetic
+    // truth differs from the preset; the fit recovers it almost exactly).
+    const std::string& src = recovered->params().sources.at(info.key);
+    const auto after = src.find("rms log error "), before = src.find(" with the stack's values before the fit");
+    ASSERT_NE(after, std::string::npos) << src;
+    ASSERT_NE(before, std::string::npos) << src;
+    const double fit_rms = std::stod(src.substr(after + 14));
+    const double start_rms = std::stod(src.substr(src.rfind("; ", before) + 2));
+    EXPECT_LT(fit_rms, start_rms) << src;
   }
   // The rest of the stack (name, memory, fit records) is untouched.
   json rest = *fitted, original = *preset;

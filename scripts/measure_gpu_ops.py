@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Measure a GPU's op times with PyTorch into a `cpbench calibrate` CSV (op,key=value;...,time_s).
+
+Run on the machine to model (needs PyTorch with CUDA); then, on any machine,
+    ./build/cpbench calibrate MEASUREMENTS.csv --preset HARDWARE --out fitted_stack.json
+prints the stack's error on every measurement before and after the fit and writes the fitted stack.
+
+What is measured, each the median of `--iters` CUDA-event timings after warm-up:
+  gemm                  bf16 torch.matmul, m×k by k×n (the cost model's GEMM shapes: tokens × hidden),
+                        from 1024³ (launch-bound) to 16384 × 12288 × 4096
+  flash_attention_fwd   torch SDPA with the FLASH_ATTENTION backend only (FlashAttention-2, as
+  flash_attention_bwd   PyTorch bundles it), bf16, head dim 128, causal and full masks; the backward
+                        timed alone (its forward done first); pairs and mean_len as cpbench counts
+                        them (core/sim/attention_sim.cpp attention_tile_s): pairs = allowed (query,
+                        key) pairs per head, mean_len = 2·pairs/rows
+  memory_bound          a device-to-device copy of N bytes: 2N bytes through HBM
+Also written beside the CSV (host_ops.txt, not a calibrate op): the host time of one eager torch
+call issued back to back without synchronization — narrow, index_select and cat on small GPU
+tensors, the calls of TransformerEngine's per-sequence reorder loop — the figure cpbench's stacks
+call host_op_us.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="the measurements CSV to write")
+    ap.add_argument("--host-out", default=None, help="where to write the host-op timings (default: beside --out)")
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not torch.cuda.is_available():
+        sys.exit("measure_gpu_ops.py: no CUDA device")
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+
+    def timed(fn, setup=None):
+        """Median GPU seconds of one fn() over args.iters timings (setup() before each, untimed).
+        A call shorter than 0.5 ms is captured `reps` times into a CUDA graph whose replay lasts
+        about 2 ms: PyTorch's host issue time (10-20 µs a call, more than a small kernel runs)
+        does not count, only the kernels and their launch gaps, as cpbench's kernel_overhead_us
+        means it (its host_op_us is the host's part, measured apart below). Longer calls, and
+        calls with setup (the backward, which needs its forward first), are timed one by one."""
+        for _ in range(3):
+            if setup:
+                setup()
+            fn()
+        torch.cuda.synchronize()
+
+        def event_time(run):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            run()
+            b.record()
+            b.synchronize()
+            return a.elapsed_time(b) * 1e-3
+
+        if setup:
+            times = []
+            for _ in range(args.iters):
+                setup()
+                times.append(event_time(fn))
+            return statistics.median(times)
+        single = event_time(fn)
+        if single >= 0.5e-3:  # host issue time is negligible beside it: eager calls
+            return statistics.median(event_time(fn) for _ in range(args.iters))
+        reps = max(1, min(1000, round(2e-3 / single)))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        return statistics.median(event_time(graph.replay) / reps for _ in range(args.iters))
+
+    rows = []
+    # GEMMs: a transformer layer's shapes at hidden 4096-12288 over 4096-16384 tokens, and squares.
+    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 12288, 4096), (16384, 4096, 12288),
+                    (8192, 14336, 4096), (8192, 4096, 14336), (2048, 4096, 4096), (4096, 1024, 4096),
+                    (2048, 2048, 2048), (1024, 1024, 1024)]:
+        x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        t = timed(lambda: torch.matmul(x, w))
+        rows.append(("gemm", {"m": m, "n": n, "k": k}, t))
+        print(f"gemm {m}x{n}x{k}: {t * 1e3:.3f} ms, {2 * m * n * k / t / 1e12:.0f} TFLOP/s", flush=True)
+        del x, w
+
+    # FlashAttention-2 through SDPA: [batch, heads, length, 128], about 32K tokens per call.
+    heads, d = 32, 128
+    for length in [1024, 2048, 4096, 8192, 16384]:
+        batch = max(1, 32768 // length)
+        for causal in (True, False):
+            q, k_, v = (torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+                        for _ in range(3))
+            grad = torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16)
+            pairs = batch * (length * (length + 1) / 2 if causal else length * length)
+            mean_len = 2 * pairs / (batch * length)
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                qd, kd, vd = q.detach(), k_.detach(), v.detach()  # the forward alone, no autograd record
+                fwd = timed(lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, is_causal=causal))
+                state = {}
+
+                def forward_only():
+                    for t_ in (q, k_, v):
+                        t_.grad = None
+                    state["out"] = torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=causal)
+
+                bwd = timed(lambda: state["out"].backward(grad), setup=forward_only)
+            shape = {"pairs": pairs, "heads": heads, "head_dim": d, "mean_len": mean_len}
+            rows.append(("flash_attention_fwd", shape, fwd))
+            rows.append(("flash_attention_bwd", shape, bwd))
+            fl = 4 * pairs * heads * d
+            print(f"flash L={length} batch={batch} causal={causal}: fwd {fwd * 1e3:.3f} ms ({fl / fwd / 1e12:.0f} TFLOP/s),"
+                  f" bwd {bwd * 1e3:.3f} ms ({2.5 * fl / bwd / 1e12:.0f} TFLOP/s)", flush=True)
+            del q, k_, v, qd, kd, vd, grad, state
+
+    # HBM: device-to-device copies.
+    # At least 256 MiB: smaller copies repeated back to back stay in L2 (50-60 MB on H100/H200) and
+    # would measure it, not HBM.
+    for nbytes in [256 << 20, 1 << 30, 4 << 30]:
+        src = torch.empty(nbytes, device=dev, dtype=torch.uint8).fill_(1)
+        dst = torch.empty_like(src)
+        t = timed(lambda: dst.copy_(src))
+        rows.append(("memory_bound", {"bytes": 2 * nbytes}, t))
+        print(f"copy {nbytes >> 20} MiB: {t * 1e3:.3f} ms, {2 * nbytes / t / 1e12:.2f} TB/s moved", flush=True)
+        del src, dst
+
+    with open(args.out, "w") as f:
+        f.write("op,shape,time_s\n")
+        f.write(f"# {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, CUDA {torch.version.cuda}; "
+                f"scripts/measure_gpu_ops.py, median of {args.iters}\n")
+        for op, shape, t in rows:
+            f.write(op + "," + ";".join(f"{k}={v:g}" for k, v in shape.items()) + f",{t:.9g}\n")
+
+    # Host time per eager call, back to back (no synchronization): TransformerEngine's reorder loop.
+    x = torch.randn(4096, 8, 128, device=dev, dtype=torch.bfloat16)
+    idx = torch.arange(0, 1024, device=dev)
+    calls = {
+        "narrow": lambda: x.narrow(0, 128, 512),
+        "index_select": lambda: torch.index_select(x, 0, idx),
+        "cat": lambda: torch.cat([x[:512], x[1024:1536]], dim=0),
+    }
+    lines = [f"# host seconds per eager torch call, {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}"]
+    n = 20000
+    for name, fn in calls.items():
+        for _ in range(1000):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t0) / n
+        torch.cuda.synchronize()
+        lines.append(f"{name}: {host * 1e6:.2f} us")
+    # One sequence of the loop: slice the two chunks of a sequence, cat them, index into the output.
+    chunks = [x[i * 256:(i + 1) * 256] for i in range(16)]
+
+    def one_sequence():
+        a = chunks[3].narrow(0, 0, 128)
+        b = chunks[12].narrow(0, 128, 128)
+        c = torch.cat([a, b], dim=0)
+        return torch.index_select(c, 0, idx[:256])
+
+    for _ in range(1000):
+        one_sequence()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        one_sequence()
+    per = (time.perf_counter() - t0) / n / 4
+    torch.cuda.synchronize()
+    lines.append(f"reorder loop (4 calls per sequence): {per * 1e6:.2f} us per call")
+    host_out = args.host_out or (args.out.rsplit("/", 1)[0] + "/host_ops.txt" if "/" in args.out else "host_ops.txt")
+    with open(host_out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
