@@ -117,8 +117,9 @@ struct AttentionPlan {
   // not it sends, and they follow one another on the communicator's stream: an all-to-all
   // completes nowhere before every rank has posted it, and each costs its latency
   // (a send/recv step per peer, CostModel::p2p_latency_s) besides the bytes. False: point-to-point sends, each
-  // waiting only for its two ends (ring attention's send/recv pairs). The CPU executor posts the
-  // same messages point to point either way: the same bytes.
+  // waiting only for its two ends (ring attention's send/recv pairs). The CPU executor runs the
+  // all-to-alls as NCCL does, a send to and a receive from every peer per round (the fp32 LSE of
+  // an O inside its message rather than in a round of its own): the same bytes.
   bool collective_exchange = false;
   // [rank] the slices a rank owns (all heads, or a head range on multiples of g: DCP's head
   // blocks): its Q, K, V and dO on entry, its O, LSE, dQ, dK and dV on exit. Every (token, head)

@@ -17,6 +17,8 @@ enum Tag : int { kTagForward = 11, kTagGather = 12, kTagBackwardIn = 13, kTagBac
 // Relays (forwarding what arrives in the same phase) leave in the order their inputs arrive, so
 // they travel under a tag of their own: each tag's messages between a pair stay in list order.
 constexpr int kRelayTagOffset = 100;
+// collective_exchange: an all-to-all's tag also carries its element size (2 or 4 bytes).
+constexpr int kElementTagStride = 1000;
 
 // A held piece of data: `x` [tokens, heads_units, width] and, for K/V, O/LSE and dK/dV, a second
 // array `y` (V [tokens, heads_units, width]; LSE [heads, tokens]).
@@ -309,9 +311,22 @@ class Rank {
     };
     std::vector<Relay> relays;
     size_t next_relay = 0;
+    // collective_exchange: the phase's all-to-alls, each one message to and from every peer (an
+    // empty one included), as NCCL runs PyTorch's all_to_all_single: grouped send/recv with every
+    // rank. A received message holds the round's transfers from that peer in list order; it is cut
+    // into them once it has arrived. Relay rounds go out once this rank's direct rounds are in.
+    struct Merged {
+      size_t req, data;
+      std::vector<const AttnTransfer*> transfers;
+    };
+    std::vector<Merged> merged;
+    size_t merged_cut = 0;  // merged[0, merged_cut) are cut into ph.incoming already
+    std::vector<std::pair<int, std::vector<const AttnTransfer*>>> relay_rounds;  // (tag, list)
+    bool relay_rounds_posted = true;
   };
   template <class TagOf>
   Status open(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
+    if (p_.collective_exchange) return open_all_to_alls(ph, list, tag_of);
     ph.data.reserve(2 * list.size());
     for (const auto& tr : list) {
       if (tr.src != me_ && tr.dst != me_) continue;
@@ -337,6 +352,120 @@ class Rank {
     }
     return ok_status();
   }
+  // collective_exchange: the all-to-alls of a transfer list, keyed by (relay, tag class, element
+  // size) in first-appearance order: every rank sees the whole list, so all post the same rounds.
+  // (The simulator runs the fp32 LSE of O in an all-to-all of its own, as DCP's executor does; here
+  // it travels in its O's message: the same bytes.)
+  template <class TagOf>
+  std::vector<std::pair<int, std::vector<const AttnTransfer*>>> all_to_all_rounds(const std::vector<AttnTransfer>& list,
+                                                                                   TagOf tag_of, bool relay) const {
+    std::vector<std::pair<int, std::vector<const AttnTransfer*>>> rounds;
+    for (const auto& tr : list) {
+      if (tr.relay != relay) continue;
+      const int tag = tag_of(tr) + (relay ? kRelayTagOffset : 0) + kElementTagStride * p_.wire_bytes(tr.tensor);
+      auto it = std::find_if(rounds.begin(), rounds.end(), [&](const auto& r) { return r.first == tag; });
+      if (it == rounds.end()) it = rounds.insert(rounds.end(), {tag, {}});
+      it->second.push_back(&tr);
+    }
+    return rounds;
+  }
+  // Posts one all-to-all: to every peer the round's transfers this rank sends it, packed in list
+  // order (payload(tr) gives each one's bytes), and from every peer what it sends this rank.
+  template <class Payload>
+  Status post_all_to_all(Phase& ph, int tag, const std::vector<const AttnTransfer*>& round, Payload payload) {
+    for (int32_t peer = 0; peer < p_.ranks; ++peer) {
+      if (peer == me_) continue;
+      std::vector<std::byte> out;
+      Phase::Merged in{0, 0, {}};
+      size_t in_bytes = 0;
+      for (const AttnTransfer* tr : round) {
+        if (tr->src == me_ && tr->dst == peer) {
+          auto bytes = payload(*tr);
+          if (!bytes) return bytes.errors();
+          out.insert(out.end(), bytes->begin(), bytes->end());
+        }
+        if (tr->dst == me_ && tr->src == peer) {
+          in.transfers.push_back(tr);
+          in_bytes += static_cast<size_t>(transfer_bytes(p_, *tr));
+        }
+      }
+      ph.data.push_back(std::move(out));
+      auto r = comm_.isend(std::span<const std::byte>(ph.data.back()), peer, tag);
+      if (!r) return r.errors();
+      ph.reqs.push_back(std::move(*r));
+      ph.data.emplace_back(in_bytes);
+      in.data = ph.data.size() - 1;
+      auto q = comm_.irecv(std::span<std::byte>(ph.data.back()), peer, tag);
+      if (!q) return q.errors();
+      ph.reqs.push_back(std::move(*q));
+      in.req = ph.reqs.size() - 1;
+      ph.merged.push_back(std::move(in));
+    }
+    return ok_status();
+  }
+  template <class TagOf>
+  Status open_all_to_alls(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
+    ph.data.reserve(4 * static_cast<size_t>(p_.ranks) * (1 + list.size() / std::max(1, p_.ranks)));
+    for (const auto& [tag, round] : all_to_all_rounds(list, tag_of, false)) {
+      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr) -> Expected<std::vector<std::byte>> {
+        const Entry* e = find(tr.tensor, tr.slice);
+        if (!e) return Error{"", "", std::string("rank ") + std::to_string(me_) + " does not hold the " +
+                                         attn_tensor_name(tr.tensor) + " it must send"};
+        std::vector<float> x, y;
+        extract(*e, tr.slice, shape_of(p_, tr.tensor), x, has_second(tr.tensor) ? &y : nullptr);
+        return encode(p_, tr.tensor, x, y);
+      });
+      if (!st) return st;
+    }
+    ph.relay_rounds = all_to_all_rounds(list, tag_of, true);
+    ph.relay_rounds_posted = ph.relay_rounds.empty();
+    return ok_status();
+  }
+  // Cuts the merged messages not cut yet (all arrived) into their transfers (ph.incoming, ph.slot).
+  void split_arrived(Phase& ph) {
+    for (size_t m = ph.merged_cut; m < ph.merged.size(); ++m) {
+      const Phase::Merged& in = ph.merged[m];
+      size_t at = 0;
+      for (const AttnTransfer* tr : in.transfers) {
+        const size_t n = static_cast<size_t>(transfer_bytes(p_, *tr));
+        const auto begin = ph.data[in.data].begin() + static_cast<std::ptrdiff_t>(at);
+        ph.data.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(n));
+        at += n;
+        ph.incoming.push_back(tr);
+        ph.slot.push_back(ph.data.size() - 1);
+      }
+    }
+    ph.merged_cut = ph.merged.size();
+  }
+  // The relay rounds, once every direct-round message to this rank is in (`wait`: waiting for them).
+  Status post_relay_all_to_alls(Phase& ph, bool wait) {
+    if (ph.relay_rounds_posted) return ok_status();
+    const size_t direct = ph.merged.size();
+    for (size_t m = 0; m < direct; ++m) {
+      Request& r = ph.reqs[ph.merged[m].req];
+      if (wait) {
+        if (auto st = comm_.wait_all(std::span<Request>(&r, 1)); !st) return st;
+      } else {
+        auto done = comm_.test(r);
+        if (!done) return done.errors();
+        if (!*done) return ok_status();
+      }
+    }
+    split_arrived(ph);
+    ph.relay_rounds_posted = true;
+    for (const auto& [tag, round] : ph.relay_rounds) {
+      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr) -> Expected<std::vector<std::byte>> {
+        for (size_t i = 0; i < ph.incoming.size(); ++i)
+          if (!ph.incoming[i]->relay && ph.incoming[i]->tensor == tr.tensor && ph.incoming[i]->slice == tr.slice)
+            return ph.data[ph.slot[i]];
+        return Error{"", "", "rank " + std::to_string(me_) + " relays a " + attn_tensor_name(tr.tensor) +
+                                 " it does not receive in the phase (a plan error)"};
+      });
+      if (!st) return st;
+    }
+    return ok_status();
+  }
+
   // Posts the relays whose input has arrived, in list order; with `wait`, all of them.
   Status post_relays(Phase& ph, bool wait) {
     for (; ph.next_relay < ph.relays.size(); ++ph.next_relay) {
@@ -360,12 +489,15 @@ class Rank {
   Status poll(Phase& ph) {
     for (Request& r : ph.reqs)
       if (auto done = comm_.test(r); !done) return done.errors();
+    if (auto st = post_relay_all_to_alls(ph, false); !st) return st;
     return post_relays(ph, false);
   }
   Status close(Phase& ph, ExecutionReport& rep) {
     auto t0 = Clock::now();
+    if (auto st = post_relay_all_to_alls(ph, true); !st) return st;
     if (auto st = post_relays(ph, true); !st) return st;
     if (auto st = comm_.wait_all(ph.reqs); !st) return st;
+    split_arrived(ph);  // collective_exchange: what the last rounds brought
     rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
     return ok_status();
   }

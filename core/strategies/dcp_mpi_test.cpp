@@ -374,12 +374,14 @@ TEST(Dcp, BlockSizeHeuristicHalvesUntilBlocksBalance) {
 }
 
 // On 2, 4 and 8 ranks (as many as the job has; sub-communicators of the world), each group two
-// simulated nodes: every mask, 1 and 4 divisions, 1, 2 and 4 head blocks.
+// simulated nodes: every mask, 1 and 4 divisions, 1, 2 and 4 head blocks; the exchange as DCP's
+// executor runs it (all-to-alls: a message to and from every peer per round, relays in a round of
+// their own) and, with two head blocks, as point-to-point sends.
 TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   MpiCommunicator& w = world();
   ASSERT_TRUE(w.size() == 4 || w.size() == 8) << "run under mpirun -np 4 or -np 8";
   const CostModel cost = ideal_cost();
-  int64_t early_outputs = 0, relays = 0;
+  int64_t early_outputs = 0, relays = 0, collective = 0, point_to_point = 0;
   for (int32_t ranks : {2, 4, 8}) {
     if (ranks > w.size()) continue;
     auto sub = w.split(w.rank() / ranks, w.rank());
@@ -395,8 +397,11 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
           DcpRequest r = request(c, ranks, ranks / 2, divisions);
           r.head_blocks = head_blocks;
           r.early_outputs = divisions == 4;
+          r.all_to_all = head_blocks != 2;
           auto d = plan_dcp(r, cost);
           ASSERT_TRUE(d.ok()) << d.error_str();
+          ASSERT_EQ(d->plan.collective_exchange, r.all_to_all);
+          (r.all_to_all ? collective : point_to_point) += 1;
           for (const AttnStage& st : d->plan.stages)
             for (const AttnTransfer& t : st.transfers) {
               early_outputs += t.tensor == AttnTensor::out;
@@ -409,6 +414,8 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
   }
   EXPECT_GT(early_outputs, 0) << "no plan sent a partial output inside the stages";
   EXPECT_GT(relays, 0) << "no plan relayed an input inside a node (two-phase communication)";
+  EXPECT_GT(collective, 0);
+  EXPECT_GT(point_to_point, 0);
 }
 
 }  // namespace
