@@ -603,5 +603,30 @@ TEST(AttentionSim, AnAllToAllExchangeWaitsForEveryRankAndItsLatency) {
   EXPECT_EQ(lse, 4);
 }
 
+// The EFA stack's small all-to-all against the published one: nccl-tests alltoall_perf on 2
+// p4d.24xlarge (16 ranks) takes 100-117 µs from 1 KB to 64 KB per rank (bottlerocket-kernel-kit
+// pull requests 313 and 424; experiments/stacks/fa2_efa_a100.json derives its network LL latency
+// from it). One tiny exchange inside a node, as a 16-rank all-to-all on 2 nodes of 8.
+TEST(AttentionSim, EfaSmallAllToAllIsThePublishedOne) {
+  AttentionPlan plan;
+  plan.layout = "hand";
+  plan.ranks = 16;
+  plan.seq_lengths = {16 * 64};
+  plan.heads_q = plan.heads_kv = 1;
+  plan.head_dim = 8;
+  plan.value_bytes = 2;
+  plan.fused_stages = true;
+  plan.collective_exchange = true;
+  for (int32_t r = 0; r < 16; ++r) plan.home.push_back({{0, r * 64, (r + 1) * 64, 0, 1}});
+  plan.stages.push_back({{{0, 1, AttnTensor::kv, plan.home[0][0]}}, std::vector<std::vector<AttnTile>>(16)});
+  ASSERT_LE(transfer_bytes(plan, plan.stages[0].transfers[0]), CostModel::kP2pLLThresholdBytes);
+  std::vector<int> nodes(16);
+  for (int32_t r = 0; r < 16; ++r) nodes[r] = r / 8;
+  auto r = simulate_attention_plan(plan, preset_model("a100_40gb_p4d"), false, nodes);
+  ASSERT_TRUE(r.ok()) << r.error_str();
+  EXPECT_GE(r->step_time_s, 100e-6);
+  EXPECT_LE(r->step_time_s, 117e-6);
+}
+
 }  // namespace
 }  // namespace cpbench
