@@ -63,10 +63,8 @@ struct Lowering {
     }
   }
 
-  // collective_exchange: the phase's messages as the all-to-alls that carry them, in the order
-  // they are issued — per round (direct sends, then relays: DCP's second phase) one per element
-  // size of what moves (a message of O also carries its fp32 LSE). Returns, per message, the
-  // all-to-all it travels in; rounds[c] lists the element sizes' all-to-alls by round.
+  // collective_exchange: one all-to-all of a phase — direct sends or relays (DCP's second phase),
+  // of one element size — with what each pair of ranks moves in it and its latency tasks.
   struct AllToAll {
     bool relay;
     int element_bytes;
@@ -85,6 +83,9 @@ struct Lowering {
     }
     return s;
   }
+  // The phase's all-to-alls in the order they are issued: direct sends, then relays, each by
+  // element size ascending. A message of O carries its fp32 LSE, which travels in the 4-byte
+  // all-to-all. of_message: per message, the all-to-all that carries it (O: its values').
   template <class Message>
   std::vector<AllToAll> all_to_alls(const std::vector<Message>& messages, std::vector<int>& of_message) const {
     std::map<std::pair<bool, int>, std::map<std::pair<int32_t, int32_t>, double>> sent;  // (relay, size) -> bytes
@@ -92,8 +93,8 @@ struct Lowering {
     for (const Message& m : messages) {
       const AttnTransfer& t = *m.first;
       sent[{t.relay, plan.wire_bytes(t.tensor)}][{t.src, t.dst}] += m.bytes;
-      if (t.tensor == AttnTensor::out) {  // its LSE: fp32, a row per query head and token
-        const double lse = 4.0 * t.slice.tokens() * t.slice.heads();
+      if (t.tensor == AttnTensor::out) {  // its LSE: 4 of each row's head_dim · value + 4 bytes
+        const double lse = m.bytes * 4.0 / (plan.head_dim * plan.wire_bytes(t.tensor) + 4.0);
         sent[{t.relay, 4}][{t.src, t.dst}] += lse;
         sent[{t.relay, plan.wire_bytes(t.tensor)}][{t.src, t.dst}] -= lse;
       }

@@ -587,8 +587,12 @@ TEST(AttentionSim, AnAllToAllExchangeWaitsForEveryRankAndItsLatency) {
   const double latency = 3.4e-6 + 2 * 2.7e-6;
   EXPECT_NEAR(step(without_tile0), chain + latency, 1e-12);
   EXPECT_NEAR(step(plan), tile0 + latency + chain, 1e-12);  // after rank 0 posted it
-  // Every rank takes part in every all-to-all: one kv exchange, then O and its LSE.
-  plan.gather_out = {{3, 2, AttnTensor::out, own3}};
+  // Every rank takes part in every all-to-all: one kv exchange, then O and its LSE. Rank 3 sends
+  // rank 2 two partial O of 512 tokens × 8 heads in one message: 16 KiB of LSE each, 32 KiB
+  // together, so the LSE all-to-all runs Simple between them (3.4 µs on NVLink), LL elsewhere.
+  plan.gather_out = {{3, 2, AttnTensor::out, {0, 3 * 4096, 3 * 4096 + 512, 0, 8}},
+                     {3, 2, AttnTensor::out, {0, 3 * 4096 + 512, 3 * 4096 + 1024, 0, 8}}};
+  ASSERT_EQ(4.0 * 512 * 8, CostModel::kP2pLLThresholdBytes);
   auto graph = lower_attention_plan(plan, cost, false, Link::nvlink);
   ASSERT_TRUE(graph.ok()) << graph.error_str();
   int latencies = 0, lse = 0;
@@ -601,6 +605,14 @@ TEST(AttentionSim, AnAllToAllExchangeWaitsForEveryRankAndItsLatency) {
     }
   EXPECT_EQ(latencies, 3 * 4);
   EXPECT_EQ(lse, 4);
+  auto lse_latency = [&](int rank) {
+    auto g = lower_attention_plan(plan, cost, false, Link::nvlink);  // every rank on one node
+    for (const TaskSpec& t : g->tasks())
+      if (t.device == rank && t.name.find("gather all-to-all (4-byte") != std::string::npos) return t.duration_s;
+    return -1.0;
+  };
+  EXPECT_NEAR(lse_latency(3), 3.4e-6 + 2 * 0.47e-6, 1e-15);
+  EXPECT_NEAR(lse_latency(0), 3 * 0.47e-6, 1e-15);
 }
 
 // The EFA stack's small all-to-all against the published one: nccl-tests alltoall_perf on 2
