@@ -43,15 +43,13 @@ double CostModel::p2p_s(double bytes, Link link) const {
     case Link::pcie:
       return e.pcie_latency_us * 1e-6 +
              bytes / (cluster_.pcie_bandwidth_GBps() * 1e9 * e.pcie_efficiency);
-    case Link::nvlink: {
-      const double bw = cluster_.nvlink_bandwidth_GBps() * 1e9 * e.nvlink_busbw_efficiency;
-      return std::min(phases_s({{1, bytes, bw, e.nvlink_step_latency_us * 1e-6}}, Protocol::simple),
-                      phases_s({{1, bytes, bw, e.nvlink_ll_step_latency_us * 1e-6}}, Protocol::ll));
-    }
+    case Link::nvlink:
     case Link::network: {
-      const double bw = cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_p2p_efficiency;
-      return std::min(phases_s({{1, bytes, bw, e.network_step_latency_us * 1e-6}}, Protocol::simple),
-                      phases_s({{1, bytes, bw, e.network_ll_step_latency_us * 1e-6}}, Protocol::ll));
+      const double bw = link == Link::nvlink
+                            ? cluster_.nvlink_bandwidth_GBps() * 1e9 * e.nvlink_busbw_efficiency
+                            : cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_p2p_efficiency;
+      return std::min(phases_s({{1, bytes, bw, step_latency_s(link, false)}}, Protocol::simple),
+                      phases_s({{1, bytes, bw, step_latency_s(link, true)}}, Protocol::ll));
     }
   }
   return 0;
@@ -61,8 +59,8 @@ double CostModel::nic_p2p_s(double bytes) const {
   if (bytes <= 0) return 0;
   const EfficiencyParams& e = params_;
   const double bw = cluster_.nic_bandwidth_Gbps / 8 * 1e9 * e.network_p2p_efficiency;
-  return std::min(phases_s({{1, bytes, bw, e.network_step_latency_us * 1e-6}}, Protocol::simple),
-                  phases_s({{1, bytes, bw, e.network_ll_step_latency_us * 1e-6}}, Protocol::ll));
+  return std::min(phases_s({{1, bytes, bw, step_latency_s(Link::network, false)}}, Protocol::simple),
+                  phases_s({{1, bytes, bw, step_latency_s(Link::network, true)}}, Protocol::ll));
 }
 
 double CostModel::collective_s(Collective kind, double bytes, const GroupPlacement& group) const {
@@ -131,18 +129,18 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
   return best;
 }
 
-double CostModel::p2p_latency_s(double bytes, Link link) const {
+double CostModel::step_latency_s(Link link, bool ll) const {
   const EfficiencyParams& e = params_;
-  const bool ll = bytes <= kP2pLLThresholdBytes;
   switch (link) {
-    case Link::nvlink:
-      return (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
-    case Link::network:
-      return (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
-    case Link::pcie:
-      return e.pcie_latency_us * 1e-6;
+    case Link::nvlink: return (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
+    case Link::network: return (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
+    case Link::pcie: return e.pcie_latency_us * 1e-6;
   }
   return 0;
+}
+
+double CostModel::p2p_latency_s(double bytes, Link link) const {
+  return step_latency_s(link, bytes <= kP2pLLThresholdBytes);
 }
 
 }  // namespace cpbench

@@ -109,6 +109,10 @@ class CostModel {
   double p2p_latency_s(double bytes, Link link) const;
 
  private:
+  // One NCCL step's latency over an NVLink or network hop under LL (ll) or Simple; PCIe's copy
+  // latency for a PCIe hop.
+  double step_latency_s(Link link, bool ll) const;
+
   ClusterSpec cluster_;
   EfficiencyParams params_;
   Status status_ = ok_status();

@@ -405,7 +405,7 @@ class Rank {
   }
   template <class TagOf>
   Status open_all_to_alls(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
-    ph.data.reserve(4 * static_cast<size_t>(p_.ranks) * (1 + list.size() / std::max(1, p_.ranks)));
+    ph.data.reserve(4 * static_cast<size_t>(p_.ranks) + 2 * list.size());
     for (const auto& [tag, round] : all_to_all_rounds(list, tag_of, false)) {
       auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr) -> Expected<std::vector<std::byte>> {
         const Entry* e = find(tr.tensor, tr.slice);

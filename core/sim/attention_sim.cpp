@@ -100,14 +100,12 @@ struct Lowering {
       }
     }
     std::vector<AllToAll> out;
-    for (const auto& [key, bytes] : sent)  // map order: direct sends, then relays; sizes ascending
+    std::map<std::pair<bool, int>, int> index;
+    for (const auto& [key, bytes] : sent) {  // map order: direct sends, then relays; sizes ascending
+      index[key] = static_cast<int>(out.size());
       out.push_back({key.first, key.second, bytes, {}});
-    for (const Message& m : messages) {
-      const AllToAll want{m.first->relay, plan.wire_bytes(m.first->tensor), {}, {}};
-      of_message.push_back(static_cast<int>(std::find_if(out.begin(), out.end(), [&](const AllToAll& a) {
-                                              return a.relay == want.relay && a.element_bytes == want.element_bytes;
-                                            }) - out.begin()));
     }
+    for (const Message& m : messages) of_message.push_back(index.at({m.first->relay, plan.wire_bytes(m.first->tensor)}));
     return out;
   }
 
