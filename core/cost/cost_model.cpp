@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <queue>
 
 namespace cpbench {
 
@@ -82,32 +84,64 @@ struct AttentionShape {
   double pairs, heads, head_dim, mean_len;
 };
 
+// Seconds per (pair, head) on a full GPU: the matmuls on the tensor cores, then one exponential
+// on the SFUs; FA2 does not overlap them, which is why small head dims reach a lower fraction of
+// peak (Shah et al., FlashAttention-3, §1). FA3 / cuDNN on Hopper overlap the two (Shah et al.,
+// §3.1-3.2): then the slower of the two units bounds the rate.
+double pair_s(const ClusterSpec& c, const EfficiencyParams& p, double matmul_flops_per_pair, double peak_fraction) {
+  const double matmul_s = matmul_flops_per_pair / (c.gpu.peak_flops() * peak_fraction);
+  const double exp_s = 1 / (p.sfu_exp_rate_Tps * 1e12);
+  return std::max(matmul_s + (1 - p.attention_exp_overlap) * exp_s, exp_s);
+}
+
+// A row's fixed cost (the masked half of its diagonal tile, loading Q, rescaling and writing O)
+// amortized over the keys it sees: the factor on its pairs.
+double row_overhead(const EfficiencyParams& p, double keys_per_row) {
+  return 1 + p.attention_row_overhead_keys / std::max(1.0, keys_per_row);
+}
+
+// The launch overhead and the larger of compute and the HBM floor of `io_tensors`
+// [row_heads, head_dim] bf16 tensors read and written.
+double attention_call_s(const ClusterSpec& c, const EfficiencyParams& p, double compute_s, double row_heads,
+                        double head_dim, double io_tensors) {
+  const double memory_s = io_tensors * row_heads * head_dim * 2 / (c.gpu.hbm_bandwidth_GBps * 1e9 * p.hbm_efficiency);
+  return p.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);
+}
+
 // Seconds of one pass: `matmul_flops_per_pair` tensor-core flops and one exponential per pair,
 // the per-row overhead and the SM underfill of small grids, and an HBM floor for the
 // `io_tensors` [rows, heads, head_dim] tensors read and written.
 double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const AttentionShape& a,
                    double matmul_flops_per_pair, double peak_fraction, double io_tensors) {
   if (a.pairs <= 0 || a.heads <= 0 || a.head_dim <= 0) return 0;
-  // Seconds per (pair, head) on a full GPU: the matmuls on the tensor cores, then one
-  // exponential on the SFUs; FA2 does not overlap them, which is why small head dims reach a
-  // lower fraction of peak (Shah et al., FlashAttention-3, §1).
-  // FA3 / cuDNN on Hopper overlap the two (Shah et al., §3.1-3.2): then the slower of the two
-  // units bounds the rate.
-  const double matmul_s = matmul_flops_per_pair / (c.gpu.peak_flops() * peak_fraction);
-  const double exp_s = 1 / (p.sfu_exp_rate_Tps * 1e12);
-  const double per_pair_s = std::max(matmul_s + (1 - p.attention_exp_overlap) * exp_s, exp_s);
-  // A causal row sees L/2 keys on average; its fixed cost (the masked half of its diagonal
-  // tile, loading Q, rescaling and writing O) is amortized over them.
+  const double per_pair_s = pair_s(c, p, matmul_flops_per_pair, peak_fraction);
+  // A causal row sees L/2 keys on average.
   const double keys_per_row = std::max(1.0, a.mean_len / 2);
-  const double overhead = 1 + p.attention_row_overhead_keys / keys_per_row;
   // One CTA per (128-row query tile, head): a grid smaller than the GPU leaves SMs idle and
   // takes as long as one CTA's work, i.e. as a full GPU of such CTAs.
   const double rows = a.pairs / keys_per_row;
   const double full_gpu_pair_heads = c.gpu.sm_count * kAttentionQueryTile * keys_per_row;
-  const double compute_s = per_pair_s * overhead * std::max(a.pairs * a.heads, full_gpu_pair_heads);
-  const double io_bytes = io_tensors * rows * a.heads * a.head_dim * 2;
-  const double memory_s = io_bytes / (c.gpu.hbm_bandwidth_GBps * 1e9 * p.hbm_efficiency);
-  return p.kernel_overhead_us * 1e-6 + std::max(compute_s, memory_s);
+  const double compute_s =
+      per_pair_s * row_overhead(p, keys_per_row) * std::max(a.pairs * a.heads, full_gpu_pair_heads);
+  return attention_call_s(c, p, compute_s, rows * a.heads, a.head_dim, io_tensors);
+}
+
+// Greedy list scheduling of `work` (seconds each on one SM) in order onto `sms` identical SMs,
+// each CTA to the SM that frees first — what the hardware's block scheduler does with a grid
+// whose CTAs outnumber the SMs: the makespan.
+double list_schedule_s(const std::vector<double>& work, int sms) {
+  if (work.empty()) return 0;
+  if (static_cast<int64_t>(work.size()) <= sms) return *std::max_element(work.begin(), work.end());
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (int i = 0; i < sms; ++i) free_at.push(0.0);
+  double end = 0;
+  for (double w : work) {
+    const double t = free_at.top() + w;
+    free_at.pop();
+    free_at.push(t);
+    end = std::max(end, t);
+  }
+  return end;
 }
 
 }  // namespace
@@ -126,6 +160,25 @@ double CostModel::flash_attention_bwd_s(double pairs, int64_t heads, int64_t hea
   return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len},
                      kAttentionBwdFlopsPerFwd * 4.0 * head_dim,
                      params_.attention_bwd_peak_fraction, 8);
+}
+
+double CostModel::flash_attention_grid_s(const std::vector<double>& cta_pairs, double row_heads, int64_t head_dim,
+                                         bool backward) const {
+  double pairs = 0;
+  for (double w : cta_pairs) pairs += w;
+  if (pairs <= 0 || row_heads <= 0 || head_dim <= 0) return 0;
+  const double flops = (backward ? kAttentionBwdFlopsPerFwd : 1.0) * 4.0 * head_dim;
+  const double fraction = backward ? params_.attention_bwd_peak_fraction : params_.attention_fwd_peak_fraction;
+  // One SM's seconds per pair: the full GPU's rate shared by its SMs, with the call's per-row
+  // overhead spread over its pairs (so a grid of many equal CTAs costs what flash_attention_*_s
+  // prices for the same pairs).
+  const int sms = std::max(1, cluster_.gpu.sm_count);
+  const double sm_pair_s = pair_s(cluster_, params_, flops, fraction) * sms * row_overhead(params_, pairs / row_heads);
+  std::vector<double> work;
+  work.reserve(cta_pairs.size());
+  for (double w : cta_pairs)
+    if (w > 0) work.push_back(w * sm_pair_s);
+  return attention_call_s(cluster_, params_, list_schedule_s(work, sms), row_heads, double(head_dim), backward ? 8 : 4);
 }
 
 double CostModel::memory_bound_s(double bytes) const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/common/expected.h"
 #include "core/cost/efficiency.h"
@@ -77,6 +78,18 @@ class CostModel {
                                double mean_len) const;
   double flash_attention_bwd_s(double pairs, int64_t heads, int64_t head_dim,
                                double mean_len) const;
+
+  // One FlashAttention-2 call priced from its grid. `cta_pairs`: per CTA, in launch order, the
+  // (query, key) pairs of one head it computes — forward, a 128-row query tile against every key
+  // its rows attend to (FA2's grid (query tiles, sequences, heads)); backward, a 128-key tile
+  // against every query row that attends to it (grid (key tiles, sequences, heads)).
+  // `row_heads`: the call's query rows × heads. The block scheduler hands CTAs to SMs in launch
+  // order as SMs free up (greedy list scheduling, each CTA at one SM's share of the full-GPU
+  // rate), so a call lasts at least as long as its longest CTA and a partial last wave costs a
+  // whole CTA. Per-pair rate, per-row overhead, HBM floor and launch overhead as
+  // flash_attention_*_s, which a grid of many equal CTAs approaches (to within one CTA).
+  double flash_attention_grid_s(const std::vector<double>& cta_pairs, double row_heads, int64_t head_dim,
+                                bool backward) const;
 
   // Element-wise work moving `bytes` through HBM (norms, activations, softmax, dropout, residual
   // adds, optimizer step): kernel overhead + bytes / (hbm bandwidth · hbm_efficiency).

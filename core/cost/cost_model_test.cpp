@@ -152,6 +152,55 @@ TEST(Attention, SmallGridUnderfillsTheSms) {
   EXPECT_NEAR(t8, t1, 1e-12);
 }
 
+// A call priced from its grid (flash_attention_grid_s): CTAs handed to the SMs in launch order.
+EfficiencyParams grid_params() {
+  EfficiencyParams p = EfficiencyParams::ideal();
+  p.attention_row_overhead_keys = 64;
+  p.kernel_overhead_us = 2;
+  return p;
+}
+
+TEST(AttentionGrid, WholeWavesOfEqualCtasCostWhatTheUniformModelPrices) {
+  const CostModel model(test_cluster(), grid_params());
+  // 4 heads × 100 query tiles of 128 rows, each row seeing 2048 keys: 400 CTAs, 4 whole waves on
+  // 100 SMs; the uniform model takes the same pairs, rows and mean length (2 × keys per row).
+  const std::vector<double> grid(400, 128.0 * 2048);
+  const double uniform = model.flash_attention_fwd_s(12800.0 * 2048, 4, 128, 4096);
+  EXPECT_NEAR(model.flash_attention_grid_s(grid, 12800.0 * 4, 128, false), uniform, 1e-12 * uniform);
+  const double uniform_bwd = model.flash_attention_bwd_s(12800.0 * 2048, 4, 128, 4096);
+  EXPECT_NEAR(model.flash_attention_grid_s(grid, 12800.0 * 4, 128, true), uniform_bwd, 1e-12 * uniform_bwd);
+}
+
+TEST(AttentionGrid, APartialWaveCostsAWholeCta) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  const double cta = 128.0 * 1024;
+  const double one_wave = model.flash_attention_grid_s(std::vector<double>(100, cta), 100 * 128, 128, false);
+  // Ideal constants: one CTA on one SM of a 100 TFLOP/s, 100-SM GPU.
+  EXPECT_NEAR(one_wave, cta * 4 * 128 * 100 / 100e12, 1e-15);
+  EXPECT_NEAR(model.flash_attention_grid_s(std::vector<double>(101, cta), 101 * 128, 128, false), 2 * one_wave, 1e-15);
+  EXPECT_NEAR(model.flash_attention_grid_s(std::vector<double>(200, cta), 200 * 128, 128, false), 2 * one_wave, 1e-15);
+}
+
+TEST(AttentionGrid, ACallLastsAtLeastItsLongestCta) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  // One CTA of 128 rows × 32K keys beside 99 short ones: the SMs of the short ones idle while the
+  // long one runs, so the call costs the long one alone — 32× what the same pairs spread evenly
+  // over 100 SMs would cost.
+  std::vector<double> grid(99, 128.0 * 1024);
+  grid.insert(grid.begin(), 128.0 * 32768);
+  const double alone = model.flash_attention_grid_s({128.0 * 32768}, 128, 128, false);
+  EXPECT_NEAR(model.flash_attention_grid_s(grid, 100 * 128, 128, false), alone, 1e-15);
+  double pairs = 0;
+  for (double w : grid) pairs += w;
+  EXPECT_GT(model.flash_attention_grid_s(grid, 100 * 128, 128, false),
+            10 * model.flash_attention_fwd_s(pairs, 1, 128, 2 * pairs / (100 * 128)));
+  // Launch order matters once CTAs outnumber SMs: the long one last runs after a wave.
+  std::vector<double> late(199, 128.0 * 1024);
+  late.push_back(128.0 * 32768);
+  EXPECT_NEAR(model.flash_attention_grid_s(late, 200 * 128, 128, false),
+              alone + model.flash_attention_grid_s({128.0 * 1024}, 128, 128, false), 1e-12);
+}
+
 TEST(Compute, ZeroWorkIsFree) {
   const CostModel model = preset_model("a100_80gb_dgx");
   EXPECT_EQ(model.gemm_s(0, 10, 10), 0);

@@ -394,14 +394,7 @@ Expected<Lowering> build(const AttentionPlan& plan, const CostModel& cost, bool 
 }  // namespace
 
 double attention_tile_s(const AttentionPlan& plan, const AttnTile& tile, const CostModel& cost, bool backward) {
-  const int64_t rows = tile.q.tokens();
-  if (rows <= 0) return 0;
-  const double pairs = static_cast<double>(tile_work_pairs(plan, tile));
-  // The cost model takes the mean sequence length L and assumes a row sees L/2 keys (causal);
-  // a tile's rows see pairs/rows keys on average, so its "length" is twice that.
-  const double mean_len = 2 * pairs / static_cast<double>(rows);
-  return backward ? cost.flash_attention_bwd_s(pairs, tile.q.heads(), plan.head_dim, mean_len)
-                  : cost.flash_attention_fwd_s(pairs, tile.q.heads(), plan.head_dim, mean_len);
+  return attention_tiles_s(plan, {&tile}, cost, backward);
 }
 
 namespace {
@@ -427,29 +420,86 @@ double distinct_elements(const std::vector<const AttnTile*>& tiles, bool kv_side
   return n;
 }
 
+// FlashAttention-2's CTA tiles at head dim 128 on sm80/sm90: a forward CTA takes 128 query rows
+// (Flash_fwd_kernel_traits<128, 128, 64, 4>: kBlockM = 128) and a backward CTA 128 keys
+// (Flash_bwd_kernel_traits<128, 64, 128, 8, ...>: kBlockN = 128): run_mha_fwd_hdim128 and
+// run_mha_bwd_hdim128 in flash-attention's csrc/flash_attn/src/flash_{fwd,bwd}_launch_template.h,
+// the same in the fork DCP builds its kernels from.
+constexpr int64_t kFwdCtaRows = 128, kBwdCtaKeys = 128;
+
+// The grid of one varlen call over `tiles`, in launch order: per CTA, the pairs of one head it
+// computes. The call's sequences are the distinct query slices (a THD entry; a DCP query block
+// with the key blocks its block table lists), each against the keys of its tiles. FA2 launches
+// (CTA tiles of a sequence, sequences, heads), the first fastest; every head of a sequence has
+// the same work.
+std::vector<double> grid_pairs(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, bool backward) {
+  using Key = std::tuple<int32_t, int64_t, int64_t, int32_t, int32_t>;
+  std::map<Key, std::vector<const AttnTile*>> entries;
+  for (const AttnTile* t : tiles)
+    entries[{t->q.seq, t->q.tok_begin, t->q.tok_end, t->q.head_begin, t->q.head_end}].push_back(t);
+  std::vector<std::pair<int32_t, std::vector<double>>> per_entry;  // (heads, one head's CTAs)
+  int32_t max_heads = 0;
+  for (const auto& [key, list] : entries) {
+    std::vector<double> ctas;
+    const AttnSlice& q = list.front()->q;
+    if (!backward) {
+      for (int64_t r = q.tok_begin; r < q.tok_end; r += kFwdCtaRows) {
+        double pairs = 0;
+        for (const AttnTile* t : list) {
+          AttnTile part = *t;
+          part.q.tok_begin = r;
+          part.q.tok_end = std::min(q.tok_end, r + kFwdCtaRows);
+          pairs += static_cast<double>(tile_work_pairs(plan, part));
+        }
+        ctas.push_back(pairs);
+      }
+    } else {
+      // The sequence's keys are its tiles' K/V slices one after another (the order the call
+      // lists them, by position), cut into 128-key CTAs across slice boundaries.
+      std::vector<const AttnTile*> by_key = list;
+      std::stable_sort(by_key.begin(), by_key.end(),
+                       [](const AttnTile* a, const AttnTile* b) { return a->kv.tok_begin < b->kv.tok_begin; });
+      double pairs = 0;
+      int64_t filled = 0;
+      for (const AttnTile* t : by_key) {
+        for (int64_t k = t->kv.tok_begin; k < t->kv.tok_end;) {
+          AttnTile part = *t;
+          part.kv.tok_begin = k;
+          part.kv.tok_end = std::min(t->kv.tok_end, k + (kBwdCtaKeys - filled));
+          pairs += static_cast<double>(tile_work_pairs(plan, part));
+          filled += part.kv.tok_end - k;
+          k = part.kv.tok_end;
+          if (filled == kBwdCtaKeys) {
+            ctas.push_back(pairs);
+            pairs = 0;
+            filled = 0;
+          }
+        }
+      }
+      if (filled > 0) ctas.push_back(pairs);
+    }
+    max_heads = std::max(max_heads, q.heads());
+    per_entry.emplace_back(q.heads(), std::move(ctas));
+  }
+  std::vector<double> grid;
+  for (int32_t h = 0; h < max_heads; ++h)
+    for (const auto& [heads, ctas] : per_entry)
+      if (h < heads) grid.insert(grid.end(), ctas.begin(), ctas.end());
+  return grid;
+}
+
 }  // namespace
 
 double attention_tiles_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
                          bool backward) {
-  double pair_heads = 0, pairs = 0;
-  int64_t heads = 0;
   std::vector<const AttnTile*> working;
-  for (const AttnTile* tile : tiles) {
-    const double p = static_cast<double>(tile_work_pairs(plan, *tile));
-    if (p <= 0) continue;
-    heads = std::max<int64_t>(heads, tile->q.heads());
-    pair_heads += p * tile->q.heads();
-    pairs += p;
-    working.push_back(tile);
-  }
-  if (heads == 0 || working.empty()) return 0;
-  // One varlen call: the pairs of every tile, counted in units of the widest tile's heads; each
-  // query row once, however many of the stage's tiles it is in (distinct_elements).
-  const double rows = distinct_elements(working, false) / static_cast<double>(heads);
-  const double call_pairs = pair_heads / static_cast<double>(heads);
-  const double mean_len = 2 * pairs / rows;
-  return backward ? cost.flash_attention_bwd_s(call_pairs, heads, plan.head_dim, mean_len)
-                  : cost.flash_attention_fwd_s(call_pairs, heads, plan.head_dim, mean_len);
+  for (const AttnTile* tile : tiles)
+    if (tile->q.tokens() > 0 && tile_work_pairs(plan, *tile) > 0) working.push_back(tile);
+  if (working.empty()) return 0;
+  // One varlen call over the tiles' grid, each query row once however many of the call's tiles
+  // it is in (distinct_elements).
+  return cost.flash_attention_grid_s(grid_pairs(plan, working, backward), distinct_elements(working, false),
+                                     plan.head_dim, backward);
 }
 
 double attention_merge_s(const AttentionPlan& plan, const std::vector<const AttnTile*>& tiles, const CostModel& cost,
