@@ -139,6 +139,21 @@ double CostModel::step_latency_s(Link link, bool ll) const {
   return 0;
 }
 
+double CostModel::p2p_wire_s(double bytes, Link link) const {
+  if (bytes <= 0) return 0;
+  switch (link) {
+    case Link::nvlink: return bytes / (cluster_.nvlink_bandwidth_GBps() * 1e9 * params_.nvlink_busbw_efficiency);
+    case Link::network: return bytes / (cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * params_.network_p2p_efficiency);
+    case Link::pcie: return bytes / (cluster_.pcie_bandwidth_GBps() * 1e9 * params_.pcie_efficiency);
+  }
+  return 0;
+}
+
+double CostModel::nic_wire_s(double bytes) const {
+  if (bytes <= 0) return 0;
+  return bytes / (cluster_.nic_bandwidth_Gbps / 8 * 1e9 * params_.network_p2p_efficiency);
+}
+
 double CostModel::p2p_latency_s(double bytes, Link link) const {
   return step_latency_s(link, bytes <= kP2pLLThresholdBytes);
 }

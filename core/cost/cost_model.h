@@ -121,6 +121,15 @@ class CostModel {
   // all-to-all; AttentionPlan::collective_exchange) pays one per peer.
   double p2p_latency_s(double bytes, Link link) const;
 
+  // The wire time of one message of such an all-to-all, whose latency its step per peer already
+  // paid (p2p_latency_s): `bytes` at the link's point-to-point rate — NVLink at
+  // nvlink_busbw_efficiency, the network through one whole NIC at network_p2p_efficiency (as
+  // nic_p2p_s) — with no latency of its own and no LL halving: nccl-tests' all-to-all on 2 p4d
+  // nodes (the source of network_ll_step_latency_us, 128 KB-1 MB per rank) is the per-peer steps
+  // plus its bytes at these rates (AttentionSim.EfaMediumAllToAllIsThePublishedOne).
+  double p2p_wire_s(double bytes, Link link) const;
+  double nic_wire_s(double bytes) const;
+
  private:
   // One NCCL step's latency over an NVLink or network hop under LL (ll) or Simple; PCIe's copy
   // latency for a PCIe hop.

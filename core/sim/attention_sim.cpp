@@ -201,7 +201,11 @@ struct Lowering {
       task.stream = 1;
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
-      task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes * nic_stretch[t.src]);
+      // In an all-to-all the latency task paid the message's protocol steps: the wire time alone.
+      if (a2as.empty())
+        task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes * nic_stretch[t.src]);
+      else
+        task.duration_s = local ? cost.p2p_wire_s(m.bytes, Link::nvlink) : cost.nic_wire_s(m.bytes * nic_stretch[t.src]);
       // A rendezvous: both ends must have reached this phase's post point (collective_exchange:
       // the all-to-all's latency, which every rank reached).
       if (a2as.empty()) {

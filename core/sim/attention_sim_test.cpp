@@ -609,9 +609,12 @@ TEST(AttentionSim, AnAllToAllExchangeWaitsForEveryRankAndItsLatency) {
   // network's LL to ranks 0 and 1 on the other node (nothing to send: a zero-byte send/recv,
   // which NCCL still runs).
   ASSERT_GT(transfer_bytes(plan, plan.stages[2].transfers[0]), CostModel::kP2pLLThresholdBytes);
+  // The message then pays its wire time only: its own Simple step (3.4 µs, in `chain`) is the
+  // all-to-all's step to rank 2.
   const double latency = 3.4e-6 + 2 * 2.7e-6;
-  EXPECT_NEAR(step(without_tile0), chain + latency, 1e-12);
-  EXPECT_NEAR(step(plan), tile0 + latency + chain, 1e-12);  // after rank 0 posted it
+  const double own_step = 3.4e-6;
+  EXPECT_NEAR(step(without_tile0), chain - own_step + latency, 1e-12);
+  EXPECT_NEAR(step(plan), tile0 + latency + chain - own_step, 1e-12);  // after rank 0 posted it
   // Every rank takes part in every all-to-all: one kv exchange, then O and its LSE. Rank 3 sends
   // rank 2 two partial O of 512 tokens × 8 heads in one message: 16 KiB of LSE each, 32 KiB
   // together, so the LSE all-to-all runs Simple between them (3.4 µs on NVLink), LL elsewhere.
@@ -663,6 +666,42 @@ TEST(AttentionSim, EfaSmallAllToAllIsThePublishedOne) {
   ASSERT_TRUE(r.ok()) << r.error_str();
   EXPECT_GE(r->step_time_s, 100e-6);
   EXPECT_LE(r->step_time_s, 117e-6);
+}
+
+// The same source at the sizes DCP's stages move (bottlerocket-kernel-kit pull requests 313 and
+// 424: nccl-tests alltoall_perf, 2 p4d.24xlarge, 16 ranks, out of place): 128 KB per rank in
+// 129-130 µs, 256 KB in 154-161, 512 KB in 204-213, 1 MB in 303. An all-to-all's messages pay
+// their wire time after its per-peer steps, no latency of their own (CostModel::p2p_wire_s);
+// each GPU's network messages queue on its NIC, two GPUs to a NIC, at the one-flow rate.
+TEST(AttentionSim, EfaMediumAllToAllIsThePublishedOne) {
+  const std::vector<std::pair<int64_t, std::vector<double>>> published = {
+      {131072, {129.31e-6, 129.90e-6}}, {262144, {161.17e-6, 153.52e-6}},
+      {524288, {212.76e-6, 203.60e-6}}, {1048576, {303.15e-6}}};
+  for (const auto& [per_rank, times] : published) {
+    const int64_t tokens = per_rank / 16 / 32;  // 32 bytes per K/V token: head dim 8, 1 KV head, K and V, bf16
+    AttentionPlan plan;
+    plan.layout = "hand";
+    plan.ranks = 16;
+    plan.seq_lengths = {16 * 16 * tokens};
+    plan.heads_q = plan.heads_kv = 1;
+    plan.head_dim = 8;
+    plan.value_bytes = 2;
+    plan.fused_stages = true;
+    plan.collective_exchange = true;
+    std::vector<AttnTransfer> sends;
+    for (int32_t r = 0; r < 16; ++r) {
+      plan.home.push_back({{0, r * 16 * tokens, (r + 1) * 16 * tokens, 0, 1}});
+      for (int32_t p = 0; p < 16; ++p)
+        if (p != r) sends.push_back({r, p, AttnTensor::kv, {0, (r * 16 + p) * tokens, (r * 16 + p + 1) * tokens, 0, 1}});
+    }
+    ASSERT_EQ(transfer_bytes(plan, sends[0]), per_rank / 16.0);
+    plan.stages.push_back({sends, std::vector<std::vector<AttnTile>>(16)});
+    std::vector<int> nodes(16);
+    for (int32_t r = 0; r < 16; ++r) nodes[r] = r / 8;
+    auto res = simulate_attention_plan(plan, preset_model("a100_40gb_p4d"), false, nodes);
+    ASSERT_TRUE(res.ok()) << res.error_str();
+    for (double t : times) EXPECT_NEAR(res->step_time_s, t, 0.12 * t) << per_rank << " bytes per rank";
+  }
 }
 
 }  // namespace
