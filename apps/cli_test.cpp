@@ -146,7 +146,7 @@ TEST_F(CliTest, DryRunPrintsEachPointsPlanAndPredictionAndWritesNothing) {
 }
 
 TEST_F(CliTest, LongPointsAreNamedWhileTheyRun) {
-  // The Dynamic-CP solver on 8192 GitHub sequences takes about 0.5 s here (Release, 2 cores; the
+  // The Dynamic-CP solver on 8192 GitHub sequences takes about 2 s here (Release, 2 cores; the
   // heartbeat looks every 50 ms): with --progress-every 0.1 the run names the point with its
   // elapsed time before its progress line, and by default (10 s) it does not.
   auto spec = load_json_file(fs::path(CPBENCH_SOURCE_DIR) / "experiments" / "dynamic_cp" / "github.json");

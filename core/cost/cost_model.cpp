@@ -128,15 +128,28 @@ double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const Attent
 
 // Greedy list scheduling of `work` (seconds each on one SM) in order onto `sms` identical SMs,
 // each CTA to the SM that frees first — what the hardware's block scheduler does with a grid
-// whose CTAs outnumber the SMs: the makespan.
+// whose CTAs outnumber the SMs: the makespan. Exact for grids of up to kExactWaves waves; in a
+// larger one the CTAs of its first whole waves are taken as spread evenly (each SM free at their
+// work / sms, or at the longest of them: exact for equal CTAs) and only the last kExactWaves to
+// kExactWaves + 1 waves are scheduled one by one: they decide the tail, and the grid of a packed
+// batch (hundreds of thousands of CTAs) stays cheap.
+constexpr int64_t kExactWaves = 4;
 double list_schedule_s(const std::vector<double>& work, int sms) {
   if (work.empty()) return 0;
-  if (static_cast<int64_t>(work.size()) <= sms) return *std::max_element(work.begin(), work.end());
-  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
-  for (int i = 0; i < sms; ++i) free_at.push(0.0);
-  double end = 0;
-  for (double w : work) {
-    const double t = free_at.top() + w;
+  const size_t n = work.size(), m = static_cast<size_t>(sms);
+  if (n <= m) return *std::max_element(work.begin(), work.end());
+  // Whole waves before the tail, so that a uniform grid is exact.
+  const size_t tail = n <= kExactWaves * m ? n : n - (n - kExactWaves * m) / m * m;
+  double before = 0, longest = 0;
+  for (size_t i = 0; i < n - tail; ++i) {
+    before += work[i];
+    longest = std::max(longest, work[i]);
+  }
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at(std::greater<>(),
+                                                                           std::vector<double>(sms, before / sms));
+  double end = longest;
+  for (size_t i = n - tail; i < n; ++i) {
+    const double t = free_at.top() + work[i];
     free_at.pop();
     free_at.push(t);
     end = std::max(end, t);

@@ -181,6 +181,25 @@ TEST(AttentionGrid, APartialWaveCostsAWholeCta) {
   EXPECT_NEAR(model.flash_attention_grid_s(std::vector<double>(200, cta), 200 * 128, 128, false), 2 * one_wave, 1e-15);
 }
 
+TEST(AttentionGrid, ALargeGridKeepsItsWavesAndItsBounds) {
+  const CostModel model(test_cluster(), EfficiencyParams::ideal());
+  const double cta = 128.0 * 1024, one = model.flash_attention_grid_s({cta}, 128, 128, false);
+  // 1,050 equal CTAs on 100 SMs: past the waves scheduled one by one, still 11 whole waves.
+  EXPECT_NEAR(model.flash_attention_grid_s(std::vector<double>(1050, cta), 1050 * 128, 128, false), 11 * one, 1e-12);
+  // Unequal CTAs (a causal ramp, 3,000 of them): between the work spread over the SMs and that
+  // plus the longest CTA (Graham's bound for greedy list scheduling).
+  std::vector<double> ramp;
+  double pairs = 0;
+  for (int i = 0; i < 3000; ++i) {
+    ramp.push_back(128.0 * (64 + 128 * (i % 60)));
+    pairs += ramp.back();
+  }
+  const double t = model.flash_attention_grid_s(ramp, 3000 * 128, 128, false);
+  const double spread = pairs * 4 * 128 / 100e12, longest = 128.0 * (64 + 128 * 59) * 4 * 128 / 1e12;
+  EXPECT_GE(t, spread - 1e-15);
+  EXPECT_LE(t, spread + longest + 1e-15);
+}
+
 TEST(AttentionGrid, ACallLastsAtLeastItsLongestCta) {
   const CostModel model(test_cluster(), EfficiencyParams::ideal());
   // One CTA of 128 rows × 32K keys beside 99 short ones: the SMs of the short ones idle while the
