@@ -38,16 +38,11 @@ double phases_s(const std::vector<Phase>& phases, Protocol proto) {
 
 double CostModel::p2p_s(double bytes, Link link) const {
   if (bytes <= 0) return 0;
-  const EfficiencyParams& e = params_;
   switch (link) {
-    case Link::pcie:
-      return e.pcie_latency_us * 1e-6 +
-             bytes / (cluster_.pcie_bandwidth_GBps() * 1e9 * e.pcie_efficiency);
+    case Link::pcie: return step_latency_s(link, false) + bytes / p2p_bandwidth_Bps(link);
     case Link::nvlink:
     case Link::network: {
-      const double bw = link == Link::nvlink
-                            ? cluster_.nvlink_bandwidth_GBps() * 1e9 * e.nvlink_busbw_efficiency
-                            : cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * e.network_p2p_efficiency;
+      const double bw = p2p_bandwidth_Bps(link);
       return std::min(phases_s({{1, bytes, bw, step_latency_s(link, false)}}, Protocol::simple),
                       phases_s({{1, bytes, bw, step_latency_s(link, true)}}, Protocol::ll));
     }
@@ -57,8 +52,7 @@ double CostModel::p2p_s(double bytes, Link link) const {
 
 double CostModel::nic_p2p_s(double bytes) const {
   if (bytes <= 0) return 0;
-  const EfficiencyParams& e = params_;
-  const double bw = cluster_.nic_bandwidth_Gbps / 8 * 1e9 * e.network_p2p_efficiency;
+  const double bw = nic_bandwidth_Bps();
   return std::min(phases_s({{1, bytes, bw, step_latency_s(Link::network, false)}}, Protocol::simple),
                   phases_s({{1, bytes, bw, step_latency_s(Link::network, true)}}, Protocol::ll));
 }
@@ -139,20 +133,22 @@ double CostModel::step_latency_s(Link link, bool ll) const {
   return 0;
 }
 
-double CostModel::p2p_wire_s(double bytes, Link link) const {
-  if (bytes <= 0) return 0;
+double CostModel::p2p_bandwidth_Bps(Link link) const {
   switch (link) {
-    case Link::nvlink: return bytes / (cluster_.nvlink_bandwidth_GBps() * 1e9 * params_.nvlink_busbw_efficiency);
-    case Link::network: return bytes / (cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * params_.network_p2p_efficiency);
-    case Link::pcie: return bytes / (cluster_.pcie_bandwidth_GBps() * 1e9 * params_.pcie_efficiency);
+    case Link::nvlink: return cluster_.nvlink_bandwidth_GBps() * 1e9 * params_.nvlink_busbw_efficiency;
+    case Link::network: return cluster_.network_bandwidth_GBps_per_gpu() * 1e9 * params_.network_p2p_efficiency;
+    case Link::pcie: return cluster_.pcie_bandwidth_GBps() * 1e9 * params_.pcie_efficiency;
   }
   return 0;
 }
 
-double CostModel::nic_wire_s(double bytes) const {
-  if (bytes <= 0) return 0;
-  return bytes / (cluster_.nic_bandwidth_Gbps / 8 * 1e9 * params_.network_p2p_efficiency);
+double CostModel::nic_bandwidth_Bps() const {
+  return cluster_.nic_bandwidth_Gbps / 8 * 1e9 * params_.network_p2p_efficiency;
 }
+
+double CostModel::p2p_wire_s(double bytes, Link link) const { return bytes <= 0 ? 0 : bytes / p2p_bandwidth_Bps(link); }
+
+double CostModel::nic_wire_s(double bytes) const { return bytes <= 0 ? 0 : bytes / nic_bandwidth_Bps(); }
 
 double CostModel::p2p_latency_s(double bytes, Link link) const {
   return step_latency_s(link, bytes <= kP2pLLThresholdBytes);

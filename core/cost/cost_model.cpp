@@ -76,9 +76,6 @@ double CostModel::gemm_s(int64_t m, int64_t n, int64_t k, int64_t batch) const {
 
 namespace {
 
-// FlashAttention-2 processes queries in tiles of 128 rows (kBlockM = 128 on sm80/sm90 for the
-// common head dims); one CTA per (query tile, head).
-constexpr double kAttentionQueryTile = 128;
 
 struct AttentionShape {
   double pairs, heads, head_dim, mean_len;
@@ -120,7 +117,7 @@ double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const Attent
   // One CTA per (128-row query tile, head): a grid smaller than the GPU leaves SMs idle and
   // takes as long as one CTA's work, i.e. as a full GPU of such CTAs.
   const double rows = a.pairs / keys_per_row;
-  const double full_gpu_pair_heads = c.gpu.sm_count * kAttentionQueryTile * keys_per_row;
+  const double full_gpu_pair_heads = c.gpu.sm_count * double(kFlashCtaRows) * keys_per_row;
   const double compute_s =
       per_pair_s * row_overhead(p, keys_per_row) * std::max(a.pairs * a.heads, full_gpu_pair_heads);
   return attention_call_s(c, p, compute_s, rows * a.heads, a.head_dim, io_tensors);
@@ -159,20 +156,33 @@ double list_schedule_s(const std::vector<double>& work, int sms) {
 
 }  // namespace
 
+namespace {
+
+// One attention pass's constants. Forward: QKᵀ and P·V, 2 matmuls of 2·head_dim flops per pair;
+// reads Q, K, V, writes O. Backward: 2.5× the forward matmul flops (P is recomputed, so one
+// exponential per pair again); reads Q, K, V, O, dO, writes dQ, dK, dV.
+struct AttentionPass {
+  double matmul_flops_per_pair, peak_fraction, io_tensors;
+};
+AttentionPass attention_pass(const EfficiencyParams& p, int64_t head_dim, bool backward) {
+  if (backward) return {kAttentionBwdFlopsPerFwd * 4.0 * head_dim, p.attention_bwd_peak_fraction, 8};
+  return {4.0 * head_dim, p.attention_fwd_peak_fraction, 4};
+}
+
+}  // namespace
+
 double CostModel::flash_attention_fwd_s(double pairs, int64_t heads, int64_t head_dim,
                                         double mean_len) const {
-  // QKᵀ and P·V: 2 matmuls of 2·head_dim flops per pair. Reads Q, K, V, writes O.
-  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len},
-                     4.0 * head_dim, params_.attention_fwd_peak_fraction, 4);
+  const AttentionPass a = attention_pass(params_, head_dim, false);
+  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len}, a.matmul_flops_per_pair,
+                     a.peak_fraction, a.io_tensors);
 }
 
 double CostModel::flash_attention_bwd_s(double pairs, int64_t heads, int64_t head_dim,
                                         double mean_len) const {
-  // 2.5× the forward matmul flops; P is recomputed, so one exponential per pair again.
-  // Reads Q, K, V, O, dO, writes dQ, dK, dV.
-  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len},
-                     kAttentionBwdFlopsPerFwd * 4.0 * head_dim,
-                     params_.attention_bwd_peak_fraction, 8);
+  const AttentionPass a = attention_pass(params_, head_dim, true);
+  return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len}, a.matmul_flops_per_pair,
+                     a.peak_fraction, a.io_tensors);
 }
 
 double CostModel::flash_attention_grid_s(const std::vector<double>& cta_pairs, double row_heads, int64_t head_dim,
@@ -180,18 +190,18 @@ double CostModel::flash_attention_grid_s(const std::vector<double>& cta_pairs, d
   double pairs = 0;
   for (double w : cta_pairs) pairs += w;
   if (pairs <= 0 || row_heads <= 0 || head_dim <= 0) return 0;
-  const double flops = (backward ? kAttentionBwdFlopsPerFwd : 1.0) * 4.0 * head_dim;
-  const double fraction = backward ? params_.attention_bwd_peak_fraction : params_.attention_fwd_peak_fraction;
+  const AttentionPass a = attention_pass(params_, head_dim, backward);
   // One SM's seconds per pair: the full GPU's rate shared by its SMs, with the call's per-row
   // overhead spread over its pairs (so a grid of many equal CTAs costs what flash_attention_*_s
   // prices for the same pairs).
   const int sms = std::max(1, cluster_.gpu.sm_count);
-  const double sm_pair_s = pair_s(cluster_, params_, flops, fraction) * sms * row_overhead(params_, pairs / row_heads);
+  const double sm_pair_s =
+      pair_s(cluster_, params_, a.matmul_flops_per_pair, a.peak_fraction) * sms * row_overhead(params_, pairs / row_heads);
   std::vector<double> work;
   work.reserve(cta_pairs.size());
   for (double w : cta_pairs)
     if (w > 0) work.push_back(w * sm_pair_s);
-  return attention_call_s(cluster_, params_, list_schedule_s(work, sms), row_heads, double(head_dim), backward ? 8 : 4);
+  return attention_call_s(cluster_, params_, list_schedule_s(work, sms), row_heads, double(head_dim), a.io_tensors);
 }
 
 double CostModel::memory_bound_s(double bytes) const {

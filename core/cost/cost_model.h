@@ -51,6 +51,13 @@ LinkBytes collective_sent_bytes(Collective kind, double bytes, const GroupPlacem
 // the forward's 2: 2.5× the forward matmul FLOPs (Dao 2023, FlashAttention-2, §3.1.2).
 inline constexpr double kAttentionBwdFlopsPerFwd = 2.5;
 
+// FlashAttention-2's CTA tiles at head dim 128 on sm80/sm90: a forward CTA takes 128 query rows
+// (Flash_fwd_kernel_traits<128, 128, 64, 4>: kBlockM = 128), a backward CTA 128 keys
+// (Flash_bwd_kernel_traits<128, 64, 128, 8, ...>: kBlockN = 128): run_mha_fwd_hdim128 and
+// run_mha_bwd_hdim128 in flash-attention's csrc/flash_attn/src/flash_{fwd,bwd}_launch_template.h,
+// the same in the fork DCP builds its kernels from. One CTA per tile and head.
+inline constexpr int64_t kFlashCtaRows = 128, kFlashCtaKeys = 128;
+
 class CostModel {
  public:
   // Parses cluster.efficiency; on bad input status() holds the errors (file = `file`, or
@@ -134,6 +141,9 @@ class CostModel {
   // One NCCL step's latency over an NVLink or network hop under LL (ll) or Simple; PCIe's copy
   // latency for a PCIe hop.
   double step_latency_s(Link link, bool ll) const;
+  // A point-to-point transfer's rate over a link (Simple protocol); one whole NIC's.
+  double p2p_bandwidth_Bps(Link link) const;
+  double nic_bandwidth_Bps() const;
 
   ClusterSpec cluster_;
   EfficiencyParams params_;

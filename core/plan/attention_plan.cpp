@@ -372,10 +372,13 @@ std::vector<AttnBackwardPhase> backward_phases(const AttentionPlan& plan) {
   return phases;
 }
 
+MaskSpec tile_work_mask(const AttentionPlan& plan) {
+  return plan.causal_envelope_work ? MaskSpec{MaskKind::causal} : plan.mask;
+}
+
 int64_t tile_work_pairs(const AttentionPlan& plan, const AttnTile& tile) {
-  const MaskSpec causal{MaskKind::causal};
-  return mask_pairs_in_tile(plan.causal_envelope_work ? causal : plan.mask, plan.seq_lengths[tile.q.seq],
-                            tile.q.tok_begin, tile.q.tok_end, tile.kv.tok_begin, tile.kv.tok_end);
+  return mask_pairs_in_tile(tile_work_mask(plan), plan.seq_lengths[tile.q.seq], tile.q.tok_begin, tile.q.tok_end,
+                            tile.kv.tok_begin, tile.kv.tok_end);
 }
 
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t) {

@@ -142,6 +142,8 @@ struct AttentionPlan {
 // The (query, key) pairs a tile's kernel computes: the plan's mask's, or with causal_envelope_work
 // the causal mask's (for every mask here a superset of the plan's).
 int64_t tile_work_pairs(const AttentionPlan& plan, const AttnTile& tile);
+// That mask itself: the one tile_work_pairs counts.
+MaskSpec tile_work_mask(const AttentionPlan& plan);
 
 // Payload bytes of one transfer: values at plan.value_bytes, LSE at 4 bytes.
 double transfer_bytes(const AttentionPlan& plan, const AttnTransfer& t);

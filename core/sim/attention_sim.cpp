@@ -424,13 +424,6 @@ double distinct_elements(const std::vector<const AttnTile*>& tiles, bool kv_side
   return n;
 }
 
-// FlashAttention-2's CTA tiles at head dim 128 on sm80/sm90: a forward CTA takes 128 query rows
-// (Flash_fwd_kernel_traits<128, 128, 64, 4>: kBlockM = 128) and a backward CTA 128 keys
-// (Flash_bwd_kernel_traits<128, 64, 128, 8, ...>: kBlockN = 128): run_mha_fwd_hdim128 and
-// run_mha_bwd_hdim128 in flash-attention's csrc/flash_attn/src/flash_{fwd,bwd}_launch_template.h,
-// the same in the fork DCP builds its kernels from.
-constexpr int64_t kFwdCtaRows = 128, kBwdCtaKeys = 128;
-
 // The grid of one varlen call over `tiles`, in launch order: per CTA, the pairs of one head it
 // computes. The call's sequences are the distinct query slices (a THD entry; a DCP query block
 // with the key blocks its block table lists), each against the keys of its tiles. FA2 launches
@@ -447,40 +440,36 @@ std::vector<double> grid_pairs(const AttentionPlan& plan, const std::vector<cons
     std::vector<double> ctas;
     const AttnSlice& q = list.front()->q;
     if (!backward) {
-      for (int64_t r = q.tok_begin; r < q.tok_end; r += kFwdCtaRows) {
+      for (int64_t r = q.tok_begin; r < q.tok_end; r += kFlashCtaRows) {
         double pairs = 0;
         for (const AttnTile* t : list) {
           AttnTile part = *t;
           part.q.tok_begin = r;
-          part.q.tok_end = std::min(q.tok_end, r + kFwdCtaRows);
+          part.q.tok_end = std::min(q.tok_end, r + kFlashCtaRows);
           pairs += static_cast<double>(tile_work_pairs(plan, part));
         }
         ctas.push_back(pairs);
       }
     } else {
       // The sequence's keys are its tiles' K/V slices one after another (the order the call
-      // lists them, by position), cut into 128-key CTAs across slice boundaries.
+      // lists them, by position), cut into 128-key CTAs across slice boundaries; a CTA's work is
+      // the rows that attend to each of its keys.
       std::vector<const AttnTile*> by_key = list;
       std::stable_sort(by_key.begin(), by_key.end(),
                        [](const AttnTile* a, const AttnTile* b) { return a->kv.tok_begin < b->kv.tok_begin; });
-      double pairs = 0;
-      int64_t filled = 0;
+      std::vector<int64_t> rows;  // per key of the concatenation
+      const MaskSpec mask = tile_work_mask(plan);
       for (const AttnTile* t : by_key) {
-        for (int64_t k = t->kv.tok_begin; k < t->kv.tok_end;) {
-          AttnTile part = *t;
-          part.kv.tok_begin = k;
-          part.kv.tok_end = std::min(t->kv.tok_end, k + (kBwdCtaKeys - filled));
-          pairs += static_cast<double>(tile_work_pairs(plan, part));
-          filled += part.kv.tok_end - k;
-          k = part.kv.tok_end;
-          if (filled == kBwdCtaKeys) {
-            ctas.push_back(pairs);
-            pairs = 0;
-            filled = 0;
-          }
-        }
+        const size_t at = rows.size();
+        rows.resize(at + static_cast<size_t>(t->kv.tokens()), 0);
+        mask_rows_per_key(mask, plan.seq_lengths[t->q.seq], t->q.tok_begin, t->q.tok_end, t->kv.tok_begin,
+                          t->kv.tok_end, rows.data() + at);
       }
-      if (filled > 0) ctas.push_back(pairs);
+      for (size_t k = 0; k < rows.size(); k += kFlashCtaKeys) {
+        double pairs = 0;
+        for (size_t j = k; j < std::min(rows.size(), k + kFlashCtaKeys); ++j) pairs += static_cast<double>(rows[j]);
+        ctas.push_back(pairs);
+      }
     }
     max_heads = std::max(max_heads, q.heads());
     per_entry.emplace_back(q.heads(), std::move(ctas));

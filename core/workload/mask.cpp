@@ -102,6 +102,34 @@ int64_t mask_pairs_in_tile(const MaskSpec& m, int64_t L, int64_t q_begin, int64_
   return pairs;
 }
 
+void mask_rows_per_key(const MaskSpec& m, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end,
+                       int64_t* rows) {
+  const int64_t a = std::max<int64_t>(0, q_begin), b = std::min(q_end, L);
+  const int64_t kb = std::max<int64_t>(0, k_begin), ke = std::min(k_end, L);
+  if (a >= b || kb >= ke) return;
+  if (m.kind == MaskKind::full || m.kind == MaskKind::causal) {
+    // Full: every row; causal: the rows q ≥ k.
+    for (int64_t k = kb; k < ke; ++k) rows[k - k_begin] += m.kind == MaskKind::full ? b - a : std::max<int64_t>(0, b - std::max(a, k));
+    return;
+  }
+  // A difference array over the keys: each row adds 1 over its (at most two) key ranges.
+  std::vector<int64_t> diff(ke - kb + 1, 0);
+  auto add = [&](int64_t lo, int64_t hi) {
+    lo = std::max(lo, kb);
+    hi = std::min(hi, ke);
+    if (lo >= hi) return;
+    ++diff[lo - kb];
+    --diff[hi - kb];
+  };
+  for (int64_t q = a; q < b; ++q) {
+    const KeyRanges r = mask_row(m, L, q);
+    add(r.begin0, r.end0);
+    add(r.begin1, r.end1);
+  }
+  int64_t run = 0;
+  for (int64_t k = kb; k < ke; ++k) rows[k - k_begin] += (run += diff[k - kb]);
+}
+
 MaskSpec parse_mask(JsonObject& o) {
   MaskSpec m;
   std::string kind = o.choice("kind", kMaskNames);

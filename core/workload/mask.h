@@ -58,6 +58,12 @@ int64_t mask_pairs(const MaskSpec& mask, int64_t L);
 int64_t mask_pairs_in_tile(const MaskSpec& mask, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin,
                            int64_t k_end);
 
+// For each key of [k_begin, k_end), how many query rows of [q_begin, q_end) attend to it (a
+// backward kernel's work per key), added into rows[k − k_begin] (k_end − k_begin entries):
+// closed form for full and causal, one pass over the rows otherwise.
+void mask_rows_per_key(const MaskSpec& mask, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end,
+                       int64_t* rows);
+
 // Reads {"kind": "lambda", "sink_tokens": 64, "window_tokens": 4096} etc.; only the kind's own
 // parameters are accepted. Calls o.finish().
 MaskSpec parse_mask(JsonObject& o);

@@ -157,6 +157,28 @@ TEST(Mask, IrregularTilePairsMatchBruteForce) {
   }
 }
 
+// A backward kernel's work per key: every key's count of attending rows matches brute force, for
+// tiles that reach past the sequence's ends too (those keys count nothing).
+TEST(Mask, RowsPerKeyMatchBruteForce) {
+  std::mt19937_64 rng(11);
+  for (const auto& m : masks_under_test()) {
+    const int64_t L = 301;
+    for (int i = 0; i < 200; ++i) {
+      std::uniform_int_distribution<int64_t> pos(-20, L + 20);
+      int64_t qb = pos(rng), qe = pos(rng), kb = pos(rng), ke = pos(rng);
+      if (qb > qe) std::swap(qb, qe);
+      if (kb > ke) std::swap(kb, ke);
+      std::vector<int64_t> rows(static_cast<size_t>(ke - kb), 1);  // adds to what is there
+      mask_rows_per_key(m, L, qb, qe, kb, ke, rows.data());
+      for (int64_t k = kb; k < ke; ++k) {
+        int64_t brute = 1;
+        for (int64_t q = std::max<int64_t>(0, qb); q < std::min(qe, L); ++q) brute += k >= 0 && k < L && allowed(m, L, q, k);
+        ASSERT_EQ(rows[k - kb], brute) << mask_kind_name(m.kind) << " key " << k;
+      }
+    }
+  }
+}
+
 TEST(Mask, ParsesNamesAndObjects) {
   Diagnostics diag("spec.json");
   MaskSpec m = parse_mask_value(json("causal_blockwise"), "/mask", diag);
