@@ -12,6 +12,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <algorithm>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -352,13 +355,32 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
 // (all when empty), prints every value before the held-out ones, and writes the fitted stack with
 // its fit record.
 int cmd_calibrate_experiment(const std::string& experiment, const std::string& stack, const std::vector<std::string>& keys,
-                             const std::string& metric, const std::vector<std::string>& train, const std::string& out,
-                             const fs::path& experiments_dir) {
+                             const std::vector<std::string>& metrics, const std::vector<std::string>& train,
+                             const std::string& train_match, const std::string& out, const fs::path& experiments_dir) {
   auto ref = resolve_experiment(experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
   auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, {}, {}});
   if (!spec) return report_errors(spec.errors());
   if (spec->points.empty()) return report_errors(Errors{{{ref->file.string(), "", "no points"}}});
+  std::set<std::string> trained(train.begin(), train.end());
+  if (!train_match.empty()) {
+    // Labels often hold commas, which --train splits on: a pattern picks them instead.
+    std::regex pattern;
+    try {
+      pattern = std::regex(train_match, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      return report_errors(Errors{{{"--train-match", "", "not a regular expression: " + std::string(e.what())}}});
+    }
+    size_t matched = 0;
+    for (const PublishedValue& pv : spec->published)
+      if (pv.kind == "value" && std::find(metrics.begin(), metrics.end(), pv.metric) != metrics.end() &&
+          std::regex_search(pv.label, pattern)) {
+        trained.insert(pv.label);
+        ++matched;
+      }
+    if (matched == 0)
+      return report_errors(Errors{{{"--train-match", "", "'" + train_match + "' matches no published value of the fitted metrics"}}});
+  }
   const ClusterSpec& first = spec->points.front().cluster;
   json raw;
   if (!stack.empty()) {
@@ -373,12 +395,13 @@ int cmd_calibrate_experiment(const std::string& experiment, const std::string& s
   } else {
     return report_errors(Errors{{{ref->file.string(), "", "its stack is written inline: give --stack FILE"}}});
   }
-  auto fit = fit_stack_to_experiment(*spec, raw, keys, metric, {train.begin(), train.end()});
+  auto fit = fit_stack_to_experiment(*spec, raw, keys, metrics, trained);
   if (!fit) return report_errors(fit.errors());
   for (const std::string& k : keys)
     std::printf("%-28s %.4g\n", k.c_str(), fit->stack["efficiency"][k]["value"].get<double>());
   for (const FitRow& r : fit->rows)
-    std::printf("%-32s published %10.4g  reproduced %10.4g  %+6.1f%%  %s\n", r.label.c_str(), r.published, r.reproduced,
+    std::printf("%-32s published %10.4g  before %10.4g %+6.1f%%  after %10.4g %+6.1f%%  %s\n", r.label.c_str(),
+                r.published, r.before, 100 * (r.before / r.published - 1), r.reproduced,
                 100 * (r.reproduced / r.published - 1), r.trained ? "fitted" : "held out");
   std::printf("rms log error: fitted %.4f, held out %.4f\n", fit->train_rms_log, fit->holdout_rms_log);
   if (auto st = write_stack(out, fit->stack); !st) {
@@ -511,16 +534,22 @@ int run_cli(int argc, char** argv) {
                       "preset (--hardware-out)");
   calibrate->add_option("--out", cal_out, "where to write the fitted stack preset (its name is the file's)")->required();
   calibrate->add_option("--hardware-out", cal_hardware_out, "--local: where to write the measured hardware preset");
-  std::string cal_experiment, cal_metric = "tflops_per_gpu";
-  std::vector<std::string> cal_fit, cal_train;
+  std::string cal_experiment, cal_train_match;
+  std::vector<std::string> cal_fit, cal_train, cal_metric = {"tflops_per_gpu"};
   calibrate->add_option("--experiment", cal_experiment,
                         "instead of measurements: fit --fit constants of the experiment's stack to its published values "
                         "(the stack records the fit, and results mark those values as calibration)");
   calibrate->add_option("--fit", cal_fit, "--experiment: the efficiency constants to fit (comma separated)")->delimiter(',');
-  calibrate->add_option("--metric", cal_metric, "--experiment: the published metric to fit")->capture_default_str();
+  calibrate->add_option("--metric", cal_metric,
+                        "--experiment: the published metrics to fit (comma separated: one loss over all of them)")
+      ->delimiter(',')
+      ->capture_default_str();
   calibrate->add_option("--train", cal_train,
                         "--experiment: labels of the published values to fit on (comma separated; default all, the rest "
                         "are held out)")->delimiter(',');
+  calibrate->add_option("--train-match", cal_train_match,
+                        "--experiment: also fit on the published values whose label matches this regular expression "
+                        "(ECMAScript, searched anywhere in the label)");
 
   ExecArgs ea;
   auto add_exec_options = [&ea](CLI::App* sub) {
@@ -644,7 +673,8 @@ int run_cli(int argc, char** argv) {
         std::cerr << "cpbench calibrate --experiment: give --fit\n";
         return kExitBadInput;
       }
-      return cmd_calibrate_experiment(cal_experiment, cal_stack, cal_fit, cal_metric, cal_train, cal_out, experiments_dir);
+      return cmd_calibrate_experiment(cal_experiment, cal_stack, cal_fit, cal_metric, cal_train, cal_train_match, cal_out,
+                                      experiments_dir);
     }
     if (cal_file.empty() || cal_preset.empty()) {
       std::cerr << "cpbench calibrate: give a measurements file and --preset, or --local\n";

@@ -50,12 +50,15 @@ double CostModel::p2p_s(double bytes, Link link) const {
   return 0;
 }
 
-double CostModel::nic_p2p_s(double bytes) const {
+double CostModel::network_p2p_s(double bytes, double bw) const {
   if (bytes <= 0) return 0;
-  const double bw = nic_bandwidth_Bps();
   return std::min(phases_s({{1, bytes, bw, step_latency_s(Link::network, false)}}, Protocol::simple),
                   phases_s({{1, bytes, bw, step_latency_s(Link::network, true)}}, Protocol::ll));
 }
+
+double CostModel::nic_p2p_s(double bytes) const { return network_p2p_s(bytes, nic_bandwidth_Bps(false)); }
+
+double CostModel::nic_flow_p2p_s(double bytes) const { return network_p2p_s(bytes, nic_bandwidth_Bps(true)); }
 
 double CostModel::collective_s(Collective kind, double bytes, const GroupPlacement& group) const {
   const double n = double(std::max<int64_t>(1, group.size));
@@ -142,13 +145,16 @@ double CostModel::p2p_bandwidth_Bps(Link link) const {
   return 0;
 }
 
-double CostModel::nic_bandwidth_Bps() const {
-  return cluster_.nic_bandwidth_Gbps / 8 * 1e9 * params_.network_p2p_efficiency;
+double CostModel::nic_bandwidth_Bps(bool one_flow) const {
+  const double nic = params_.network_nic_efficiency;
+  return cluster_.nic_bandwidth_Gbps / 8 * 1e9 * (one_flow ? std::min(params_.network_p2p_efficiency, nic) : nic);
 }
 
 double CostModel::p2p_wire_s(double bytes, Link link) const { return bytes <= 0 ? 0 : bytes / p2p_bandwidth_Bps(link); }
 
-double CostModel::nic_wire_s(double bytes) const { return bytes <= 0 ? 0 : bytes / nic_bandwidth_Bps(); }
+double CostModel::nic_wire_s(double bytes) const { return bytes <= 0 ? 0 : bytes / nic_bandwidth_Bps(false); }
+
+double CostModel::nic_flow_wire_s(double bytes) const { return bytes <= 0 ? 0 : bytes / nic_bandwidth_Bps(true); }
 
 double CostModel::p2p_latency_s(double bytes, Link link) const {
   return step_latency_s(link, bytes <= kP2pLLThresholdBytes);

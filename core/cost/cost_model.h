@@ -107,9 +107,13 @@ class CostModel {
   double p2p_s(double bytes, Link link) const;
 
   // One transfer of `bytes` across the network through one whole NIC (nic_bandwidth_Gbps, not a
-  // GPU's share of the node's NICs): what a transfer gets when it is the only one on its NIC. A
-  // simulation that shares NICs queues the transfers of a NIC one after the other.
+  // GPU's share of the node's NICs). Two rates: nic_flow_p2p_s is what the transfer takes when it
+  // is the only one on its NIC (one flow, network_p2p_efficiency); nic_p2p_s is the time it holds
+  // the NIC, at what the NIC carries in sum over several flows (network_nic_efficiency). A
+  // simulation that shares NICs queues the transfers of a NIC for their nic_p2p_s, one after the
+  // other, and each ends no sooner than its nic_flow_p2p_s after it started.
   double nic_p2p_s(double bytes) const;
+  double nic_flow_p2p_s(double bytes) const;
 
   // NCCL-like collective; `bytes` is the full buffer per rank (nccl-tests convention: the output
   // of all-gather, the input of reduce-scatter). One node: ring on NVLink. Several: the fastest
@@ -135,15 +139,19 @@ class CostModel {
   // nodes (the source of network_ll_step_latency_us, 128 KB-1 MB per rank) is the per-peer steps
   // plus its bytes at these rates (AttentionSim.EfaMediumAllToAllIsThePublishedOne).
   double p2p_wire_s(double bytes, Link link) const;
-  double nic_wire_s(double bytes) const;
+  double nic_wire_s(double bytes) const;       // the NIC's time, as nic_p2p_s
+  double nic_flow_wire_s(double bytes) const;  // one flow's, as nic_flow_p2p_s
 
  private:
   // One NCCL step's latency over an NVLink or network hop under LL (ll) or Simple; PCIe's copy
   // latency for a PCIe hop.
   double step_latency_s(Link link, bool ll) const;
-  // A point-to-point transfer's rate over a link (Simple protocol); one whole NIC's.
+  // A point-to-point transfer's rate over a link (Simple protocol); one whole NIC's over several
+  // flows (one_flow false) or for one flow alone (never above the former).
   double p2p_bandwidth_Bps(Link link) const;
-  double nic_bandwidth_Bps() const;
+  double nic_bandwidth_Bps(bool one_flow) const;
+  // A transfer of `bytes` at `bw`: the faster of LL and Simple, each with its network step latency.
+  double network_p2p_s(double bytes, double bw) const;
 
   ClusterSpec cluster_;
   EfficiencyParams params_;

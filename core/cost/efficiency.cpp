@@ -31,6 +31,8 @@ const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
       {"network_ll_step_latency_us", &E::network_ll_step_latency_us, 0, 1e4, "LL, per step, µs"},
       {"network_p2p_efficiency", &E::network_p2p_efficiency, 0.01, 1,
        "inter-node send/recv bandwidth of one GPU pair / NIC rate"},
+      {"network_nic_efficiency", &E::network_nic_efficiency, 0.01, 1,
+       "inter-node send/recv bandwidth one NIC carries over several flows / NIC rate"},
       {"pcie_efficiency", &E::pcie_efficiency, 0.01, 1, "copy bandwidth / PCIe rate"},
       {"pcie_latency_us", &E::pcie_latency_us, 0, 1e4, "per copy, µs"},
       {"host_op_us", &E::host_op_us, 0, 1e4, "host time to issue one GPU kernel, µs"},

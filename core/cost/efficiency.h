@@ -41,6 +41,11 @@ struct EfficiencyParams {
   // collectives' figure: send/recv drives a pair over a few channels (NCCL_NCHANNELS_PER_NET_PEER),
   // and NCCL of 2020-21 reached about half the NIC rate that way.
   double network_p2p_efficiency = 1;
+  // What one NIC carries in sum when several send/recv flows share it (an all-to-all's, two GPUs'
+  // rings on one NIC) / the NIC rate. A flow alone runs at network_p2p_efficiency; where one
+  // flow cannot fill the NIC (EFA: one endpoint reaches about half of 100 Gb/s, two the line rate)
+  // this is the larger. Equal to network_p2p_efficiency where no separate figure is measured.
+  double network_nic_efficiency = 1;
   double pcie_efficiency = 1;
   double pcie_latency_us = 0;
   // Host: CPU time the framework spends to issue one GPU kernel (Python, autograd, dispatcher,

@@ -54,7 +54,7 @@ class FitTest : public ::testing::Test {
 
 TEST_F(FitTest, MovesOnlyTheChosenConstantAndLowersTheError) {
   const std::set<std::string> train = {"1.7B tflops_per_gpu", "39.1B tflops_per_gpu", "1T tflops_per_gpu"};
-  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", train);
+  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, std::vector<std::string>{"tflops_per_gpu"}, train);
   ASSERT_TRUE(fit.ok()) << fit.error_str();
   EXPECT_LT(rms_under(fit->stack), rms_under(preset_));
   for (const auto& [key, value] : preset_["efficiency"].items()) {
@@ -95,7 +95,7 @@ TEST_F(FitTest, MovesOnlyTheChosenConstantAndLowersTheError) {
 
 TEST_F(FitTest, AnotherMetricKeepsTheEarlierRecord) {
   // A fit to another published metric adds its own record beside the shipped TFLOP/s one.
-  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "params_b", {});
+  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, std::vector<std::string>{"params_b"}, {});
   ASSERT_TRUE(fit.ok()) << fit.error_str();
   ASSERT_EQ(fit->stack["fits"].size(), 2u) << fit->stack["fits"].dump();
   EXPECT_EQ(fit->stack["fits"][0]["metric"], "tflops_per_gpu");
@@ -103,16 +103,44 @@ TEST_F(FitTest, AnotherMetricKeepsTheEarlierRecord) {
   EXPECT_FALSE(fit->stack["fits"][1].contains("train"));  // every published value was fitted
 }
 
+TEST_F(FitTest, SeveralMetricsShareOneLossAndKeepARecordEach) {
+  // A forward and a backward time fit together: one loss over the trained rows of both metrics,
+  // one record per metric naming its own labels, every row reported before and after the fit.
+  const std::set<std::string> train = {"1.7B tflops_per_gpu", "1T tflops_per_gpu", "1T params_b"};
+  auto fit = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"},
+                                     std::vector<std::string>{"tflops_per_gpu", "params_b"}, train);
+  ASSERT_TRUE(fit.ok()) << fit.error_str();
+  ASSERT_EQ(fit->stack["fits"].size(), 2u) << fit->stack["fits"].dump();
+  EXPECT_EQ(fit->stack["fits"][0]["metric"], "tflops_per_gpu");
+  EXPECT_EQ(fit->stack["fits"][0]["train"], json::array({"1.7B tflops_per_gpu", "1T tflops_per_gpu"}));
+  EXPECT_EQ(fit->stack["fits"][1]["metric"], "params_b");
+  EXPECT_EQ(fit->stack["fits"][1]["train"], json::array({"1T params_b"}));
+  size_t tflops_rows = 0, params_rows = 0, moved = 0;
+  for (const FitRow& r : fit->rows) {
+    (r.metric == "params_b" ? params_rows : tflops_rows) += 1;
+    EXPECT_GT(r.before, 0) << r.label;
+    if (r.metric == "params_b") EXPECT_DOUBLE_EQ(r.before, r.reproduced) << r.label;  // no efficiency in it
+    moved += r.metric == "tflops_per_gpu" && r.before != r.reproduced;
+  }
+  EXPECT_EQ(tflops_rows, 10u);
+  EXPECT_EQ(params_rows, 10u);
+  EXPECT_GT(moved, 0u);  // held-out rows are re-run with the fitted constant too
+}
+
 TEST_F(FitTest, BadRequestsAreErrors) {
-  auto unknown = fit_stack_to_experiment(spec_, preset_, {"hbm_speed"}, "tflops_per_gpu", {});
+  auto unknown = fit_stack_to_experiment(spec_, preset_, {"hbm_speed"}, std::vector<std::string>{"tflops_per_gpu"}, {});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error_str().find("unknown efficiency constant 'hbm_speed'"), std::string::npos);
-  auto none = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, "tflops_per_gpu", {"no such row"});
+  auto none = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, std::vector<std::string>{"tflops_per_gpu"}, {"no such row"});
   ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.error_str().find("no published tflops_per_gpu value to fit"), std::string::npos) << none.error_str();
+  EXPECT_NE(none.error_str().find("no published value of the fitted metrics is labelled 'no such row'"), std::string::npos)
+      << none.error_str();
+  auto nothing = fit_stack_to_experiment(spec_, preset_, {"hbm_efficiency"}, std::vector<std::string>{"no_such_metric"}, {});
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_NE(nothing.error_str().find("no published no_such_metric value to fit"), std::string::npos) << nothing.error_str();
   json other = preset_;
   other["name"] = "mcore_te_fa3_h100";
-  auto wrong = fit_stack_to_experiment(spec_, other, {"hbm_efficiency"}, "tflops_per_gpu", {});
+  auto wrong = fit_stack_to_experiment(spec_, other, {"hbm_efficiency"}, std::vector<std::string>{"tflops_per_gpu"}, {});
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.error_str().find("not the fitted 'mcore_te_fa3_h100'"), std::string::npos) << wrong.error_str();
 }

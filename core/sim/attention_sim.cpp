@@ -202,10 +202,17 @@ struct Lowering {
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
       // In an all-to-all the latency task paid the message's protocol steps: the wire time alone.
-      if (a2as.empty())
+      // Across nodes the task holds the NIC at the rate it carries over several flows; the flow
+      // itself may be slower (flow_s, at one flow's rate): the rest of its time follows as a tail
+      // off the NIC, so the NIC serves the node's other flows meanwhile.
+      double flow_s = 0;
+      if (a2as.empty()) {
         task.duration_s = local ? cost.p2p_s(m.bytes, Link::nvlink) : cost.nic_p2p_s(m.bytes * nic_stretch[t.src]);
-      else
+        if (!local) flow_s = cost.nic_flow_p2p_s(m.bytes);
+      } else {
         task.duration_s = local ? cost.p2p_wire_s(m.bytes, Link::nvlink) : cost.nic_wire_s(m.bytes * nic_stretch[t.src]);
+        if (!local) flow_s = cost.nic_flow_wire_s(m.bytes);
+      }
       // A rendezvous: both ends must have reached this phase's post point (collective_exchange:
       // the all-to-all's latency, which every rank reached).
       if (a2as.empty()) {
@@ -225,7 +232,22 @@ struct Lowering {
       set_contention(cost, task, local ? LinkBytes{m.bytes, 0} : LinkBytes{0, m.bytes});
       task.name = label + " " + attn_tensor_name(t.tensor) + " " + std::to_string(t.src) + "->" +
                   std::to_string(t.dst) + " " + str(t.slice) + (m.count > 1 ? " +" + std::to_string(m.count - 1) + " slices" : "");
-      const int id = graph.add(std::move(task));
+      const double tail_s = flow_s - task.duration_s;
+      TaskSpec tail;
+      if (tail_s > 1e-15) {
+        // On the sender's stream, so its next transfer waits for this flow to finish.
+        tail.device = t.src;
+        tail.stream = 1;
+        tail.kind = 'm';
+        tail.duration_s = tail_s;
+        tail.sm_share = task.sm_share;  // the send kernel still holds its CTAs; the bytes moved with the NIC part
+        tail.name = task.name + " (one flow's rate)";
+      }
+      int id = graph.add(std::move(task));
+      if (tail_s > 1e-15) {
+        tail.deps = {id};
+        id = graph.add(std::move(tail));
+      }
       posted[t.src].push_back(id);
       posted[t.dst].push_back(id);
       if (!t.relay)

@@ -541,6 +541,49 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   EXPECT_DOUBLE_EQ(step(1, plan_with({a, b}), 4), 2 * half);
 }
 
+// One flow cannot fill an EFA NIC (network_p2p_efficiency below network_nic_efficiency): a
+// transfer alone lasts its one-flow time; two GPUs' transfers on one NIC share it at the NIC's
+// rate in sum, so together they take less than two one-flow times; and a rate per flow at the
+// NIC's own changes nothing.
+TEST(AttentionSim, OneFlowIsSlowerThanWhatItsNicCarries) {
+  const AttentionPlan p = four_quarters();
+  auto plan_with = [&](std::vector<AttnTransfer> transfers) {
+    AttentionPlan q = p;
+    q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(4)});
+    return q;
+  };
+  const AttnTransfer a{0, 2, AttnTensor::kv, p.home[0][0]}, b{1, 3, AttnTensor::kv, p.home[1][0]};
+  ClusterSpec c = test_cluster();
+  c.gpus_per_node = 2;
+  c.nics_per_node = 1;
+  c.nic_bandwidth_Gbps_per_gpu = c.nic_bandwidth_Gbps / 2;
+  EfficiencyParams e = EfficiencyParams::ideal();
+  e.network_p2p_efficiency = 0.4;
+  e.network_nic_efficiency = 0.6;
+  const CostModel cost(c, e);
+  const double bytes = transfer_bytes(p, a);
+  const double flow = cost.nic_flow_p2p_s(bytes), nic = cost.nic_p2p_s(bytes);
+  EXPECT_NEAR(flow / nic, 0.6 / 0.4, 1e-9);
+  auto step = [&](const AttentionPlan& plan) {
+    auto r = simulate_attention_plan(plan, cost, false, std::vector<int>{0, 0, 1, 1});
+    EXPECT_TRUE(r.ok()) << r.error_str();
+    return r.ok() ? r->step_time_s : 0.0;
+  };
+  EXPECT_NEAR(step(plan_with({a})), flow, 1e-12);
+  // The second holds the NIC after the first's NIC time and ends its own flow time later.
+  EXPECT_NEAR(step(plan_with({a, b})), nic + flow, 1e-12);
+  EXPECT_LT(step(plan_with({a, b})), 2 * flow);
+  // Equal rates: no tail, both queue at the NIC's rate as before.
+  e.network_p2p_efficiency = 0.6;
+  const CostModel even(c, e);
+  auto r = simulate_attention_plan(plan_with({a, b}), even, false, std::vector<int>{0, 0, 1, 1});
+  ASSERT_TRUE(r.ok());
+  EXPECT_NEAR(r->step_time_s, 2 * even.nic_p2p_s(bytes), 1e-12);
+  // A flow is never faster than its NIC: a per-flow rate above the NIC's is the NIC's.
+  e.network_p2p_efficiency = 0.9;
+  EXPECT_DOUBLE_EQ(CostModel(c, e).nic_flow_p2p_s(bytes), CostModel(c, e).nic_p2p_s(bytes));
+}
+
 // Two-phase communication: a relay forwards what its sender receives in the same stage, so it
 // starts when that transfer ends — a network hop, then an NVLink hop — not beside it.
 TEST(AttentionSim, ARelayLeavesWhenWhatItForwardsHasArrived) {
