@@ -91,6 +91,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results")
     ap.add_argument("--before", help="results.json of the same experiment before a change")
+    ap.add_argument("--times", action="store_true",
+                    help="also print each system's forward and backward times, cpbench / artifact, in ms")
     a = ap.parse_args()
     with open(a.results) as f:
         now = json.load(f)
@@ -121,6 +123,21 @@ def main():
             pub = PUBLISHED[s] if case == "Long-Data-Collections" else "–"
             print(f"| {s:g} | {pub} | {three(art) if (case, float(s), 'DCP') in art else '–'} | {three(before)} | "
                   f"{three(cur)} | {mixed[0]} | {mixed[1]} |")
+    if a.times:
+        for case in CASES:
+            for name, i in (("FW", 0), ("BW", 1)):
+                print(f"\n{case}, {name} (ms: cpbench / artifact; calibration: ring and zigzag)\n")
+                print("| scale | ring | zigzag | LoongTrain | TE a2a+p2p | DCP | best baseline / DCP |")
+                print("|---:|---:|---:|---:|---:|---:|---:|")
+                for s in SCALES:
+                    cells = []
+                    for system in ("ring", "zigzag", "LT", "TE", "DCP"):
+                        c, r = cur.get((case, float(s), system)), art.get((case, float(s), system))
+                        cells.append(f"{c[i] * 1e3:.1f} / {r[i] * 1e3:.1f}" if c and r and r[i] else
+                                     f"{c[i] * 1e3:.1f} / –" if c else "–")
+                    r_art = ratio(art, case, s, (i,)) if (case, float(s), "DCP") in art else None
+                    cells.append(f"**{fmt(ratio(cur, case, s, (i,)))}** / {fmt(r_art)}")
+                    print(f"| {s:g} | " + " | ".join(cells) + " |")
     return 0
 
 
