@@ -337,6 +337,24 @@ TEST_F(CliTest, ExecChecksAPlanAndRefusesABadBatch) {
   EXPECT_NE(bad.out.find("37"), std::string::npos) << bad.out;
 }
 
+TEST_F(CliTest, CalibrateExperimentRefusesTrainingRowsItCannotFind) {
+  // Labels hold commas, so --train-match picks them by pattern; a bad pattern, one that matches
+  // nothing and an unknown --train label are bad input (exit 2), and nothing is written.
+  const fs::path out = dir_ / "fitted.json";
+  const std::string base = "calibrate --experiment megatron_ptdp/table1 --fit hbm_efficiency --out " + out.string();
+  auto bad = cpbench(base + " --train-match '('");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--train-match"), std::string::npos) << bad.out;
+  auto none = cpbench(base + " --train-match 'no such label'");
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.out.find("matches no published value"), std::string::npos) << none.out;
+  auto unknown = cpbench(base + " --train 'no such label'");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("no published value of the fitted metrics is labelled 'no such label'"), std::string::npos)
+      << unknown.out;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(CliTest, CalibrateLocalThenValidate) {
   // The machine and its stack go to their two folders; the hardware names the stack by name.
   fs::create_directories(dir_ / "hardware");
