@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/common/json_reader.h"
+#include "core/experiment/journal.h"
 #include "core/hardware/hardware.h"
 
 namespace cpbench {
@@ -130,7 +131,7 @@ TEST_F(CliTest, DryRunPrintsEachPointsPlanAndPredictionAndWritesNothing) {
   auto attention = cpbench("run dcp/micro_causal --dry-run --first 3" + out);
   ASSERT_EQ(attention.code, 0) << attention.out;
   size_t layers = 0;
-  for (size_t at = 0; (at = attention.out.find("predicted (sim): attention 0.0", at)) != std::string::npos; ++at) ++layers;
+  for (size_t at = 0; (at = attention.out.find("predicted (sim): attention 0.", at)) != std::string::npos; ++at) ++layers;
   EXPECT_EQ(layers, 3u) << attention.out;
   EXPECT_EQ(attention.out.find("step 0 s"), std::string::npos) << attention.out;
   // micro_causal averages 8 batches: the dry run shows the first one's plan and says so.
@@ -353,6 +354,69 @@ TEST_F(CliTest, CalibrateExperimentRefusesTrainingRowsItCannotFind) {
   EXPECT_NE(unknown.out.find("no published value of the fitted metrics is labelled 'no such label'"), std::string::npos)
       << unknown.out;
   EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(CliTest, OneRunAtATimePerResultsFolder) {
+  // A run holding out/spec (here the test itself) makes a second run into it exit 2, naming the
+  // holder, and leaves the folder as it was; once released, the same run goes ahead.
+  auto f = write_spec("spec", small_spec(2));
+  const fs::path out = dir_ / "out";
+  {
+    auto held = RunLock::acquire(out / "spec", "the test's own run");
+    ASSERT_TRUE(held.ok()) << held.error_str();
+    auto second = cpbench("run " + f.string() + " --out " + out.string());
+    EXPECT_EQ(second.code, 2) << second.out;
+    EXPECT_NE(second.out.find("another cpbench run is writing this results folder (the test's own run)"),
+              std::string::npos)
+        << second.out;
+    EXPECT_FALSE(fs::exists(out / "spec" / "results.json"));
+    // Held in this process, a second lock on the same folder is refused too.
+    EXPECT_FALSE(RunLock::acquire(out / "spec", "another").ok());
+  }
+  auto r = cpbench("run " + f.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(out / "spec" / "results.json"));
+}
+
+TEST_F(CliTest, FlagsThatCannotApplyAreRefused) {
+  // A frontier spec: --resume and --trace would be ignored; --first 0 is no count.
+  json frontier = small_spec(2);
+  frontier["frontier"] = {{"objectives", {"step_time_s", "num_gpus"}}};
+  frontier["metrics"] = {"step_time_s"};
+  auto f = write_spec("frontier", frontier);
+  const std::string out = " --out " + (dir_ / "out").string();
+  for (const std::string flag : {"--resume", "--trace"}) {
+    auto r = cpbench("run " + f.string() + out + " " + flag);
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("does not apply to a frontier spec"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "out"));
+  EXPECT_EQ(cpbench("run " + write_spec("plain", small_spec(2)).string() + out + " --first 0").code, 2);
+  // exec: an empty length is no sequence; --lengths and --dataset together would ignore one.
+  auto empty = cpbench("exec --lengths 64,,64");
+  EXPECT_EQ(empty.code, 2) << empty.out;
+  EXPECT_NE(empty.out.find("--lengths: item 2 is empty"), std::string::npos) << empty.out;
+  EXPECT_EQ(cpbench("exec --lengths 64,").code, 2);
+  EXPECT_EQ(cpbench("exec --lengths 64,x").code, 2);
+  auto both = cpbench("exec --lengths 64 --dataset long_data_collections");
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_NE(both.out.find("not both"), std::string::npos) << both.out;
+}
+
+TEST_F(CliTest, WritesToAFolderOrNowhereAreErrors) {
+  // search --spec-out and calibrate --out name a file: a folder is refused before any work.
+  auto s = cpbench("search megatron_ptdp/table1 --top 1 --spec-out " + dir_.string());
+  EXPECT_EQ(s.code, 2) << s.out;
+  EXPECT_NE(s.out.find("is a folder"), std::string::npos) << s.out;
+  auto c = cpbench("calibrate --experiment megatron_ptdp/table1 --fit hbm_efficiency --out " + dir_.string());
+  EXPECT_EQ(c.code, 2) << c.out;
+  EXPECT_NE(c.out.find("--out: is a folder"), std::string::npos) << c.out;
+  // A file under a regular file cannot be written: the failure names the path, and no "wrote".
+  std::ofstream(dir_ / "plain") << "x";
+  auto w = cpbench("search megatron_ptdp/table1 --top 1 --spec-out " + (dir_ / "plain" / "x.json").string());
+  EXPECT_NE(w.code, 0) << w.out;
+  EXPECT_NE(w.out.find((dir_ / "plain").string()), std::string::npos) << w.out;
+  EXPECT_EQ(w.out.find("cpbench: wrote"), std::string::npos) << w.out;
 }
 
 TEST_F(CliTest, CalibrateLocalThenValidate) {

@@ -10,7 +10,9 @@
 #include <fstream>
 #include <thread>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <algorithm>
 #include <regex>
@@ -55,6 +57,15 @@ bool under_mpi_launcher() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"})
     if (std::getenv(v)) return true;
   return false;
+}
+
+// The job's ranks: 1 outside MPI.
+int mpi_world_size() {
+  int on = 0, done = 0, size = 1;
+  MPI_Initialized(&on);
+  MPI_Finalized(&done);
+  if (on && !done) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
 }
 
 // 0 outside MPI, and after MPI_Finalize (calibrate --local opens and closes MPI itself).
@@ -139,10 +150,12 @@ struct RunArgs {
   int jobs = 1;
   bool resume = false, trace = false, dry_run = false;
   std::string backend = "sim";
-  size_t first = 0;  // run only the first N points (0 = all)
+  size_t first = 0;  // run only the first N points (when first_given; at least 1)
+  bool first_given = false;
   double cpu_budget_s = 60;
   double progress_every_s = 10;
   std::string resume_command;  // this command line with --resume, printed when a run is interrupted
+  std::string command_line;    // this command line, as the results folder's lock names its holder
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
@@ -157,7 +170,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     size_t shown = 0;
     const bool root = mpi_rank() == 0;
     options.stream_points = [&](const PointConfig& p) {
-      if (!root || (a.first > 0 && shown >= a.first)) return;
+      if (!root || (a.first_given && shown >= a.first)) return;
       ++shown;
       std::cout << "  " << p.id << "  [" << p.cluster.name << ", " << p.model.name << ", " << p.workload.dataset_name
                 << ", tp" << p.parallel.tp << " pp" << p.parallel.pp << " cp" << p.parallel.cp << " gpus "
@@ -172,10 +185,40 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   }
   auto spec = load_spec(ref->file, ref->name, options);
   if (!spec) return report_errors(spec.errors());
-  if (a.first > 0 && spec->points.size() > a.first) spec->points.resize(a.first);
+  if (!spec->frontier_objectives.empty()) {
+    // A frontier search prunes its points in one pass and writes no timelines: these flags
+    // would be ignored (--first still cuts the spec's points before the search).
+    Errors refused;
+    const std::string why = " does not apply to a frontier spec (its search runs every layout it does not prune "
+                            "in one pass, and writes no timelines)";
+    if (a.resume) refused.list.push_back({"command line", "--resume", "--resume" + why});
+    if (a.trace) refused.list.push_back({"command line", "--trace", "--trace" + why});
+    if (!refused.list.empty()) return report_errors(refused);
+  }
+  if (a.first_given && spec->points.size() > a.first) spec->points.resize(a.first);
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
                  a.progress_every_s};
   const fs::path dir = fs::path(a.out) / spec->name;
+  // One run at a time per results folder: rank 0 writes it and takes its lock; every rank learns
+  // the verdict, so a refused job ends on all of them.
+  RunLock lock;
+  int locked = 1;
+  if (mpi_rank() == 0) {
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    const std::time_t now = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    auto taken = RunLock::acquire(dir, "pid " + std::to_string(::getpid()) + " on " + host + " since " + when + ": " +
+                                           a.command_line);
+    if (taken) lock = std::move(*taken);
+    else {
+      locked = 0;
+      report_errors(taken.errors());
+    }
+  }
+  if (mpi_world_size() > 1) MPI_Bcast(&locked, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!locked) return kExitBadInput;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
     auto finished = load_finished_points(dir / "results.json", *spec);
     if (!finished) return report_errors(finished.errors());
@@ -287,6 +330,9 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
                const std::string& spec_out, const fs::path& experiments_dir) {
   auto ref = resolve_experiment(experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
+  // Where the spec goes is checked before the search, which may take minutes.
+  if (std::error_code ec; !spec_out.empty() && fs::is_directory(spec_out, ec))
+    return report_errors(Errors{{{"--spec-out", "", spec_out + " is a folder: give the path of a file to write"}}});
   Errors set_errors;
   auto spec = load_spec(ref->file, ref->name, SpecOptions{experiments_dir, parse_sets(sets, set_errors), {}});
   if (!set_errors.list.empty()) return report_errors(set_errors);
@@ -345,7 +391,10 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
                                    {"parallel.sequence_parallel", L.sequence_parallel},
                                    {"parallel.tp_comm_overlap", L.tp_comm_overlap}}}});
   }
-  std::ofstream(spec_out) << out.dump(2) << "\n";
+  if (auto st = write_file_atomic(spec_out, out.dump(2) + "\n"); !st) {
+    std::cerr << "cpbench: error:\n" << st.error_str() << "\n";
+    return kExitFailed;
+  }
   std::fprintf(stderr, "cpbench: wrote %s (run it with: cpbench run %s)\n", spec_out.c_str(), spec_out.c_str());
   return kExitOk;
 }
@@ -502,7 +551,9 @@ int run_cli(int argc, char** argv) {
   run->add_option("--jobs,-j", ra.jobs, "worker threads per process")->check(CLI::Range(1, 1024))->capture_default_str();
   run->add_flag("--resume", ra.resume, "keep the finished points of an earlier run of the same spec");
   run->add_flag("--trace", ra.trace, "write a Perfetto/Chrome timeline per point under DIR/NAME/traces/");
-  run->add_option("--first", ra.first, "run only the first N points of the spec (a quick check)");
+  run->add_option("--first", ra.first, "run only the first N points of the spec (a quick check)")
+      ->check(CLI::Range(size_t{1}, std::numeric_limits<size_t>::max()))
+      ->each([&ra](const std::string&) { ra.first_given = true; });
   run->add_flag("--dry-run", ra.dry_run,
                 "print each resolved point's plan and predicted step time; no results are written");
   run->add_option("--progress-every", ra.progress_every_s,
@@ -552,13 +603,12 @@ int run_cli(int argc, char** argv) {
                         "(ECMAScript, searched anywhere in the label)");
 
   ExecArgs ea;
-  auto add_exec_options = [&ea](CLI::App* sub) {
+  std::string lengths_text;  // --lengths as typed: CLI11's split drops empty items ("64,,64")
+  auto add_exec_options = [&ea, &lengths_text](CLI::App* sub) {
     sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p | double_ring")
         ->capture_default_str();
     sub->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
-    sub->add_option("--lengths", ea.lengths, "sequence lengths in tokens (comma separated)")
-        ->delimiter(',')
-        ->check(CLI::Range(int64_t{1}, kMaxExecLength));
+    sub->add_option("--lengths", lengths_text, "sequence lengths in tokens (comma separated)");
     sub->add_option("--dataset", ea.dataset, "or: a dataset preset to sample sequences from");
     sub->add_option("--tokens", ea.tokens, "token budget when sampling a dataset")
         ->check(CLI::Range(int64_t{1}, kMaxExecLength))
@@ -649,18 +699,47 @@ int run_cli(int argc, char** argv) {
   if (*reshard) return cmd_reshard(rs, experiments_dir);
   if (*search) return cmd_search(search_experiment, search_sets, search_top, search_spec_out, experiments_dir);
   if (*run) {
-    for (int i = 0; i < argc; ++i) ra.resume_command += (i ? " " : "") + shell_quote(argv[i]);
-    if (!ra.resume) ra.resume_command += " --resume";
+    for (int i = 0; i < argc; ++i) ra.command_line += (i ? " " : "") + shell_quote(argv[i]);
+    ra.resume_command = ra.command_line + (ra.resume ? "" : " --resume");
     return cmd_run(ra, experiments_dir);
   }
   if (*exec || *validate) {
-    if (ea.lengths.empty() && ea.dataset.empty()) {
-      std::cerr << "cpbench: give --lengths or --dataset\n";
+    if (!lengths_text.empty()) {
+      std::stringstream items(lengths_text);
+      std::string item;
+      for (size_t i = 1; std::getline(items, item, ','); ++i) {
+        size_t used = 0;
+        long long v = 0;
+        try {
+          v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (item.empty() || used != item.size() || v < 1 || v > kMaxExecLength) {
+          std::cerr << "cpbench: error:\ncommand line: --lengths: item " << i << " is "
+                    << (item.empty() ? std::string("empty") : "\"" + item + "\"")
+                    << ": expected a whole number of tokens from 1 to " << kMaxExecLength << "\n";
+          return kExitBadInput;
+        }
+        ea.lengths.push_back(v);
+      }
+      if (lengths_text.back() == ',') {
+        std::cerr << "cpbench: error:\ncommand line: --lengths: the last item is empty\n";
+        return kExitBadInput;
+      }
+    }
+    if (ea.lengths.empty() == ea.dataset.empty()) {
+      std::cerr << (ea.lengths.empty() ? "cpbench: give --lengths or --dataset\n"
+                                       : "cpbench: error:\ncommand line: --dataset: give --lengths or --dataset, not "
+                                         "both (the sequences would come from --lengths alone)\n");
       return kExitBadInput;
     }
     return *exec ? cmd_exec(ea, experiments_dir) : cmd_validate(ea, validate_preset, experiments_dir);
   }
   if (*calibrate) {
+    if (std::error_code ec; fs::is_directory(cal_out, ec) || (!cal_hardware_out.empty() && fs::is_directory(cal_hardware_out, ec)))
+      return report_errors(Errors{{{"command line", fs::is_directory(cal_out, ec) ? "--out" : "--hardware-out",
+                                    "is a folder: give the path of the preset file to write"}}});
     if (cal_local) {
       if (cal_hardware_out.empty()) {
         std::cerr << "cpbench calibrate --local: give --hardware-out for the measured machine\n";

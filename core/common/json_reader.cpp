@@ -316,7 +316,12 @@ Expected<json> load_json_file(const std::filesystem::path& path) {
 
 Status write_file_atomic(const std::filesystem::path& path, const std::string& text) {
   std::error_code ec;
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (std::filesystem::is_directory(path, ec))
+    return Error{path.string(), "", "is a folder: give the path of a file to write"};
+  if (path.has_parent_path()) {
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) return Error{path.parent_path().string(), "", "cannot create the folder: " + ec.message()};
+  }
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
   {
@@ -328,8 +333,9 @@ Status write_file_atomic(const std::filesystem::path& path, const std::string& t
   }
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
+    const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);
-    return Error{path.string(), "", "cannot rename the temporary file into place"};
+    return Error{path.string(), "", "cannot move the written file into place: " + why};
   }
   return ok_status();
 }

@@ -212,6 +212,8 @@ std::string validate_measurement(const OpMeasurement& m) {
                          std::count(spec.optional.begin(), spec.optional.end(), key);
       if (!known) return "unknown key \"" + key + "\" for op \"" + m.op + "\"";
       if (!(value > 0)) return "key \"" + key + "\" must be positive";
+      // Past 2^53 a double no longer holds every integer, and no op cpbench prices is that large.
+      if (value > 9007199254740992.0) return "key \"" + key + "\" is " + format_g(value) + ", over 2^53: not a shape cpbench prices";
     }
     if (!(m.time_s > 0)) return "time_s must be positive";
     return "";
@@ -336,6 +338,15 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
       if (sensitive) fit.free.push_back(&info);
     }
     if (fit.free.empty()) continue;
+    // Fewer measurements than constants leave the fit free to pick any of many exact solutions.
+    if (fit.data.size() < fit.free.size()) {
+      std::string keys;
+      for (const auto* info : fit.free) keys += (keys.empty() ? "" : ", ") + std::string(info->key);
+      return Error{measurements_file, "", "the " + std::string(family.name) + " family has " + std::to_string(fit.data.size()) +
+                                              " measurement" + (fit.data.size() == 1 ? "" : "s") + " for " +
+                                              std::to_string(fit.free.size()) + " constants (" + keys +
+                                              "): measure at least as many shapes as it fits"};
+    }
     for (const auto* info : fit.free) fitted.insert(info->key);
     fits.push_back(std::move(fit));
   }

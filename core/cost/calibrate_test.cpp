@@ -72,6 +72,21 @@ std::vector<OpMeasurement> synthetic(const CostModel& model) {
   return out;
 }
 
+TEST(Calibrate, TooFewMeasurementsOrAbsurdShapesAreErrors) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok()) << cluster.error_str();
+  auto preset = load_json_file(kStack);
+  ASSERT_TRUE(preset.ok());
+  // One GEMM cannot pin three GEMM constants.
+  const OpMeasurement one{"gemm", {{"m", 4096}, {"n", 4096}, {"k", 4096}}, 1e-3};
+  auto fitted = calibrate_stack(*cluster, *preset, {one}, "one.csv");
+  ASSERT_FALSE(fitted.ok());
+  EXPECT_NE(fitted.error_str().find("the gemm family has 1 measurement for"), std::string::npos) << fitted.error_str();
+  // A shape past 2^53 is no shape.
+  const OpMeasurement huge{"gemm", {{"m", 4096}, {"n", 4096}, {"k", 1e20}}, 1e-3};
+  EXPECT_NE(validate_measurement(huge).find("key \"k\" is 1e+20, over 2^53"), std::string::npos) << validate_measurement(huge);
+}
+
 TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   auto cluster = load_hardware(kPreset);
   ASSERT_TRUE(cluster.ok()) << cluster.error_str();

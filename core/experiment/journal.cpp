@@ -6,6 +6,10 @@
 #include <fstream>
 #include <limits>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 namespace cpbench {
 namespace {
 
@@ -119,6 +123,51 @@ Status load_journal(const fs::path& path, const Spec& spec, PointResults& finish
     finished[index] = PointResult{id, status, reason, read_number_map(j["metrics"]), read_number_map(j["timings"])};
   }
   return ok_status();
+}
+
+RunLock& RunLock::operator=(RunLock&& other) noexcept {
+  if (this != &other) {
+    this->~RunLock();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+RunLock::~RunLock() {
+  if (fd_ < 0) return;
+  // The holder's line goes with the lock, so a later reader of the file finds no stale name.
+  if (::ftruncate(fd_, 0) != 0) { /* the lock is released by close() all the same */ }
+  ::close(fd_);  // releases the flock
+  fd_ = -1;
+}
+
+Expected<RunLock> RunLock::acquire(const fs::path& dir, const std::string& holder) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Error{dir.string(), "", "cannot create the results folder: " + ec.message()};
+  const fs::path file = dir / ".lock";
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{file.string(), "", std::string("cannot open the results folder's lock: ") + std::strerror(errno)};
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string who;
+    char buf[512];
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n > 0) who.assign(buf, static_cast<size_t>(n));
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Error{file.string(), "", std::string("cannot lock the results folder: ") + std::strerror(err)};
+    return Error{dir.string(), "",
+                 "another cpbench run is writing this results folder (" + (who.empty() ? "holder unknown" : who) +
+                     "); wait for it to end, or give another --out"};
+  }
+  RunLock lock;
+  lock.fd_ = fd;
+  const std::string line = holder + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size()))
+    return Error{file.string(), "", std::string("cannot write the results folder's lock: ") + std::strerror(errno)};
+  return lock;
 }
 
 }  // namespace cpbench

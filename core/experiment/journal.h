@@ -41,6 +41,28 @@ class Journal {
   std::filesystem::path path_;
 };
 
+// One run at a time per results folder: `cpbench run` holds DIR/.lock (an flock, released by the
+// kernel when the process ends, however it ends) while it writes DIR, and the file names the
+// holder. A second run into the same folder — another --set, or a --resume while the first still
+// runs — would overwrite results.json and the journal under the first: it is refused instead.
+class RunLock {
+ public:
+  RunLock() = default;
+  RunLock(RunLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  RunLock& operator=(RunLock&& other) noexcept;
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+  ~RunLock();
+
+  // Takes DIR/.lock (creating DIR) and writes `holder` (the command, pid, host and time) into it.
+  // Error: another process holds it — the error names the holder it wrote — or DIR cannot be
+  // created or locked (named).
+  static Expected<RunLock> acquire(const std::filesystem::path& dir, const std::string& holder);
+
+ private:
+  int fd_ = -1;
+};
+
 // Adds the finished points (ok or infeasible; errors are run again) of `journal` to `finished`,
 // a later line replacing an earlier one. No file is no points. Errors name the file, the line and
 // what was expected; a journal of a different spec (or other --set values) is an error.

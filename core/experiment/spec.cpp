@@ -437,6 +437,53 @@ GridAxes parse_grid(JsonObject& root) {
   return axes;
 }
 
+// True when one dotted path is the other or lies inside it ("parallel" and "parallel.tp").
+bool paths_overlap(const std::string& a, const std::string& b) {
+  auto inside = [](const std::string& x, const std::string& outer) {
+    return x.size() > outer.size() && x.compare(0, outer.size(), outer) == 0 && x[outer.size()] == '.';
+  };
+  return a == b || inside(a, b) || inside(b, a);
+}
+
+// The dotted paths a case's patch sets: its leaves (an object merges key by key, anything else
+// replaces the value at its path).
+void patch_paths(const json& patch, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [k, v] : patch.items()) {
+    const std::string path = prefix.empty() ? k : prefix + "." + k;
+    if (v.is_object() && !v.empty()) patch_paths(v, path, out);
+    else out.push_back(path);
+  }
+}
+
+// A --set on a path that a case, a grid axis or a strategy entry also sets would run every point
+// at the --set value under labels that name the spec's values: refused, naming both.
+void check_overrides_vary_nothing(const json& overrides, const std::vector<CaseEntry>& cases, const GridAxes& axes,
+                                  const std::vector<StrategyEntry>& entries, const std::string& file, Diagnostics& diag) {
+  for (const auto& [path, value] : overrides.items()) {
+    std::vector<std::string> clashes;
+    for (const auto& [axis, values] : axes)
+      if (paths_overlap(path, axis)) clashes.push_back("the grid axis \"" + axis + "\" (" + file + " /grid/" + axis + ")");
+    for (const CaseEntry& c : cases) {
+      std::vector<std::string> paths;
+      patch_paths(c.patch, "", paths);
+      for (const std::string& p : paths)
+        if (paths_overlap(path, p))
+          clashes.push_back("case \"" + c.name + "\" (" + file + " " + json_pointer_append("/cases", c.index) + ") sets \"" + p + "\"");
+    }
+    for (const StrategyEntry& st : entries)
+      for (const auto& [p, v] : st.set.items())
+        if (paths_overlap(path, p))
+          clashes.push_back("strategy entry \"" + (st.label.empty() ? st.name : st.label) + "\" (" + file + " " +
+                            json_pointer_append(json_pointer_append("/strategies", st.index), "set") + ") sets \"" + p + "\"");
+    if (clashes.empty()) continue;
+    std::string why = "this path varies between the spec's points: ";
+    for (size_t i = 0; i < clashes.size() && i < 3; ++i) why += (i ? "; " : "") + clashes[i];
+    if (clashes.size() > 3) why += "; and " + std::to_string(clashes.size() - 3) + " more";
+    why += ". Every point would run the --set value under labels that name the spec's values: edit the spec (or a copy) instead";
+    diag.add(Errors{{{"command line", "--set " + path, why}}});
+  }
+}
+
 // Reads "metrics"; returns the known metric names to report, in order.
 std::vector<std::string> parse_metrics(JsonObject& root) {
   std::vector<std::string> metrics;
@@ -786,6 +833,7 @@ Expected<Spec> load_spec(const fs::path& file, const std::string& name, const Sp
   const std::vector<CaseEntry> cases = parse_cases(root, case_names);
   const GridAxes axes = parse_grid(root);
   spec.metrics = parse_metrics(root);
+  check_overrides_vary_nothing(overrides, cases, axes, entries, file.string(), diag);
   if (auto fo = root.object_opt("frontier")) {
     // TensorOpt's frontier (runner.h): objectives, each a metric (minimised) or "num_gpus".
     spec.frontier_objectives = {"step_time_s", "peak_memory_gib", "comm_bytes_per_gpu", "num_gpus"};

@@ -192,10 +192,57 @@ TEST_F(SpecTest, UnknownMetric) {
 }
 
 TEST_F(SpecTest, BadSetNamesTheCommandLine) {
-  auto e = error_of(load(write(), {{"parallel.tp", "\"x\""}}));
-  EXPECT_NE(e.find("command line: --set parallel.tp: expected an integer"), std::string::npos) << e;
+  auto e = error_of(load(write(), {{"parallel.pp", "\"x\""}}));
+  EXPECT_NE(e.find("command line: --set parallel.pp: expected an integer"), std::string::npos) << e;
   e = error_of(load(write(), {{"metrics", "[]"}}));
   EXPECT_NE(e.find("command line: --set metrics: \"metrics\" is not a per-point key"), std::string::npos) << e;
+}
+
+TEST_F(SpecTest, SetOnAPathTheSpecVariesIsRefused) {
+  // The grid's axis, a strategy entry's set and a case's patch each vary their path over the
+  // points: a --set there would run every point at one value under labels naming the others.
+  auto e = error_of(load(write(), {{"parallel.micro_batch_size", "2"}}));
+  EXPECT_NE(e.find("command line: --set parallel.micro_batch_size: this path varies between the spec's points: the grid "
+                   "axis \"parallel.micro_batch_size\""),
+            std::string::npos)
+      << e;
+  e = error_of(load(write(), {{"parallel.tp", "2"}}));
+  EXPECT_NE(e.find("strategy entry \"tp4\""), std::string::npos) << e;
+  EXPECT_NE(e.find("/strategies/1/set) sets \"parallel.tp\""), std::string::npos) << e;
+  e = error_of(load(write(), {{"model", "gpt_1.7b"}}));
+  EXPECT_NE(e.find("case \"big\""), std::string::npos) << e;
+  // A whole object over an axis, and an axis's object, overlap too.
+  e = error_of(load(write(), {{"parallel", "{\"num_gpus\": 8}"}}));
+  EXPECT_NE(e.find("the grid axis \"parallel.micro_batch_size\""), std::string::npos) << e;
+  // A path nothing varies is a plain override.
+  auto ok = load(write(), {{"parallel.pp", "1"}, {"workload.seed", "3"}});
+  EXPECT_TRUE(ok.ok()) << ok.error_str();
+}
+
+// Every registered experiment: a --set of any path its grid, cases or strategy entries set is
+// refused (exit 2 in the CLI), so no run can label points with values they did not use.
+TEST(SpecSets, EveryExperimentRefusesASetOfWhatItVaries) {
+  size_t checked = 0;
+  for (const std::string& name : list_experiments(default_experiments_dir())) {
+    auto ref = resolve_experiment(name, default_experiments_dir());
+    ASSERT_TRUE(ref.ok()) << ref.error_str();
+    auto raw = load_json_file(ref->file);
+    ASSERT_TRUE(raw.ok()) << raw.error_str();
+    std::vector<std::string> varied;
+    const json grid = raw->value("grid", json::object()), strategies = raw->value("strategies", json::array());
+    for (const auto& [axis, values] : grid.items()) varied.push_back(axis);
+    for (const json& st : strategies)
+      if (st.is_object() && st.contains("set"))
+        for (const auto& [path, v] : st["set"].items()) varied.push_back(path);
+    for (const std::string& path : varied) {
+      auto spec = load_spec(ref->file, ref->name, SpecOptions{default_experiments_dir(), {{path, "1"}}, {}});
+      ASSERT_FALSE(spec.ok()) << ref->name << " --set " << path << "=1";
+      EXPECT_NE(spec.error_str().find("--set " + path + ": this path varies between the spec's points"), std::string::npos)
+          << ref->name << ": " << spec.error_str();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50u);
 }
 
 TEST_F(SpecTest, PublishedSelectorMustMatch) {

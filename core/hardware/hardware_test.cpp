@@ -99,8 +99,25 @@ TEST(Stack, PresetsNameTheirEra) {
   EXPECT_FALSE(held.covers("t/x", "mfu", "b mfu"));
   EXPECT_EQ((*preset("h100_dgx").efficiency)["attention_exp_overlap"]["value"], 1);
   EXPECT_EQ((*preset("h200_sxm").efficiency)["attention_exp_overlap"]["value"], 0);
-  for (const char* name : {"a100_40gb_p4d", "h100_dgx", "h200_sxm", "cpu_local"})
+  for (const char* name : {"h100_dgx", "h200_sxm", "cpu_local"})
     EXPECT_TRUE(preset(name).fits.empty()) << name;
+  // EFA's one-flow rate was fitted on DCP's artifact ring and zigzag bars only (issue 31): those
+  // are in sample, forward and backward; TE's, LoongTrain's and DCP's bars stay out.
+  const ClusterSpec p4de = preset("a100_80gb_p4de");
+  ASSERT_EQ(p4de.fits.size(), 2u);
+  for (const FitRecord& f : p4de.fits) {
+    EXPECT_EQ(f.experiment, "dcp/micro_causal");
+    EXPECT_EQ(f.constants, std::vector<std::string>{"network_p2p_efficiency"});
+    EXPECT_EQ(f.train.size(), 12u);
+  }
+  EXPECT_TRUE(p4de.fits[0].covers("dcp/micro_causal", "attention_fwd_s",
+                                  "Long-Data-Collections ×0.5 FW: Ring (artifact reference figure, ms → s)"));
+  EXPECT_TRUE(p4de.fits[1].covers("dcp/micro_causal", "attention_bwd_s",
+                                  "LongAlign ×4 BW: ZigZag (artifact reference figure, ms → s)"));
+  EXPECT_FALSE(p4de.fits[0].covers("dcp/micro_causal", "attention_fwd_s",
+                                   "Long-Data-Collections ×0.5 FW: TE (artifact reference figure, ms → s)"));
+  EXPECT_FALSE(p4de.fits[0].covers("dcp/micro_masks", "attention_fwd_s",
+                                   "Long-Data-Collections ×0.5 FW: Ring (artifact reference figure, ms → s)"));
   // Kwai's stacks record the published runs that informed their allocator fragmentation (a memory
   // overhead, not an efficiency): those comparisons are in sample, the others of the table not.
   for (const char* name : {"h800_kwai", "a800_kwai"}) {
