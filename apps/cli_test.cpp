@@ -293,8 +293,10 @@ TEST_F(CliTest, CalibrateWarnsOfAConstantPinnedAtItsBound) {
 }
 
 // `cd DIR && BINARY ARGS`, stdout and stderr together.
+// CPBENCH_EXPERIMENTS (which ctest sets to the checkout's folder) is unset: these runs test where
+// cpbench looks by itself.
 Run cpbench_in(const fs::path& dir, const fs::path& binary, const std::string& args) {
-  return shell("cd '" + dir.string() + "' && '" + binary.string() + "' " + args);
+  return shell("cd '" + dir.string() + "' && env -u CPBENCH_EXPERIMENTS '" + binary.string() + "' " + args);
 }
 
 TEST_F(CliTest, ExperimentsFolderIsFoundAtRunTimeNotBakedIn) {
@@ -315,10 +317,20 @@ TEST_F(CliTest, ExperimentsFolderIsFoundAtRunTimeNotBakedIn) {
   EXPECT_EQ(own.code, 0) << own.out;
   EXPECT_NE(own.out.find("mine/only"), std::string::npos) << own.out;
   EXPECT_EQ(own.out.find("megatron_ptdp/table1"), std::string::npos) << own.out;
-  // The build's binary run from outside the checkout: the checkout's experiments/, its parent's.
-  auto built = cpbench_in(dir_, CPBENCH_BINARY, "list");
+  // A binary in a checkout's build/ run from outside it: the checkout's experiments/, its parent's.
+  fs::create_directories(dir_ / "checkout" / "build");
+  fs::create_directories(dir_ / "checkout" / "experiments" / "hardware");
+  fs::create_directories(dir_ / "checkout" / "experiments" / "theirs");
+  std::ofstream(dir_ / "checkout" / "experiments" / "theirs" / "spec.json") << small_spec(1).dump(2);
+  fs::copy_file(CPBENCH_BINARY, dir_ / "checkout" / "build" / "cpbench");
+  auto built = cpbench_in(dir_, dir_ / "checkout" / "build" / "cpbench", "list");
   EXPECT_EQ(built.code, 0) << built.out;
-  EXPECT_NE(built.out.find("megatron_ptdp/table1"), std::string::npos) << built.out;
+  EXPECT_NE(built.out.find("theirs/spec"), std::string::npos) << built.out;
+  // CPBENCH_EXPERIMENTS names the folder wherever the binary and the current directory are.
+  auto named = shell("cd '" + dir_.string() + "' && CPBENCH_EXPERIMENTS='" + (dir_ / "proj" / "experiments").string() +
+                     "' '" + (dir_ / "bin" / "cpbench").string() + "' list");
+  EXPECT_EQ(named.code, 0) << named.out;
+  EXPECT_NE(named.out.find("mine/only"), std::string::npos) << named.out;
   // show reads a results file only: it needs no experiments/ folder.
   ASSERT_EQ(cpbench("run " + write_spec("s", small_spec(1)).string() + " --out " + (dir_ / "out").string()).code, 0);
   auto show = cpbench_in(dir_, dir_ / "bin" / "cpbench", "show " + (dir_ / "out" / "s").string());

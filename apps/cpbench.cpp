@@ -536,8 +536,10 @@ int run_cli(int argc, char** argv) {
   app.require_subcommand(1);
   std::string experiments_dir;
   app.add_option("--experiments", experiments_dir,
-                 "folder of experiment specs and presets (default: the first experiments/ upward from the current "
-                 "directory, else beside the executable or in its parent folder)");
+                 "folder of experiment specs and presets (default: $CPBENCH_EXPERIMENTS, else the first experiments/ "
+                 "upward from the current directory, else beside the executable, in its parent folder or in "
+                 "../share/cpbench/ where `cmake --install` puts it)")
+      ->envname("CPBENCH_EXPERIMENTS");
 
   bool show_strategies = false;
   auto* list = app.add_subcommand("list", "list the registered experiments (or strategies)");

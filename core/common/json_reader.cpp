@@ -268,10 +268,17 @@ Expected<json> load_json_file(const std::filesystem::path& path) {
     return parent.array ? json_pointer_append(parent.pointer, parent.next_index++)
                         : json_pointer_append(parent.pointer, parent.key);
   };
+  // No cpbench file nests deeper than a handful of levels; a hostile or broken one nested a
+  // million deep would grow the pointers above quadratically, so it ends the parse as an error.
+  constexpr size_t kMaxDepth = 256;
+  struct TooDeep {
+    std::string pointer;
+  };
   json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start: {
+        if (frames.size() >= kMaxDepth) throw TooDeep{frames.back().pointer.substr(0, 80)};
         std::string pointer = element_pointer();
         frames.push_back({event == json::parse_event_t::array_start, 0, std::move(pointer), {}, {}});
         break;
@@ -298,6 +305,9 @@ Expected<json> load_json_file(const std::filesystem::path& path) {
     json j = json::parse(text, check);
     if (duplicate) return *duplicate;
     return j;
+  } catch (const TooDeep& deep) {
+    return Error{path.string(), "", "nested deeper than " + std::to_string(kMaxDepth) + " levels (at " + deep.pointer +
+                                        "…): not a cpbench file"};
   } catch (const json::parse_error& e) {
     // Turn the byte offset into a line and column a user can find.
     size_t line = 1, col = 1;

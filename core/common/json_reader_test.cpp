@@ -41,6 +41,20 @@ TEST(JsonReader, DuplicateKeyIsAnErrorWithItsPointer) {
   EXPECT_EQ((*ok)["c"][1]["k"], 2);
 }
 
+TEST(JsonReader, DeepNestingIsAParseErrorNotAnAllocationFailure) {
+  // A million nested arrays (it ended in std::bad_alloc) and 257 nested objects: errors naming
+  // the depth; 200 levels still read.
+  auto deep = parse_text(std::string(1000000, '[') + std::string(1000000, ']'));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.error_str().find("nested deeper than 256 levels"), std::string::npos) << deep.error_str().substr(0, 300);
+  std::string objects;
+  for (int i = 0; i < 257; ++i) objects += "{\"a\": ";
+  objects += "1" + std::string(257, '}');
+  EXPECT_FALSE(parse_text(objects).ok());
+  auto fine = parse_text(std::string(200, '[') + std::string(200, ']'));
+  EXPECT_TRUE(fine.ok()) << fine.error_str();
+}
+
 TEST(JsonReader, IntegerBeyondInt64IsReportedAsWritten) {
   const json j = json::parse(R"({"max_length": 9223372036854775808})");
   Diagnostics d("spec.json");

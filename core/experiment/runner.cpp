@@ -331,11 +331,14 @@ void prepare_partitioner(const Spec& spec) {
     }
 }
 
-Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank) {
+Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank, bool together) {
   const size_t n = spec.points.size();
   PointResults results(n);
-  if (rank != 0) return results;
-  const int jobs = std::max(1, options.jobs);
+  // A backend that runs each plan across every rank (cpu) needs them all in every evaluation:
+  // they all run the same search, which is deterministic on one thread (the same bounds, the same
+  // order, the same pruning), and rank 0 writes. Otherwise rank 0 searches alone.
+  if (rank != 0 && !together) return results;
+  const int jobs = together ? 1 : std::max(1, options.jobs);
   prepare_partitioner(spec);
   const std::vector<std::string>& objectives = spec.frontier_objectives;
   // An objective of a point from its metrics; "num_gpus" is the layout's. Absent: nullopt.
@@ -413,9 +416,11 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
       on_frontier += frontier.on_frontier[i];
     }
   }
-  std::fprintf(stderr, "%s: frontier over %zu points: %zu cannot run, %zu simulated, %zu pruned, %zu on the frontier\n",
+  if (rank == 0)
+    std::fprintf(stderr, "%s: frontier over %zu points: %zu cannot run, %zu simulated, %zu pruned, %zu on the frontier\n",
                spec.name.c_str(), n, n - frontier.evaluated - frontier.failed - frontier.pruned, frontier.evaluated + frontier.failed,
                frontier.pruned, on_frontier);
+  if (rank != 0) return results;
   if (auto s = write_results(options.out_dir / spec.name, spec, current_provenance(spec.seed), results); !s) return s.errors();
   return results;
 }
@@ -429,7 +434,9 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
   }
-  if (!spec.frontier_objectives.empty()) return run_frontier(spec, options, rank);
+  // The cpu backend runs every point on all ranks together (its plans execute across them).
+  const bool together = options.backend == "cpu";
+  if (!spec.frontier_objectives.empty()) return run_frontier(spec, options, rank, together && size > 1);
   const fs::path dir = options.out_dir / spec.name;
   // Every rank read the same file, so all agree on which points remain.
   PointResults results = options.finished.empty() ? PointResults(spec.points.size()) : options.finished;
@@ -438,7 +445,6 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (!results[i]) todo.push_back(i);
   // The cpu backend runs every point on all ranks together (its plans execute across them), on
   // the main thread (MPI is funneled); otherwise points are spread over ranks and threads.
-  const bool together = options.backend == "cpu";
   std::vector<size_t> mine;
   for (size_t k = 0; k < todo.size(); ++k)
     if (together || static_cast<int>(k % size) == rank) mine.push_back(todo[k]);
