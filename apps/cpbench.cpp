@@ -10,7 +10,6 @@
 #include <fstream>
 #include <thread>
 #include <cstdlib>
-#include <ctime>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -59,22 +58,24 @@ bool under_mpi_launcher() {
   return false;
 }
 
-// The job's ranks: 1 outside MPI.
-int mpi_world_size() {
-  int on = 0, done = 0, size = 1;
+// Whether MPI is up: initialised and not yet finalised (calibrate --local opens and closes it).
+bool mpi_up() {
+  int on = 0, done = 0;
   MPI_Initialized(&on);
   MPI_Finalized(&done);
-  if (on && !done) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
+  return on && !done;
 }
 
-// 0 outside MPI, and after MPI_Finalize (calibrate --local opens and closes MPI itself).
+// This process's rank, 0 outside MPI; the job's ranks, 1 outside MPI.
 int mpi_rank() {
-  int on = 0, done = 0, rank = 0;
-  MPI_Initialized(&on);
-  MPI_Finalized(&done);
-  if (on && !done) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rank = 0;
+  if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return rank;
+}
+int mpi_world_size() {
+  int size = 1;
+  if (mpi_up()) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
 }
 
 // A numeric flag's value: finite and within [lo, hi]. CLI::Range alone lets "nan" through (every
@@ -204,13 +205,9 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   RunLock lock;
   int locked = 1;
   if (mpi_rank() == 0) {
-    char host[256] = {0};
-    gethostname(host, sizeof host - 1);
-    const std::time_t now = std::time(nullptr);
-    char when[32];
-    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    auto taken = RunLock::acquire(dir, "pid " + std::to_string(::getpid()) + " on " + host + " since " + when + ": " +
-                                           a.command_line);
+    const Provenance here = current_provenance(spec->seed);  // the host and start time results record
+    auto taken = RunLock::acquire(dir, "pid " + std::to_string(::getpid()) + " on " + here.host + " since " +
+                                           here.started_utc + ": " + a.command_line);
     if (taken) lock = std::move(*taken);
     else {
       locked = 0;

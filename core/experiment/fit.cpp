@@ -114,7 +114,6 @@ Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack,
     trained += r.trained;
     if (r.reproduced <= 0) return Error{spec.file.string(), "", "published value '" + r.label + "' has no reproduction"};
   }
-  if (trained == 0) return Error{spec.file.string(), "", "no published " + metric_names + " value to fit"};
   auto loss = [&](const std::vector<double>& x) { return rms(evaluate(efficiency_at(x), false), true); };
   for (double step : {0.3, 0.1, 0.03}) u = nelder_mead(loss, u, step, 60 * static_cast<int>(free.size()));
 

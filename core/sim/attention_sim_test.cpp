@@ -508,16 +508,19 @@ AttentionPlan four_quarters() {
   return p;
 }
 
+// `p` with one stage of `transfers` and no tiles.
+AttentionPlan with_one_stage(const AttentionPlan& p, std::vector<AttnTransfer> transfers) {
+  AttentionPlan q = p;
+  q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(p.ranks)});
+  return q;
+}
+
 // Two GPUs of one node send across the network at once: with one NIC per node they queue on it,
 // each at the NIC's whole rate; with a NIC each they run side by side; alone, one takes the NIC.
 // A group on half a node's GPUs gets half its NICs.
 TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
   const AttentionPlan p = four_quarters();
-  auto plan_with = [&](std::vector<AttnTransfer> transfers) {
-    AttentionPlan q = p;
-    q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(4)});
-    return q;
-  };
+  auto plan_with = [&](std::vector<AttnTransfer> transfers) { return with_one_stage(p, std::move(transfers)); };
   const AttnTransfer a{0, 2, AttnTensor::kv, p.home[0][0]}, b{1, 3, AttnTensor::kv, p.home[1][0]};
   const std::vector<int> nodes{0, 0, 1, 1};
   auto step = [&](int nics, const AttentionPlan& plan, int gpus_per_node = 2) {
@@ -547,11 +550,7 @@ TEST(AttentionSim, TheGpusOfANodeShareItsNics) {
 // NIC's own changes nothing.
 TEST(AttentionSim, OneFlowIsSlowerThanWhatItsNicCarries) {
   const AttentionPlan p = four_quarters();
-  auto plan_with = [&](std::vector<AttnTransfer> transfers) {
-    AttentionPlan q = p;
-    q.stages.push_back({std::move(transfers), std::vector<std::vector<AttnTile>>(4)});
-    return q;
-  };
+  auto plan_with = [&](std::vector<AttnTransfer> transfers) { return with_one_stage(p, std::move(transfers)); };
   const AttnTransfer a{0, 2, AttnTensor::kv, p.home[0][0]}, b{1, 3, AttnTensor::kv, p.home[1][0]};
   ClusterSpec c = test_cluster();
   c.gpus_per_node = 2;
