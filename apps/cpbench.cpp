@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <thread>
+#include <tuple>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -340,16 +341,30 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
   const GlobalBatch batch = w.batch();
   const bool tty = isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
+  // Progress on stderr: each phase in tenths (a line each when stderr is not a terminal), the
+  // bounding phase with the time left at its rate so far, the simulations with the best so far.
+  auto phase_start = start;
+  std::string phase;
   size_t shown = 0;
-  const SearchResult found = search_configurations(
-      p.cluster, p.model, batch, p.parallel, p.flops_definition, SearchSpace{}, top, [&](size_t done, size_t total) {
-        const size_t pct = 100 * done / total;
-        if (done != total && pct / 10 == shown) return;
-        shown = pct / 10 + (done == total ? 1 : 0);
-        std::fprintf(stderr, tty ? "\rsearch: %zu/%zu layouts that fit simulated or pruned%s" : "search: %zu/%zu layouts that fit simulated or pruned%s", done,
-                     total, done == total || !tty ? "\n" : "");
-      },
-      std::max(1u, std::thread::hardware_concurrency()));
+  auto show = [&](const SearchProgress& w) {
+    const auto now = std::chrono::steady_clock::now();
+    if (phase != w.phase) std::tie(phase, phase_start, shown) = std::make_tuple(std::string(w.phase), now, size_t{0});
+    const size_t tenth = w.total ? 10 * w.done / w.total : 10;
+    if (w.done != w.total && tenth < shown) return;
+    shown = tenth + 1;
+    char line[320];
+    if (phase == "bounding") {
+      const double elapsed = std::chrono::duration<double>(now - phase_start).count();
+      std::snprintf(line, sizeof line, "search: bounding %zu/%zu layouts that plan (memory, a lower bound on the step), %.0f s left",
+                    w.done, w.total, w.done ? elapsed / w.done * (w.total - w.done) : 0.0);
+    } else {
+      std::snprintf(line, sizeof line, "search: simulated %zu of %zu that fit, lowest bound first (%zu pruned: their bound cannot rank); best %s, %.3f s",
+                    w.done - w.pruned, w.total, w.pruned, w.best.c_str(), w.best_step_s);
+    }
+    std::fprintf(stderr, tty ? "\r%s\x1b[K%s" : "%s%s", line, w.done == w.total || !tty ? "\n" : "");
+  };
+  const SearchResult found = search_configurations(p.cluster, p.model, batch, p.parallel, p.flops_definition, SearchSpace{}, top,
+                                                   show, std::max(1u, std::thread::hardware_concurrency()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s: %s on %lld GPUs of %s, %zu sequences\n", ref->name.c_str(), p.model.name.c_str(),
               static_cast<long long>(p.parallel.num_gpus), p.cluster.name.c_str(), batch.lengths.size());

@@ -155,7 +155,7 @@ Evaluation evaluate_attention_only(const EvalInput& in, const Plan& plan) {
   out.metrics.erase("flops_per_iteration");
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  CpAttentionCache cache(*cost, plan.layout);
+  CpAttentionCache cache(*cost, plan.layout, in.attention_memo);
   double worst = 0, worst_fwd = 0, worst_bwd = 0;
   for (const auto& rank : plan.micro_batches) {
     double fwd = 0, bwd = 0;
@@ -198,7 +198,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path);
+  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path, in.attention_memo);
   if (!sim) return {"error", sim.error_str(), {}, {}};
 
   auto& mt = out.metrics;
@@ -320,7 +320,7 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  auto bound = iteration_bound(plan, in.model, *cost);
+  auto bound = iteration_bound(plan, in.model, *cost, in.attention_memo);
   if (!bound) return {"error", bound.error_str(), {}, {}};
   Evaluation out{"ok", "", {{"step_time_lower_bound_s", bound->step_time_s}, {"peak_memory_gib", mem.total() / kGiB}}, {}};
   comm_metrics(in, plan, bound->comm_bytes, out.metrics);

@@ -29,6 +29,8 @@
 
 namespace cpbench {
 
+class AttentionCostMemo;  // core/sim/cp_attention.h
+
 // How a point counts model FLOPs; papers differ, and a reproduction must use the paper's own
 // (core/model/model_flops.h): "sc21", "megatron" or "kwai".
 struct EvalInput {
@@ -41,6 +43,10 @@ struct EvalInput {
   // CPU execution, and the predicted seconds above which a plan is not executed.
   std::filesystem::path cpu_preset;
   double cpu_budget_s = 60;
+  // The sim backend: attention costs already simulated on this cluster, shared by the evaluations
+  // of one caller that prices many plans of one batch (a search); null: each evaluation simulates
+  // its own. The results are the same either way.
+  AttentionCostMemo* attention_memo = nullptr;
 };
 
 struct Evaluation {

@@ -62,6 +62,7 @@ struct AttnTile {
 struct AttnStage {
   std::vector<AttnTransfer> transfers;
   std::vector<std::vector<AttnTile>> tiles;  // [rank]
+  bool operator==(const AttnStage&) const = default;
 };
 
 // One phase of the backward (backward_phases says how backends run it).
@@ -137,6 +138,7 @@ struct AttentionPlan {
   std::vector<AttnBackwardPhase> backward;
 
   int32_t group() const { return heads_q / heads_kv; }
+  bool operator==(const AttentionPlan&) const = default;
 };
 
 // The (query, key) pairs a tile's kernel computes: the plan's mask's, or with causal_envelope_work

@@ -9,6 +9,7 @@
 
 #include "core/common/parallel_for.h"
 #include "core/evaluate/evaluate.h"
+#include "core/sim/cp_attention.h"
 #include "core/strategies/ptdp.h"
 
 namespace cpbench {
@@ -34,10 +35,12 @@ std::vector<bool> or_base(const std::vector<bool>& axis, bool base) { return axi
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,
-                                   const std::function<void(size_t, size_t)>& progress, int jobs) {
+                                   const std::function<void(const SearchProgress&)>& progress, int jobs) {
   SearchResult out;
-  // The layouts that can run, planned (cheap); their evaluation is the cost, spread over threads.
-  std::vector<std::pair<ParallelConfig, Plan>> planned;
+  // The layouts that can run. Their plans are made again where they are priced, not kept: a
+  // variable-length batch's plan holds an attention plan per micro-batch, and hundreds of them
+  // held at once take gigabytes. Planning is cheap beside pricing.
+  std::vector<ParallelConfig> planned;
   for (int64_t t : space.tp)
     for (int64_t c : space.cp)
       for (int64_t p : space.pp)
@@ -84,21 +87,35 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                   ++out.invalid;
                   continue;
                 }
-                PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, L, batch});
-                if (outcome.status != "ok") {
+                if (plan_ptdp(StrategyInput{cluster, model, L, batch}).status != "ok") {
                   ++out.invalid;
                   continue;
                 }
-                planned.emplace_back(L, std::move(outcome.plan));
+                planned.push_back(L);
               }
-  const EvalInput in{cluster, model, batch, flops_definition, {}, {}, 0};
+  // The candidates repack one batch: their micro-batches' attention plans recur across pipeline
+  // depths, virtual stages, checkpointing and offloading, and are simulated once.
+  AttentionCostMemo attention_memo;
+  EvalInput in{cluster, model, batch, flops_definition, {}, {}, 0};
+  in.attention_memo = &attention_memo;
+  auto price = [&](size_t i, bool bound) {
+    PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, planned[i], batch});
+    return bound ? evaluate_bound(in, outcome.plan) : evaluate(in, outcome.plan);
+  };
   // First the memory check and a lower bound on each layout's step (evaluate_bound: no
   // simulation); then the simulations in the order of that bound, in rounds of kRound, stopping
   // once the next bound exceeds the k-th best step simulated: those left cannot rank (exact: the
   // top is the one simulating every layout would give). Rounds of a fixed size, not one per
   // thread, keep the counts independent of `jobs`.
+  SearchProgress where{"bounding", 0, planned.size(), 0, 0, ""};
+  std::mutex mu;
   std::vector<Evaluation> bounds(planned.size());
-  parallel_for(planned.size(), jobs, [&](size_t i) { bounds[i] = evaluate_bound(in, planned[i].second); });
+  parallel_for(planned.size(), jobs, [&](size_t i) {
+    bounds[i] = price(i, true);
+    std::lock_guard<std::mutex> lock(mu);
+    ++where.done;
+    if (progress) progress(where);
+  });
   std::vector<size_t> order;
   for (size_t i = 0; i < planned.size(); ++i) {
     if (bounds[i].status == "ok")
@@ -111,8 +128,8 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   constexpr size_t kRound = 8;
   std::vector<Evaluation> evaluated(planned.size());
   std::vector<double> steps;  // of the layouts simulated so far
-  std::mutex mu;
-  size_t done = 0, next = 0;
+  where = {"simulating", 0, order.size(), 0, 0, ""};
+  size_t next = 0;
   while (next < order.size()) {
     if (top_k > 0 && steps.size() >= top_k) {
       std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(top_k - 1), steps.end());
@@ -121,17 +138,26 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
     const size_t round = std::min(kRound, order.size() - next);
     parallel_for(round, jobs, [&](size_t k) {
       const size_t i = order[next + k];
-      evaluated[i] = evaluate(in, planned[i].second);
+      evaluated[i] = price(i, false);
       std::lock_guard<std::mutex> lock(mu);
-      ++done;
-      if (progress) progress(done, order.size());
+      ++where.done;
+      if (const Evaluation& e = evaluated[i];
+          e.status == "ok" && (where.best_step_s == 0 || e.metrics.at("step_time_s") < where.best_step_s)) {
+        where.best_step_s = e.metrics.at("step_time_s");
+        where.best = SearchCandidate{planned[i], {}}.label();
+      }
+      if (progress) progress(where);
     });
     for (size_t k = 0; k < round; ++k)
       if (const Evaluation& e = evaluated[order[next + k]]; e.status == "ok") steps.push_back(e.metrics.at("step_time_s"));
     next += round;
   }
   out.pruned = order.size() - next;
-  if (progress && out.pruned > 0) progress(order.size(), order.size());
+  if (progress && out.pruned > 0) {
+    where.done = order.size();
+    where.pruned = out.pruned;
+    progress(where);
+  }
   std::sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(next));  // enumeration order
   std::vector<SearchCandidate> ran;
   for (size_t j = 0; j < next; ++j) {
@@ -142,7 +168,7 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
       continue;
     }
     ++out.simulated;
-    ran.push_back({planned[i].first, e.metrics});
+    ran.push_back({planned[i], e.metrics});
     ran.back().metrics["step_time_lower_bound_s"] = bound_of(i);
   }
   // Ties keep the enumeration order (deterministic whatever the thread count).

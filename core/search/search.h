@@ -40,14 +40,25 @@ struct SearchResult {
   size_t pruned = 0;                 // fit, but their step's lower bound exceeds the k-th best simulated step
 };
 
+// Where a running search is: in phase "bounding" (every layout that plans: its memory check and
+// the lower bound on its step) or "simulating" (in the order of that bound, until the rest is
+// pruned), `done` of `total` in that phase (the last call: done = total, `pruned` of them not
+// simulated); the fastest layout simulated so far (best_step_s 0: none yet).
+struct SearchProgress {
+  const char* phase = "bounding";
+  size_t done = 0, total = 0, pruned = 0;
+  double best_step_s = 0;
+  std::string best;  // its SearchCandidate::label()
+};
+
 // Searches `space` around `base` (num_gpus and every switch not searched are base's; sequence
 // parallelism is on whenever t > 1), evaluating the plannable layouts on `jobs` threads;
-// progress(done, total) is called (serialised) after each simulation, and once with done = total
-// when the rest is pruned. The result, counts included, does not depend on `jobs`.
+// progress is called (serialised) after each layout bounded or simulated, and once with done =
+// total when the rest is pruned. The result, counts included, does not depend on `jobs`.
 SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape& model, const GlobalBatch& batch,
                                    const ParallelConfig& base, const std::string& flops_definition,
                                    const SearchSpace& space, size_t top_k,
-                                   const std::function<void(size_t, size_t)>& progress = {}, int jobs = 1);
+                                   const std::function<void(const SearchProgress&)>& progress = {}, int jobs = 1);
 
 // Strategy "ptdp_search": searches in.search (the default space when null) around in.parallel and
 // plans the layout ranked in.search->rank, its label in the plan's note; infeasible when fewer

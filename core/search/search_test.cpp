@@ -8,6 +8,7 @@
 
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/registry.h"
+#include "core/sim/cp_attention.h"
 #include "core/strategies/ptdp.h"
 
 namespace cpbench {
@@ -76,6 +77,64 @@ TEST_F(SearchTest, EveryCombinationIsCountedOnceAndTheTopIsTheFastestAtAnyThread
   const SearchResult serial = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 3, {}, 1);
   EXPECT_EQ(serial.simulated, two.simulated);
   EXPECT_EQ(serial.pruned, two.pruned);
+}
+
+TEST_F(SearchTest, AVariableLengthBatchPrunesToTheExhaustiveTop) {
+  // Sequences of 256 to 16K tokens packed into uneven micro-batches: pipelines stall on the long
+  // ones, which a bound summing each stage's work alone misses. The bound the search prunes by
+  // still never exceeds a simulated step, and the pruned search ranks as the exhaustive one does.
+  batch_.lengths.clear();
+  for (int i = 0; i < 64; ++i) batch_.lengths.push_back(int64_t{256} << ((i * 5) % 7));
+  space_.layers_per_virtual_stage = {0, 4};
+  space_.offload_ratio = {0};
+  const SearchResult all = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 1000, {}, 2);
+  ASSERT_GT(all.simulated, 10u);
+  size_t piped = 0;
+  for (const SearchCandidate& c : all.top) {
+    EXPECT_LE(c.metrics.at("step_time_lower_bound_s"), c.metrics.at("step_time_s")) << c.label();
+    if (c.layout.pp > 1) {
+      ++piped;
+      EXPECT_GT(c.metrics.at("step_time_lower_bound_s"), 0.8 * c.metrics.at("step_time_s")) << c.label();
+    }
+  }
+  EXPECT_GT(piped, 5u);
+  const SearchResult top = search_configurations(cluster_, model_, batch_, base_, "kwai", space_, 3, {}, 2);
+  ASSERT_EQ(top.top.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(top.top[i].label(), all.top[i].label());
+    EXPECT_EQ(top.top[i].metrics, all.top[i].metrics);
+  }
+  EXPECT_GT(top.pruned, 2 * top.simulated);
+}
+
+TEST_F(SearchTest, AttentionCostsSharedAcrossEvaluationsChangeNoResult) {
+  // Two layouts that pack the batch alike (CP 2, pipeline depth 1 and 2): with a shared memo the
+  // second evaluation simulates no attention plan of its own, and both report exactly what they
+  // report alone.
+  batch_.lengths.clear();
+  for (int i = 0; i < 32; ++i) batch_.lengths.push_back(int64_t{512} << (i % 5));
+  AttentionCostMemo memo;
+  EvalInput shared{cluster_, model_, batch_, "kwai", {}, {}, 0};
+  shared.attention_memo = &memo;
+  const EvalInput alone{cluster_, model_, batch_, "kwai", {}, {}, 0};
+  size_t after_first = 0;
+  for (int64_t pp : {1, 2}) {
+    ParallelConfig L = base_;
+    L.cp = 2;
+    L.pp = pp;
+    L.recompute = "full";
+    const PlanOutcome planned = plan_ptdp(StrategyInput{cluster_, model_, L, batch_});
+    ASSERT_EQ(planned.status, "ok") << planned.reason;
+    const Evaluation with = evaluate(shared, planned.plan), without = evaluate(alone, planned.plan);
+    ASSERT_EQ(with.status, "ok") << with.reason;
+    EXPECT_EQ(with.metrics, without.metrics) << "pp " << pp;
+    const Evaluation bound_with = evaluate_bound(shared, planned.plan), bound_without = evaluate_bound(alone, planned.plan);
+    EXPECT_EQ(bound_with.metrics, bound_without.metrics) << "pp " << pp;
+    if (pp == 1) after_first = memo.size();
+  }
+  EXPECT_GT(after_first, 0u);
+  // pp 2 halves DP: its micro-batches repack the batch and the memo learns only those that differ.
+  EXPECT_LE(memo.size(), 2 * after_first);
 }
 
 TEST_F(SearchTest, TheBoundKnowsTheBytesAndMemoryTheSimulationReports) {

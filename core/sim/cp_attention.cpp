@@ -24,16 +24,60 @@ Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const Attention
   return out;
 }
 
+uint64_t AttentionCostMemo::digest(const AttentionPlan& plan, const std::vector<int>& node_of) {
+  // FNV-1a over what tells plans apart cheaply (a bucket key: equality is checked in full).
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+  };
+  for (char c : plan.layout) mix(static_cast<unsigned char>(c));
+  mix(static_cast<uint64_t>(plan.ranks));
+  for (int64_t L : plan.seq_lengths) mix(static_cast<uint64_t>(L));
+  mix(static_cast<uint64_t>(plan.mask.kind));
+  mix(static_cast<uint64_t>(plan.heads_q) << 32 | static_cast<uint32_t>(plan.heads_kv));
+  mix(static_cast<uint64_t>(plan.head_dim));
+  mix(plan.stages.size());
+  for (int n : node_of) mix(static_cast<uint64_t>(n));
+  return h;
+}
+
+std::optional<AttentionCost> AttentionCostMemo::find(const AttentionPlan& plan, const std::vector<int>& node_of) const {
+  const uint64_t h = digest(plan, node_of);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto [it, end] = entries_.equal_range(h); it != end; ++it)
+    if (it->second.node_of == node_of && *it->second.plan == plan) return it->second.cost;
+  return std::nullopt;
+}
+
+void AttentionCostMemo::insert(const std::shared_ptr<const AttentionPlan>& plan, const std::vector<int>& node_of,
+                               const AttentionCost& cost) {
+  const uint64_t h = digest(*plan, node_of);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto [it, end] = entries_.equal_range(h); it != end; ++it)
+    if (it->second.node_of == node_of && *it->second.plan == *plan) return;  // another thread was first
+  entries_.emplace(h, Entry{plan, node_of, cost});
+}
+
+size_t AttentionCostMemo::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
 Expected<AttentionCost> CpAttentionCache::get(const PlanMicroBatch& mb) {
   if (mb.lengths.empty()) return AttentionCost{};
   if (!mb.attention)
     return Error{"", "", "a micro-batch with cp = " + std::to_string(mb.cp) + " carries no attention plan"};
   auto key = std::make_pair(mb.attention.get(), cp_group_nodes(mb, layout_, cost_.cluster().gpus_per_node));
   if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-  auto c = cp_attention_cost(cost_, *mb.attention, key.second);
-  if (!c) return c.errors();
-  memo_.emplace(std::move(key), *c);
-  return *c;
+  std::optional<AttentionCost> known = shared_ ? shared_->find(*mb.attention, key.second) : std::nullopt;
+  if (!known) {
+    auto c = cp_attention_cost(cost_, *mb.attention, key.second);
+    if (!c) return c.errors();
+    known = *c;
+    if (shared_) shared_->insert(mb.attention, key.second, *known);
+  }
+  memo_.emplace(std::move(key), *known);
+  return *known;
 }
 
 }  // namespace cpbench

@@ -170,10 +170,10 @@ Expected<Replicas> group_replicas(const Plan& plan) {
 class IterationGraph {
  public:
   IterationGraph(const Plan& plan, const ModelShape& model, const CostModel& cost, const Replicas& replicas,
-                 const PipelineSchedule& schedule)
+                 const PipelineSchedule& schedule, AttentionCostMemo* memo)
       : plan_(plan), L_(plan.layout), model_(model), cost_(cost), replicas_(replicas), schedule_(schedule),
         p_(static_cast<int>(L_.pp)), v_(static_cast<int>(L_.vp)), m_(static_cast<int>(plan.micro_batches[0].size())),
-        attention_(cost, L_), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
+        attention_(cost, L_, memo), grad_tasks_(p_), cp_wait_s_(replicas.lists.size(), 0),
         host_s_(replicas.lists.size() * p_, 0), layer_contention_s_(replicas.lists.size() * p_, 0),
         kernels_(replicas.lists.size() * p_, 0),
         sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0),
@@ -364,14 +364,13 @@ class IterationGraph {
 
   const TaskGraph& graph() const { return graph_; }
 
-  // A step time no simulation of this plan can beat (step_time_lower_bound): per replica and
-  // stage, the stage's ops back to back (compute and blocking tails, no contention, no sends),
-  // after the computes of the forward chain that feeds its first op and before those of the
-  // backward chain its last op feeds (a consumer waits for its producer's compute, not for its
-  // blocking tail when they share a stage: append_pipeline_tasks; across stages it waits for the
-  // send, later still), then the first stage's end of step.
+  // A step time no simulation of this plan can beat (step_time_lower_bound): per replica, its
+  // pipeline with every op's compute and then its blocking tails (TP collectives, CP waits, host)
+  // and nothing else — no sends, no contention, no offload copies, no joins with other replicas
+  // (pipeline_op_ends: add_pipeline's schedule and dependencies, every duration no longer than
+  // there, no edge the full graph lacks); then the first stage's end of step after its last op.
   Expected<IterationBound> lower_bound() {
-    double bound = 0, devices = 0;
+    double bound = 0, devices = 0, last_op_end = 0;
     LinkBytes sent;
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
       auto costs = chunk_costs(*replicas_.lists[r]);
@@ -384,31 +383,23 @@ class IterationGraph {
         const ChunkCost& c = (*costs)[s][op.micro_batch * v_ + op.chunk];
         return op.forward ? c.fwd : c.bwd;
       };
-      for (int s = 0; s < p_; ++s) {
-        const std::vector<PipeOp>& ops = schedule_[s];
-        if (ops.empty()) continue;
-        double busy = 0;
-        for (const PipeOp& op : ops) busy += pass(s, op).total();
-        // The virtual stages before the first op's (its forward's inputs) and before the last
-        // op's (the backward it feeds), each on its own stage: j = chunk·p + stage.
-        double before = 0, after = 0;
-        const PipeOp& first = ops.front();
-        for (int j = 0; j < first.chunk * p_ + s; ++j) before += pass(j % p_, {true, first.micro_batch, j / p_}).compute_s;
-        const PipeOp& last = ops.back();
-        if (!last.forward)
-          for (int j = 0; j < last.chunk * p_ + s; ++j) after += pass(j % p_, {false, last.micro_batch, j / p_}).compute_s;
-        bound = std::max(bound, before + busy + after);
-      }
+      auto ends = pipeline_op_ends(
+          schedule_, [&](int s, const PipeOp& op) { return pass(s, op).compute_s; },
+          [&](int s, const PipeOp& op) { return pass(s, op).total() - pass(s, op).compute_s; });
+      if (!ends) return ends.errors();
+      for (const auto& stage : *ends)
+        if (!stage.empty()) bound = std::max(bound, stage.back());
+      if (!ends->front().empty()) last_op_end = std::max(last_op_end, ends->front().back());
     }
-    // Stage 0's last op ends every chain above; after it, its last gradient reduction, the
-    // optimizer, and the parameter all-gather.
+    // After stage 0's last op: its last gradient reduction, the optimizer, the parameter all-gather.
     const int64_t shards = L_.dp() * L_.cp;
     const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
     const bool sharded = L_.distributed_optimizer || L_.zero3;
     const double params = params_per_gpu(model_, L_, longest_, 0) / (sharded ? shards : 1);
-    if (!L_.zero3 && shards > 1) bound += late_grad_reduction_s(0);
-    if (gathers_params_at_end()) bound += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
-    return IterationBound{bound + optimizer_s(params), sent * (1 / devices)};
+    double end_of_step = optimizer_s(params);
+    if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0);
+    if (gathers_params_at_end()) end_of_step += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
+    return IterationBound{std::max(bound, last_op_end + end_of_step), sent * (1 / devices)};
   }
 
  private:
@@ -722,7 +713,8 @@ class IterationGraph {
 // Groups the plan's ranks, builds its pipeline schedule and hands the iteration's graph builder to
 // `use`; the errors of a plan the schedule cannot take.
 template <class Use>
-auto with_iteration_graph(const Plan& plan, const ModelShape& model, const CostModel& cost, Use&& use)
+auto with_iteration_graph(const Plan& plan, const ModelShape& model, const CostModel& cost, AttentionCostMemo* memo,
+                          Use&& use)
     -> decltype(use(std::declval<IterationGraph&>())) {
   auto replicas = group_replicas(plan);
   if (!replicas) return replicas.errors();
@@ -730,19 +722,20 @@ auto with_iteration_graph(const Plan& plan, const ModelShape& model, const CostM
   auto schedule = pipeline_schedule(plan.pipeline_schedule, static_cast<int>(L.pp),
                                     static_cast<int>(plan.micro_batches[0].size()), static_cast<int>(L.vp));
   if (!schedule) return schedule.errors();
-  IterationGraph g(plan, model, cost, *replicas, *schedule);
+  IterationGraph g(plan, model, cost, *replicas, *schedule, memo);
   return use(g);
 }
 
 }  // namespace
 
-Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost) {
-  return with_iteration_graph(plan, model, cost, [](IterationGraph& g) { return g.lower_bound(); });
+Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost,
+                                         AttentionCostMemo* memo) {
+  return with_iteration_graph(plan, model, cost, memo, [](IterationGraph& g) { return g.lower_bound(); });
 }
 
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path) {
-  return with_iteration_graph(plan, model, cost, [&](IterationGraph& g) -> Expected<IterationResult> {
+                                             const std::filesystem::path& trace_path, AttentionCostMemo* memo) {
+  return with_iteration_graph(plan, model, cost, memo, [&](IterationGraph& g) -> Expected<IterationResult> {
     if (auto s = g.add_pipelines(); !s) return s.errors();
     if (auto s = g.join_groups(); !s) return s.errors();
     g.join_gradient_reductions();

@@ -41,9 +41,11 @@ struct IterationResult {
 };
 
 // Micro-batches with cp > 1 are priced through the AttentionPlan they carry; one without is an
-// Error (a strategy bug).
+// Error (a strategy bug). `memo`, when given, holds attention costs already simulated on `cost`
+// and takes the new ones (cp_attention.h).
 Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape& model, const CostModel& cost,
-                                             const std::filesystem::path& trace_path = {});
+                                             const std::filesystem::path& trace_path = {},
+                                             AttentionCostMemo* memo = nullptr);
 
 // What the simulation of `plan` would give, known without simulating it (a search prunes by
 // it): a step time it cannot beat — on every stage its ops' compute and blocking communication
@@ -55,6 +57,7 @@ struct IterationBound {
   double step_time_s = 0;
   LinkBytes comm_bytes;  // as IterationResult::comm_bytes
 };
-Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost);
+Expected<IterationBound> iteration_bound(const Plan& plan, const ModelShape& model, const CostModel& cost,
+                                         AttentionCostMemo* memo = nullptr);
 
 }  // namespace cpbench

@@ -86,24 +86,78 @@ int consumer_stage(int p, int v, int stage, const PipeOp& op) {
   return next % p;
 }
 
+std::optional<PipeInput> pipe_input(int p, int v, int stage, const PipeOp& op) {
+  const int j = op.chunk * p + stage;
+  if (op.forward) {
+    if (j == 0) return std::nullopt;
+    return PipeInput{true, j - 1};
+  }
+  return j == p * v - 1 ? PipeInput{true, j} : PipeInput{false, j + 1};
+}
+
+namespace {
+
+// A dense index of a schedule's ops by (forward?, virtual stage, micro-batch).
+struct OpSlots {
+  int p = 0, v = 0, m = 0;
+  explicit OpSlots(const PipelineSchedule& schedule) : p(static_cast<int>(schedule.size())) {
+    for (const auto& ops : schedule)
+      for (const PipeOp& op : ops) {
+        m = std::max(m, op.micro_batch + 1);
+        v = std::max(v, op.chunk + 1);
+      }
+  }
+  size_t operator()(bool forward, int virtual_stage, int mb) const {
+    return (static_cast<size_t>(forward ? 0 : 1) * p * v + virtual_stage) * m + mb;
+  }
+  size_t of(int stage, const PipeOp& op) const { return (*this)(op.forward, op.chunk * p + stage, op.micro_batch); }
+  size_t size() const { return 2 * static_cast<size_t>(p) * v * m; }
+};
+
+}  // namespace
+
+Expected<std::vector<std::vector<double>>> pipeline_op_ends(const PipelineSchedule& schedule,
+                                                            const std::function<double(int stage, const PipeOp&)>& compute_s,
+                                                            const std::function<double(int stage, const PipeOp&)>& blocking_s) {
+  const OpSlots slot(schedule);
+  const int p = slot.p, v = slot.v;
+  std::vector<double> compute_end(slot.size(), -1);
+  std::vector<std::vector<double>> ends(p);
+  std::vector<double> stage_free(p, 0);
+  size_t left = 0;
+  for (const auto& ops : schedule) left += ops.size();
+  // Sweep the stages, running each as far as its inputs allow, until every op has run.
+  while (left > 0) {
+    size_t ran = 0;
+    for (int s = 0; s < p; ++s)
+      for (size_t k = ends[s].size(); k < schedule[s].size(); ++k) {
+        const PipeOp& op = schedule[s][k];
+        double ready = stage_free[s];
+        if (const auto in = pipe_input(p, v, s, op)) {
+          const double input = compute_end[slot(in->forward, in->virtual_stage, op.micro_batch)];
+          if (input < 0) break;
+          ready = std::max(ready, input);
+        }
+        const double c = ready + compute_s(s, op);
+        compute_end[slot.of(s, op)] = c;
+        stage_free[s] = c + blocking_s(s, op);
+        ends[s].push_back(stage_free[s]);
+        ++ran;
+      }
+    if (ran == 0) return Error{"", "", "the pipeline schedule waits on itself (an op's input never runs)"};
+    left -= ran;
+  }
+  return ends;
+}
+
 PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedule,
                                     const std::function<double(int stage, const PipeOp&)>& compute_s,
                                     const std::function<double(int stage, const PipeOp&)>& p2p_s,
                                     int first_device, const OpTail& tail) {
-  const int p = static_cast<int>(schedule.size());
-  int m = 0, v = 0;
-  for (const auto& ops : schedule) {
-    for (const PipeOp& op : ops) {
-      m = std::max(m, op.micro_batch + 1);
-      v = std::max(v, op.chunk + 1);
-    }
-  }
-  const int n_virtual = p * v;
   // Dense lookup (forward?, virtual stage, micro-batch) -> task id; -1 when absent.
-  auto slot = [&](bool forward, int virtual_stage, int mb) {
-    return (static_cast<size_t>(forward ? 0 : 1) * n_virtual + virtual_stage) * m + mb;
-  };
-  std::vector<int> compute_id(2 * static_cast<size_t>(n_virtual) * m, -1);
+  const OpSlots slot(schedule);
+  const int p = slot.p, v = slot.v;
+  std::vector<int> compute_id(slot.size(), -1);
   std::vector<int> send_id(compute_id.size(), -1);
   std::vector<int> output_id(compute_id.size(), -1);  // a blocking segment that delivers the output
   PipelineTasks ids;
@@ -118,7 +172,7 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
   for (int s = 0; s < p; ++s)
     for (const PipeOp& op : schedule[s]) {
       ids.compute[s].push_back(next_id);
-      compute_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id++;
+      compute_id[slot.of(s, op)] = next_id++;
     }
   std::vector<std::vector<std::vector<OpSegment>>> tails(p);
   std::vector<std::vector<int>> first_tail(p);
@@ -131,7 +185,7 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
           if (seg.duration_s > 0) segs.push_back(std::move(seg));
       first_tail[s].push_back(next_id);
       for (const OpSegment& seg : segs) {
-        if (seg.carries_output) output_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id;
+        if (seg.carries_output) output_id[slot.of(s, op)] = next_id;
         ++next_id;
       }
       ids.done[s].push_back(segs.empty() ? ids.compute[s][k] : next_id - 1);
@@ -143,21 +197,16 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
       const int to = consumer(s, op);
       const double t = to >= 0 && to != s ? p2p_s(s, op) : 0.0;
       send_s[s].push_back(t);
-      if (t > 0) send_id[slot(op.forward, op.chunk * p + s, op.micro_batch)] = next_id;
+      if (t > 0) send_id[slot.of(s, op)] = next_id;
       ids.send[s].push_back(t > 0 ? next_id++ : -1);
     }
   g.reserve(static_cast<size_t>(next_id));
 
   // What the op (mb, virtual stage j) waits for: the producer's transfer if any, else the producer.
   auto input_of = [&](int s, const PipeOp& op) {
-    const int j = op.chunk * p + s;
-    int producer;
-    if (op.forward) {
-      if (j == 0) return -1;
-      producer = slot(true, j - 1, op.micro_batch);
-    } else {
-      producer = j == n_virtual - 1 ? slot(true, j, op.micro_batch) : slot(false, j + 1, op.micro_batch);
-    }
+    const auto in = pipe_input(p, v, s, op);
+    if (!in) return -1;
+    const size_t producer = slot(in->forward, in->virtual_stage, op.micro_batch);
     if (send_id[producer] >= 0) return send_id[producer];
     return output_id[producer] >= 0 ? output_id[producer] : compute_id[producer];
   };

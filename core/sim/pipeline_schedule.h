@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,15 @@ Expected<PipelineSchedule> pipeline_schedule(const std::string& kind, int p, int
 // and the first one's backward. With p = 1 it is the op's own stage (nothing is sent).
 int consumer_stage(int p, int v, int stage, const PipeOp& op);
 
+// The op whose output an op on `stage` waits for: the forward of its micro-batch on the previous
+// virtual stage, the backward on the next one, or for the last virtual stage's backward its own
+// forward; none for the first virtual stage's forward. The micro-batch is the op's.
+struct PipeInput {
+  bool forward;
+  int virtual_stage;
+};
+std::optional<PipeInput> pipe_input(int p, int v, int stage, const PipeOp& op);
+
 // Task ids of an appended pipeline, [stage][index of the op in the schedule]; send is -1 where
 // the op sends nothing (last virtual stage's forward, first one's backward, p = 1, zero time);
 // done is the op's last task (its compute, or the last of its tail segments).
@@ -83,6 +93,16 @@ PipelineTasks append_pipeline_tasks(TaskGraph& g, const PipelineSchedule& schedu
                                     const std::function<double(int stage, const PipeOp&)>& compute_s,
                                     const std::function<double(int stage, const PipeOp&)>& p2p_s,
                                     int first_device = 0, const OpTail& tail = {});
+
+// When each op of the pipeline ends if nothing but its own durations delays it: its compute
+// (compute_s) starts once the stage's previous op and its blocking tail (blocking_s) are done and
+// its input's compute is; the op ends after its tail. [stage][index in the schedule]. The times
+// append_pipeline_tasks' graph with these durations, no sends and no other tasks simulates, in
+// one pass without a graph (a search bounds thousands of pipelines by it). An Error when the
+// schedule waits on itself.
+Expected<std::vector<std::vector<double>>> pipeline_op_ends(const PipelineSchedule& schedule,
+                                                            const std::function<double(int stage, const PipeOp&)>& compute_s,
+                                                            const std::function<double(int stage, const PipeOp&)>& blocking_s);
 
 // The same with uniform costs: fwd_s / bwd_s per op (one micro-batch through one chunk) and
 // p2p_s per transfer; devices 0..p−1.

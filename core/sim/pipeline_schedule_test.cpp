@@ -167,6 +167,36 @@ TEST(PipelineSchedule, TransfersOnlyLengthenTheIterationAndNeverDeadlock) {
   }
 }
 
+TEST(PipelineSchedule, OpEndsWithoutAGraphAreTheSimulatedOnes) {
+  // Every schedule kind with uneven durations (variable-length micro-batches: each op its own
+  // compute and blocking tail): pipeline_op_ends gives, op by op, what simulating
+  // append_pipeline_tasks' graph gives with no sends.
+  for (const auto& [kind, p, m, v] : std::vector<std::tuple<std::string, int, int, int>>{
+           {"gpipe", 3, 5, 1}, {"1f1b", 4, 7, 1}, {"1f1b", 1, 3, 1}, {"interleaved", 2, 4, 3}, {"interleaved", 4, 8, 2}}) {
+    const PipelineSchedule schedule = make(kind, p, m, v);
+    auto compute = [](int s, const PipeOp& op) { return 1.0 + ((op.micro_batch * 7 + s * 3 + op.chunk) % 5) * (op.forward ? 1 : 2); };
+    auto blocking = [](int s, const PipeOp& op) { return ((op.micro_batch + s) % 3) * 0.25; };
+    TaskGraph g;
+    const PipelineTasks ids = append_pipeline_tasks(
+        g, schedule, compute, [](int, const PipeOp&) { return 0.0; }, 0, [&](int s, const PipeOp& op) {
+          return std::vector<OpSegment>{{1, blocking(s, op), 'm', "tail", false}};
+        });
+    auto sim = simulate_checked(g);
+    ASSERT_TRUE(sim.ok()) << sim.error_str();
+    auto ends = pipeline_op_ends(schedule, compute, blocking);
+    ASSERT_TRUE(ends.ok()) << ends.error_str();
+    ASSERT_EQ(ends->size(), static_cast<size_t>(p));
+    for (int s = 0; s < p; ++s) {
+      ASSERT_EQ((*ends)[s].size(), schedule[s].size());
+      for (size_t k = 0; k < schedule[s].size(); ++k)
+        EXPECT_DOUBLE_EQ((*ends)[s][k], sim->end_s[ids.done[s][k]]) << kind << " stage " << s << " op " << k;
+    }
+  }
+  // A schedule whose first stage waits for an op that never runs is an error, not a hang.
+  const PipelineSchedule stuck = {{{false, 0, 0}}, {}};
+  EXPECT_FALSE(pipeline_op_ends(stuck, [](int, const PipeOp&) { return 1.0; }, [](int, const PipeOp&) { return 0.0; }).ok());
+}
+
 TEST(PipelineSchedule, BadArgumentsAreErrors) {
   const auto bad = [](const std::string& kind, int p, int m, int v) {
     auto s = pipeline_schedule(kind, p, m, v);

@@ -25,6 +25,7 @@ struct MaskSpec {
   int64_t answers = 4;             // shared_question: answers split the rest evenly, the last takes the remainder
   int64_t block_tokens = 256;      // causal_blockwise: block size B
   int64_t local_blocks = 2;        // causal_blockwise: a middle block's window reaches k·B tokens back
+  bool operator==(const MaskSpec&) const = default;
 };
 
 // Half-open key ranges [begin0, end0) ∪ [begin1, end1), begin0 ≤ end0 ≤ begin1 ≤ end1. A row with
