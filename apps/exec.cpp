@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <map>
 
 #include <unistd.h>
 
@@ -33,6 +35,44 @@ constexpr int kTagResult = 900;
 int refuse_input(int rank, const std::string& command, const std::string& why) {
   if (rank == 0) std::cerr << "cpbench " << command << ": " << why << "\n";
   return 2;
+}
+
+std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std::string& what) {
+  struct Record {
+    char host[64];
+    double bytes, physical;
+  };
+  Record mine{};
+  if (::gethostname(mine.host, sizeof mine.host - 1) != 0) std::snprintf(mine.host, sizeof mine.host, "?");
+  mine.bytes = rank_bytes;
+  mine.physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const int n = comm.size();
+  std::vector<Record> all(n);
+  std::vector<std::size_t> counts(n, sizeof(Record)), displs(n);
+  for (int r = 0; r < n; ++r) displs[r] = r * sizeof(Record);
+  if (auto s = comm.all_gatherv(std::as_bytes(std::span<const Record>(&mine, 1)), std::as_writable_bytes(std::span<Record>(all)),
+                                counts, displs);
+      !s)
+    fail(s.error_str());
+  struct Host {
+    double bytes = 0, physical = 0;
+    int ranks = 0;
+  };
+  std::map<std::string, Host> hosts;
+  for (const Record& r : all) {
+    Host& h = hosts[std::string(r.host, strnlen(r.host, sizeof r.host))];
+    h.bytes += r.bytes;
+    h.physical = r.physical;
+    ++h.ranks;
+  }
+  for (const auto& [name, h] : hosts)
+    if (h.physical > 0 && h.bytes > h.physical) {
+      char why[400];
+      std::snprintf(why, sizeof why, "%s: the %d rank(s) on %s would hold about %.1f GiB; it has %.1f GiB of memory", what.c_str(),
+                    h.ranks, name.c_str(), h.bytes / (1u << 30), h.physical / (1u << 30));
+      return why;
+    }
+  return "";
 }
 
 std::unique_ptr<MpiCommunicator> open_world(const char* command, std::chrono::milliseconds timeout) {
@@ -77,29 +117,25 @@ Expected<std::vector<int64_t>> lengths_from_args(const ExecArgs& a, const std::f
 }
 
 // Every rank holds the whole batch's Q, K, V and dO and computes the reference beside its own
-// results (about three copies of the inputs), so a batch too large for this machine's memory is
-// refused up front instead of ending in std::bad_alloc part-way through.
-Status check_host_memory(const ExecArgs& a, const std::vector<int64_t>& lengths) {
+// results (about three copies of the inputs), so a batch too large for the machine is refused up
+// front (host_memory_verdict over the job's ranks) instead of ending in std::bad_alloc or the
+// kernel's OOM killer part-way through.
+Status check_host_memory(Communicator& comm, const ExecArgs& a, const std::vector<int64_t>& lengths) {
   double tokens = 0;
   for (int64_t L : lengths) tokens += static_cast<double>(L);
   const double bytes = 3.0 * tokens * 2.0 * (a.heads + a.kv_heads) * a.head_dim * sizeof(float);
-  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  if (physical > 0 && bytes > physical) {
-    char why[256];
-    std::snprintf(why, sizeof why,
-                  "%.0f tokens with --heads %d --kv-heads %d --head-dim %d need about %.1f GiB of host memory per "
-                  "rank; this machine has %.1f GiB",
-                  tokens, a.heads, a.kv_heads, a.head_dim, bytes / (1u << 30), physical / (1u << 30));
-    return Error{"--lengths", "", why};
-  }
+  char what[200];
+  std::snprintf(what, sizeof what, "%.0f tokens with --heads %d --kv-heads %d --head-dim %d (inputs and the reference on every rank)",
+                tokens, a.heads, a.kv_heads, a.head_dim);
+  if (auto why = host_memory_verdict(comm, bytes, what); !why.empty()) return Error{"--lengths", "", why};
   return ok_status();
 }
 
-// The plan of the batch `a` describes, on comm.size() ranks; prints why not on rank 0.
-Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::filesystem::path& experiments_dir) {
+// The plan of the batch `a` describes, on comm.size() ranks (every rank calls it together).
+Expected<AttentionPlan> plan_from_args(const ExecArgs& a, Communicator& comm, const std::filesystem::path& experiments_dir) {
   CpLayoutRequest req;
   req.layout = a.layout;
-  req.cp = ranks;
+  req.cp = comm.size();
   req.a2a_size = a.a2a_size;
   req.window = a.window;
   req.heads_q = a.heads;
@@ -111,7 +147,7 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, int ranks, const std::
   req.mask = *mask;
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return lengths.errors();
-  if (auto fits = check_host_memory(a, *lengths); !fits) return fits.errors();
+  if (auto fits = check_host_memory(comm, a, *lengths); !fits) return fits.errors();
   req.seq_lengths = *lengths;
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
@@ -136,7 +172,7 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   if (!world) return 2;
   Communicator& comm = *world;
   const int rank = comm.rank();
-  auto plan = plan_from_args(a, comm.size(), experiments_dir);
+  auto plan = plan_from_args(a, comm, experiments_dir);
   if (!plan) {
     if (rank == 0) std::cerr << "cpbench exec: " << plan.error_str() << "\n";
     return 2;  // every rank reaches the same verdict: nothing to abort
@@ -235,7 +271,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
   if (a.max_seqlen_per_rank < 1) return refuse("give --max-seqlen-per-rank N (tokens per rank, N ≥ 1)");
   auto lengths = lengths_from_args(a, experiments_dir);
   if (!lengths) return refuse(lengths.error_str());
-  if (auto fits = check_host_memory(a, *lengths); !fits) return refuse(fits.error_str());
+  if (auto fits = check_host_memory(comm, a, *lengths); !fits) return refuse(fits.error_str());
   auto schedule = schedule_dynamic_cp_main(*lengths, comm.size(), a.max_seqlen_per_rank);
   if (!schedule) return refuse(schedule.error_str());
   std::vector<std::vector<AttentionPlan>> round_plans;
@@ -276,7 +312,7 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
   if (!world) return 2;
   Communicator& comm = *world;
   const int rank = comm.rank();
-  auto plan = plan_from_args(a, comm.size(), experiments_dir);
+  auto plan = plan_from_args(a, comm, experiments_dir);
   std::filesystem::path preset_file = hardware_preset_path(preset, experiments_dir);
   auto cost = load_cost_model(preset_file);
   if (!plan || !cost) {

@@ -27,6 +27,11 @@ void print_in_rank_order(Communicator& comm, const std::string& text);
 // a verdict every rank reaches alike from the arguments (bad input): rank 0 prints
 // "cpbench COMMAND: WHY", every rank returns exit code 2.
 int refuse_input(int rank, const std::string& command, const std::string& why);
+// whether the job fits in its hosts' memory, before it allocates: every rank gives the bytes it
+// will hold, the ranks on one host (by host name) are summed against that host's physical memory;
+// "" when every host has room, else why (the estimate and the limit), the same text on every rank.
+// `what` names what the bytes hold. Every rank calls it together.
+std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std::string& what);
 
 struct ExecArgs {
   std::string layout = "zigzag";

@@ -96,6 +96,12 @@ int cmd_reshard(const ReshardArgs& a, const std::filesystem::path& experiments_d
     return refuse("this change runs on " + std::to_string(ranks) + " ranks (mpirun -np " + std::to_string(ranks) +
                   "), the job has " + std::to_string(comm.size()));
   }
+  // Refused before anything is allocated when the hosts cannot hold it (a long --max-seq sizes the
+  // position table; the state of a large model).
+  auto peak = reshard_peak_bytes(*model, q, *plan, rank);
+  if (!peak) return refuse(peak.error_str());
+  if (auto why = host_memory_verdict(comm, *peak, "the source and target state of " + model->name); !why.empty())
+    return refuse(why);
   auto run = execute_reshard(comm, *model, q, *plan);
   if (!run) fail("rank " + std::to_string(rank) + ": " + run.error_str());
   const bool bytes_ok = run->bytes_sent == run->plan_bytes_sent && run->bytes_received == run->plan_bytes_received;

@@ -71,6 +71,50 @@ std::vector<std::vector<std::byte>> generate_state(const std::vector<Piece>& pie
   return out;
 }
 
+namespace {
+
+// What GPU `me` holds before the change (nothing when lost or not a source rank) and keeps after
+// it (nothing when it runs no target rank).
+struct RankPieces {
+  std::vector<Piece> have, want;
+};
+RankPieces rank_pieces(const ModelShape& model, const ReshardRequest& q, const ReshardPlan& plan,
+                       const std::vector<int64_t>& gpus, int64_t me) {
+  RankPieces out;
+  const std::set<int64_t> lost(q.lost.begin(), q.lost.end());
+  if (me < q.from.ranks() && !lost.count(me)) out.have = rank_state(model, plan.tensors, q.from, me);
+  for (int64_t r = 0; r < q.to.ranks(); ++r)
+    if (gpus[r] == me) out.want = rank_state(model, plan.tensors, q.to, r);
+  return out;
+}
+
+double pieces_bytes(const std::vector<Piece>& pieces) {
+  double b = 0;
+  for (const Piece& p : pieces) b += static_cast<double>(p.rect.area()) * bpe(p.kind);
+  return b;
+}
+
+}  // namespace
+
+Expected<double> reshard_peak_bytes(const ModelShape& model, const ReshardRequest& q, const ReshardPlan& plan, int64_t gpu) {
+  auto gpus = target_gpus(q);
+  if (!gpus) return gpus.errors();
+  const RankPieces pieces = rank_pieces(model, q, plan, *gpus, gpu);
+  // The source state, the target assembled and the target built to compare with; then the
+  // largest stage's send and receive buffers, or the largest slice copied in place.
+  double stage_max = 0;
+  for (size_t k = 0; k < plan.stages(); ++k) {
+    double moved = 0;
+    for (size_t i = plan.stage_begin[k]; i < plan.stage_begin[k + 1]; ++i) {
+      const Transfer& t = plan.transfers[i];
+      if (t.src == gpu && t.dst_gpu == gpu) stage_max = std::max(stage_max, t.bytes());
+      else if (t.src == gpu || t.dst_gpu == gpu) moved += t.bytes();
+    }
+    stage_max = std::max(stage_max, moved);
+  }
+  return pieces_bytes(pieces.have) + 2 * pieces_bytes(pieces.want) + stage_max;
+}
+
 Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model, const ReshardRequest& q,
                                      const ReshardPlan& plan) {
   const int64_t world = reshard_gpus(q);
@@ -86,13 +130,8 @@ Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model
                              " bytes of the target state have no surviving source (lost ranks without a replica)"};
   }
   const int64_t me = comm.rank();
-  const std::set<int64_t> lost(q.lost.begin(), q.lost.end());
-  const std::vector<Piece> have = me < q.from.ranks() && !lost.count(me) ? rank_state(model, plan.tensors, q.from, me) : std::vector<Piece>{};
+  const auto [have, want] = rank_pieces(model, q, plan, *gpus, me);
   std::vector<std::vector<std::byte>> source = generate_state(have);
-  int64_t my_target = -1;  // the target rank this GPU runs, if any
-  for (int64_t r = 0; r < q.to.ranks(); ++r)
-    if ((*gpus)[r] == me) my_target = r;
-  const std::vector<Piece> want = my_target >= 0 ? rank_state(model, plan.tensors, q.to, my_target) : std::vector<Piece>{};
   std::vector<std::vector<std::byte>> target(want.size());
   for (size_t i = 0; i < want.size(); ++i) target[i].assign(static_cast<size_t>(want[i].rect.area()) * bpe(want[i].kind), std::byte{0});
 

@@ -29,6 +29,12 @@ struct ReshardRun {
 Expected<ReshardRun> execute_reshard(Communicator& comm, const ModelShape& model, const ReshardRequest& request,
                                      const ReshardPlan& plan);
 
+// The bytes execute_reshard holds on GPU `gpu` at its peak: its source state, its target state
+// twice (assembled, and built to compare with) and its largest stage's buffers. The MPI command
+// checks it against the machine's memory before it allocates anything.
+Expected<double> reshard_peak_bytes(const ModelShape& model, const ReshardRequest& request, const ReshardPlan& plan,
+                                    int64_t gpu);
+
 // The state a rank holds under `layout` with the deterministic values (one buffer per piece of
 // rank_state, row-major, bytes_per_element bytes per element); exposed for tests.
 std::vector<std::vector<std::byte>> generate_state(const std::vector<Piece>& pieces);
