@@ -32,6 +32,7 @@ struct GpuSpec {
 
   double peak_flops() const { return peak_dense_tflops * 1e12; }
   double hbm_bytes() const { return hbm_gib * 1024.0 * 1024.0 * 1024.0; }
+  bool operator==(const GpuSpec&) const = default;
 };
 
 // Device memory the framework cannot give to tensors (core/sim/memory.h charges both).
@@ -40,6 +41,7 @@ struct MemoryOverheads {
   // Share of the caching allocator's reserved activation pool that fragmentation leaves unusable:
   // activations (and the working set of the layer being computed) need activations / (1 − f).
   double allocator_fragmentation = 0;
+  bool operator==(const MemoryOverheads&) const = default;
 };
 
 // What changing a running job's parallelism costs on a software stack (Tenplex's state store,
@@ -49,6 +51,7 @@ struct ReconfigurationCosts {
   bool present = false;
   double state_store_GBps = 0;  // state bytes one node's store moves per second, each direction
   double restart_s = 0;         // stopping the job's workers and starting them under the new layout
+  bool operator==(const ReconfigurationCosts&) const = default;
 };
 
 // Which published values a stack's constants were fitted on (`cpbench calibrate --experiment`
@@ -65,6 +68,7 @@ struct FitRecord {
   // and, with a train list, its label (or its case's label for the fit's metric) is listed.
   bool covers(const std::string& experiment_name, const std::string& metric_name,
               const std::string& label) const;
+  bool operator==(const FitRecord&) const = default;
 };
 
 // A software stack: what one software era (kernels, NCCL, framework) reaches on a machine.
@@ -115,6 +119,7 @@ struct ClusterSpec {
   double nvlink_bandwidth_GBps() const { return gpu.nvlink_bandwidth_GBps; }
   double pcie_bandwidth_GBps() const { return gpu.pcie_bandwidth_GBps; }
   int nodes_for(int gpus) const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
+  bool operator==(const ClusterSpec&) const = default;
 };
 
 // Reads a hardware object and calls o.finish(). Keys: "name", "description" (optional), "gpu"

@@ -39,6 +39,7 @@ struct ModelShape {
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_dim() const { return kv_heads * head_dim(); }  // width of the K (or V) projection
+  bool operator==(const ModelShape&) const = default;
 };
 
 // Reads a model object and calls o.finish(). Checks hidden % heads == 0 (error at /heads) and

@@ -129,6 +129,7 @@ struct ParallelConfig {
   int64_t dp() const { return num_gpus / model_parallel_size(); }
   // Bytes of one activation value on the wire: 2 for bf16 / fp16, else 4.
   int32_t value_bytes() const { return dtype == "bf16" || dtype == "fp16" ? 2 : 4; }
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 // The job's rank of pipeline stage `stage`, DP×CP rank `dpcp` (d·cp + c) and TP rank `tp_rank`, in

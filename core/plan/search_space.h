@@ -31,6 +31,7 @@ struct SearchSpace {
   // The point takes the rank-th fastest layout (1 = the fastest); a rank past the layouts that
   // run makes the point infeasible.
   int64_t rank = 1;
+  bool operator==(const SearchSpace&) const = default;
 };
 
 // Reads a spec's "search" object: every key optional (the defaults above), each axis a non-empty

@@ -189,6 +189,22 @@ TEST_F(SearchTest, SearchStrategyPlansTheRankedLayoutAndSaysWhichItIs) {
   const PlanOutcome past = plan_ptdp_search(StrategyInput{cluster_, model_, base_, batch_, &second});
   EXPECT_EQ(past.status, "infeasible");
   EXPECT_NE(past.reason.find("found " + std::to_string(all.top.size()) + " layouts that run"), std::string::npos) << past.reason;
+  // The ranks of one search share it (the same counts: the deepest search kept, here the one that
+  // ran every layout), and a different batch is searched anew: its rank 1 is its own search's
+  // fastest.
+  second.rank = 1;
+  const PlanOutcome first = plan_ptdp_search(StrategyInput{cluster_, model_, base_, batch_, &second});
+  ASSERT_EQ(first.status, "ok") << first.reason;
+  auto counts = [](const std::string& reason) { return reason.substr(reason.rfind(" (")); };
+  EXPECT_EQ(counts(first.reason), counts(past.reason));
+  GlobalBatch other = batch_;
+  other.lengths.assign(16, 16384);
+  const PlanOutcome fresh = plan_ptdp_search(StrategyInput{cluster_, model_, base_, other, &second});
+  const SearchResult direct = search_configurations(cluster_, model_, other, base_, "kwai", space_, 1, {}, 2);
+  ASSERT_EQ(fresh.status, "ok") << fresh.reason;
+  ASSERT_FALSE(direct.top.empty());
+  EXPECT_EQ(fresh.reason.rfind("searched rank 1: " + direct.top[0].label() + " (", 0), 0u) << fresh.reason;
+  EXPECT_NE(counts(fresh.reason), counts(first.reason));
 }
 
 TEST_F(SearchTest, OverlapAxesAreSearchedWhereTheyApply) {

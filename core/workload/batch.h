@@ -27,6 +27,7 @@ struct GlobalBatch {
   int64_t total_tokens() const;  // Σ L: what linear layers see
   double sum_sq() const;         // Σ L²: what full (non-causal) attention scales with
   int64_t max_length() const;    // 0 for an empty batch
+  bool operator==(const GlobalBatch&) const = default;
 };
 
 struct BatchRequest {
