@@ -355,7 +355,7 @@ int cmd_search(const std::string& experiment, const std::vector<std::string>& se
     char line[320];
     if (phase == "bounding") {
       const double elapsed = std::chrono::duration<double>(now - phase_start).count();
-      std::snprintf(line, sizeof line, "search: bounding %zu/%zu layouts that plan (memory, a lower bound on the step), %.0f s left",
+      std::snprintf(line, sizeof line, "search: bounding %zu/%zu layouts whose sizes divide (plan, memory, a lower bound on the step), %.0f s left",
                     w.done, w.total, w.done ? elapsed / w.done * (w.total - w.done) : 0.0);
     } else {
       std::snprintf(line, sizeof line, "search: simulated %zu of %zu that fit, lowest bound first (%zu pruned: their bound cannot rank); best %s, %.3f s",

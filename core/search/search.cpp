@@ -39,8 +39,8 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                                    const SearchSpace& space, size_t top_k,
                                    const std::function<void(const SearchProgress&)>& progress, int jobs) {
   SearchResult out;
-  // The layouts that can run. Their plans are made again where they are priced, not kept: a
-  // variable-length batch's plan holds an attention plan per micro-batch, and hundreds of them
+  // The layouts whose sizes divide. Each is planned where it is priced, and the plan dropped: a
+  // variable-length batch's plan holds an attention plan per micro-batch, and hundreds of plans
   // held at once take gigabytes. Planning is cheap beside pricing.
   std::vector<ParallelConfig> planned;
   for (int64_t t : space.tp)
@@ -89,10 +89,6 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
                   ++out.invalid;
                   continue;
                 }
-                if (plan_ptdp(StrategyInput{cluster, model, L, batch}).status != "ok") {
-                  ++out.invalid;
-                  continue;
-                }
                 planned.push_back(L);
               }
   // The candidates repack one batch: their micro-batches' attention plans recur across pipeline
@@ -100,8 +96,11 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   AttentionCostMemo attention_memo;
   EvalInput in{cluster, model, batch, flops_definition, {}, {}, 0};
   in.attention_memo = &attention_memo;
+  // A layout PTD-P cannot plan (the batch does not split over it) is "unplanned": counted with
+  // the sizes that do not divide.
   auto price = [&](size_t i, bool bound) {
     PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, planned[i], batch});
+    if (outcome.status != "ok") return Evaluation{"unplanned", outcome.reason, {}, {}};
     return bound ? evaluate_bound(in, outcome.plan) : evaluate(in, outcome.plan);
   };
   // First the memory check and a lower bound on each layout's step (evaluate_bound: no
@@ -122,6 +121,8 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   for (size_t i = 0; i < planned.size(); ++i) {
     if (bounds[i].status == "ok")
       order.push_back(i);
+    else if (bounds[i].status == "unplanned")
+      ++out.invalid;
     else
       ++(bounds[i].reason.rfind("out of memory", 0) == 0 ? out.out_of_memory : out.infeasible);
   }

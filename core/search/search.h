@@ -40,7 +40,7 @@ struct SearchResult {
   size_t pruned = 0;                 // fit, but their step's lower bound exceeds the k-th best simulated step
 };
 
-// Where a running search is: in phase "bounding" (every layout that plans: its memory check and
+// Where a running search is: in phase "bounding" (every layout whose sizes divide: its plan, memory check and
 // the lower bound on its step) or "simulating" (in the order of that bound, until the rest is
 // pruned), `done` of `total` in that phase (the last call: done = total, `pruned` of them not
 // simulated); the fastest layout simulated so far (best_step_s 0: none yet).
