@@ -54,6 +54,7 @@ const std::vector<MetricInfo>& known_metrics() {
       // Wall-clock measurements: kept in a point's "timings", never in "metrics", and read by no
       // comparison, so results.json stays deterministic (DESIGN.md contract 4).
       {"plan_time_ms", "ms", "wall time of the planner for one iteration (timings)", true},
+      {"point_time_ms", "ms", "wall time of the whole point: every batch planned and priced (timings)", true},
       {"cpu_attention_measured_s", "s", "cpu backend: the executed plans' wall time on MPI ranks (timings)", true},
   };
   return m;

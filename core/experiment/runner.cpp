@@ -282,8 +282,10 @@ PointResult exception_result(const PointConfig& point, const std::exception& e) 
 
 }  // namespace
 
-PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
-                      const fs::path& experiments_dir, double cpu_budget_s) {
+namespace {
+
+PointResult run_point_untimed(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
+                              const fs::path& experiments_dir, double cpu_budget_s) {
   try {
     // The strategy decides, and the backend prices what it decided.
     if (point.reconfigure.present || point.workload.batches == 1)
@@ -312,6 +314,16 @@ PointResult run_point(const PointConfig& point, const fs::path& trace_path, cons
   } catch (const std::exception& e) {
     return exception_result(point, e);
   }
+}
+
+}  // namespace
+
+PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
+                      const fs::path& experiments_dir, double cpu_budget_s) {
+  const auto start = std::chrono::steady_clock::now();
+  PointResult r = run_point_untimed(point, trace_path, backend, experiments_dir, cpu_budget_s);
+  r.timings["point_time_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return r;
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
 #include <sstream>
 #include <utility>
 
@@ -83,16 +84,27 @@ bool covered(const AttnSlice& s, const std::vector<AttnSlice>& pieces) {
   return true;
 }
 
-// `s` cut along the home slices: (home rank, piece) for every home slice it intersects.
-std::vector<std::pair<int32_t, AttnSlice>> split_by_home(const AttentionPlan& plan, const AttnSlice& s) {
-  std::vector<std::pair<int32_t, AttnSlice>> out;
-  for (int32_t r = 0; r < static_cast<int32_t>(plan.home.size()); ++r) {
-    for (const AttnSlice& h : plan.home[r]) {
-      if (auto c = intersect(h, s)) out.emplace_back(r, *c);
-    }
+// The home slices by sequence, in rank order: splitting a slice by home then reads only its own
+// sequence's homes rather than every rank's (a packed batch has thousands of home slices).
+class HomeIndex {
+ public:
+  explicit HomeIndex(const AttentionPlan& plan) : by_seq_(plan.seq_lengths.size()) {
+    for (int32_t r = 0; r < static_cast<int32_t>(plan.home.size()); ++r)
+      for (const AttnSlice& h : plan.home[r])
+        if (h.seq >= 0 && h.seq < static_cast<int32_t>(by_seq_.size())) by_seq_[h.seq].emplace_back(r, h);
   }
-  return out;
-}
+  // `s` cut along the home slices: (home rank, piece) for every home slice it intersects.
+  std::vector<std::pair<int32_t, AttnSlice>> split(const AttnSlice& s) const {
+    std::vector<std::pair<int32_t, AttnSlice>> out;
+    if (s.seq < 0 || s.seq >= static_cast<int32_t>(by_seq_.size())) return out;
+    for (const auto& [r, h] : by_seq_[s.seq])
+      if (auto c = intersect(h, s)) out.emplace_back(r, *c);
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::pair<int32_t, AttnSlice>>> by_seq_;
+};
 
 // Distinct slices in first-appearance order, without those contained in another one.
 std::vector<AttnSlice> maximal_distinct(const std::vector<AttnSlice>& slices) {
@@ -269,33 +281,51 @@ namespace {
 // backward's derivation most of a DCP experiment's run time.
 class TouchIndex {
  public:
-  explicit TouchIndex(const AttentionPlan& plan) {
+  explicit TouchIndex(const AttentionPlan& plan) : by_rank_side_(2 * static_cast<size_t>(std::max(0, plan.ranks))) {
     for (size_t st = 0; st < plan.stages.size(); ++st)
-      for (size_t r = 0; r < plan.stages[st].tiles.size(); ++r)
+      for (size_t r = 0; r < plan.stages[st].tiles.size() && r < static_cast<size_t>(plan.ranks); ++r)
         for (const AttnTile& tile : plan.stages[st].tiles[r])
           for (const bool kv_side : {false, true}) {
             const AttnSlice& s = kv_side ? tile.kv : tile.q;
-            by_key_[{static_cast<int32_t>(r), kv_side, s.seq}].emplace_back(st, &s);
+            by_rank_side_[2 * r + kv_side][s.seq].emplace_back(st, &s);
           }
   }
-  // −1 when no tile of stage ≥ from touches it.
+  // −1 when no tile of stage ≥ from touches it. A list is in stage order: the first hit from
+  // the back is the last stage.
   int64_t last(int32_t rank, bool kv_side, const AttnSlice& slice, size_t from) const {
-    auto it = by_key_.find({rank, kv_side, slice.seq});
-    if (it == by_key_.end()) return -1;
-    int64_t out = -1;
-    for (const auto& [st, s] : it->second)
-      if (st >= from && static_cast<int64_t>(st) > out && intersect(*s, slice)) out = static_cast<int64_t>(st);
-    return out;
+    if (rank < 0 || 2 * static_cast<size_t>(rank) >= by_rank_side_.size()) return -1;
+    const auto& by_seq = by_rank_side_[2 * static_cast<size_t>(rank) + kv_side];
+    auto it = by_seq.find(slice.seq);
+    if (it == by_seq.end()) return -1;
+    for (auto e = it->second.rbegin(); e != it->second.rend() && e->first >= from; ++e)
+      if (intersect(*e->second, slice)) return static_cast<int64_t>(e->first);
+    return -1;
   }
 
  private:
-  std::map<std::tuple<int32_t, bool, int32_t>, std::vector<std::pair<size_t, const AttnSlice*>>> by_key_;
+  // [2 · rank + side] -> sequence -> (stage, slice) in stage order.
+  std::vector<std::unordered_map<int32_t, std::vector<std::pair<size_t, const AttnSlice*>>>> by_rank_side_;
 };
 
 using SliceKey = std::tuple<int32_t, int32_t, int32_t, int64_t, int64_t, int32_t, int32_t>;  // rank, tensor, slice
 SliceKey key_of(int32_t rank, AttnTensor t, const AttnSlice& s) {
   return {rank, static_cast<int32_t>(t), s.seq, s.tok_begin, s.tok_end, s.head_begin, s.head_end};
 }
+struct SliceKeyHash {
+  // Each field mixed in by splitmix64's finalizer: slices of a plan differ in a few low bits.
+  static uint64_t mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  size_t operator()(const SliceKey& k) const {
+    uint64_t h = 0;
+    std::apply([&](auto... v) { ((h = mix(h + 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(v))), ...); }, k);
+    return h;
+  }
+};
 
 // The pipelined backward: the forward's paths run again. Phase i (0 … stages + 1, more when a
 // relay chain runs late) runs stage i − 1's tiles. Inputs: every forward transfer of stage i again
@@ -313,7 +343,7 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
   };
   for (size_t i = 1; i <= stages; ++i) phases[i].tiles = plan.stages[i - 1].tiles;
   // Where each received slice goes next in the forward: (rank, tensor, slice) -> its forwards.
-  std::map<SliceKey, std::vector<std::pair<size_t, int32_t>>> forwards;
+  std::unordered_map<SliceKey, std::vector<std::pair<size_t, int32_t>>, SliceKeyHash> forwards;
   for (size_t i = 0; i < stages; ++i)
     for (const AttnTransfer& t : plan.stages[i].transfers) {
       if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;  // a forward output
@@ -324,7 +354,8 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       forwards[key_of(t.src, t.tensor, t.slice)].emplace_back(i, t.dst);
     }
   const TouchIndex touch(plan);
-  std::map<SliceKey, size_t> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
+  const HomeIndex homes(plan);
+  std::unordered_map<SliceKey, size_t, SliceKeyHash> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
   // A relayed slice's partial goes back to its relay, inside the node, and the relay's summed
   // partial crosses the network once: relays first, so the relay knows when they arrive.
   for (const bool relays : {true, false})
@@ -352,7 +383,7 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
         phase(when).transfers.push_back({r, onward[0].second, grad, t.slice});
         merged_after[key_of(onward[0].second, grad, t.slice)] = when;
       } else {
-        for (const auto& [h, piece] : split_by_home(plan, t.slice))
+        for (const auto& [h, piece] : homes.split(t.slice))
           if (h != r) phase(when).transfers.push_back({r, h, grad, piece});
       }
     }
@@ -405,6 +436,7 @@ std::vector<AttnTransfer> forward_transfers(const AttentionPlan& plan) {
 
 BackwardTransfers backward_transfers(const AttentionPlan& plan) {
   BackwardTransfers bt;
+  const HomeIndex homes(plan);
   for (int32_t r = 0; r < plan.ranks; ++r) {
     std::vector<AttnSlice> qs, kvs;
     for (const AttnStage& st : plan.stages) {
@@ -417,7 +449,7 @@ BackwardTransfers backward_transfers(const AttentionPlan& plan) {
     // A slice spanning several homes (a whole sequence under Ulysses) comes piece by piece.
     std::vector<AttnSlice> seen_q, seen_kv;
     for (const AttnSlice& s : maximal_distinct(qs)) {
-      for (const auto& [h, piece] : split_by_home(plan, s)) {
+      for (const auto& [h, piece] : homes.split(s)) {
         if (h == r || std::find(seen_q.begin(), seen_q.end(), piece) != seen_q.end()) continue;
         seen_q.push_back(piece);
         for (AttnTensor x : {AttnTensor::q, AttnTensor::dout, AttnTensor::out}) bt.inputs.push_back({h, r, x, piece});
@@ -425,7 +457,7 @@ BackwardTransfers backward_transfers(const AttentionPlan& plan) {
       }
     }
     for (const AttnSlice& s : maximal_distinct(kvs)) {
-      for (const auto& [h, piece] : split_by_home(plan, s)) {
+      for (const auto& [h, piece] : homes.split(s)) {
         if (h == r || std::find(seen_kv.begin(), seen_kv.end(), piece) != seen_kv.end()) continue;
         seen_kv.push_back(piece);
         bt.inputs.push_back({h, r, AttnTensor::kv, piece});
@@ -488,6 +520,7 @@ namespace {
 // home leaves its rank once, after the rank's last tile on it and after the partials it merges
 // arrived, for a rank that holds a slot for it (its home, or a rank that sends it on).
 void check_explicit_backward(const AttentionPlan& p, Problems& out) {
+  const HomeIndex homes(p);
   constexpr int kInputs = 4;  // q, kv, out, dout
   auto input_index = [](AttnTensor t) {
     switch (t) {
@@ -583,7 +616,7 @@ void check_explicit_backward(const AttentionPlan& p, Problems& out) {
       std::vector<AttnSlice> pieces;
       for (const Use& u : touched[r][g]) pieces.push_back(u.slice);
       for (const AttnSlice& s : maximal_distinct(pieces))
-        for (const auto& [h, piece] : split_by_home(p, s))
+        for (const auto& [h, piece] : homes.split(s))
           if (h != r && !covered(piece, outgoing_slices))
             out.add("backward: rank " + std::to_string(r) + " holds a " + name + " partial of " + str(piece) +
                     " that it never sends towards its home rank " + std::to_string(h));
@@ -718,9 +751,10 @@ std::string check_attention_plan(const AttentionPlan& p) {
       out.add("gather_out: rank " + std::to_string(t.src) + " sends out of " + str(t.slice) +
               " that it did not compute");
   }
+  const HomeIndex homes(p);
   for (int32_t r = 0; r < p.ranks; ++r) {
     for (const AttnSlice& q : maximal_distinct(computed_q[r])) {
-      for (const auto& [h, piece] : split_by_home(p, q)) {
+      for (const auto& [h, piece] : homes.split(q)) {
         if (h == r) continue;
         std::vector<AttnSlice> to_h;
         for (const AttnTransfer& t : outputs) {

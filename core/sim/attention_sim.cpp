@@ -475,23 +475,33 @@ std::vector<double> grid_pairs(const AttentionPlan& plan, const std::vector<cons
     } else {
       // The sequence's keys are its tiles' K/V slices one after another (the order the call
       // lists them, by position), cut into 128-key CTAs across slice boundaries; a CTA's work is
-      // the rows that attend to each of its keys.
+      // the rows that attend to each of its keys. Counted in integers (exact), each CTA's piece
+      // of a tile in closed form for full and causal masks, key by key for the others.
       std::vector<const AttnTile*> by_key = list;
       std::stable_sort(by_key.begin(), by_key.end(),
                        [](const AttnTile* a, const AttnTile* b) { return a->kv.tok_begin < b->kv.tok_begin; });
-      std::vector<int64_t> rows;  // per key of the concatenation
       const MaskSpec mask = tile_work_mask(plan);
+      const bool closed_form = mask.kind == MaskKind::full || mask.kind == MaskKind::causal;
+      std::vector<int64_t> cta_pairs, rows;
+      int64_t at = 0;  // the tile's first key in the concatenation
       for (const AttnTile* t : by_key) {
-        const size_t at = rows.size();
-        rows.resize(at + static_cast<size_t>(t->kv.tokens()), 0);
-        mask_rows_per_key(mask, plan.seq_lengths[t->q.seq], t->q.tok_begin, t->q.tok_end, t->kv.tok_begin,
-                          t->kv.tok_end, rows.data() + at);
+        const int64_t n = t->kv.tokens(), L = plan.seq_lengths[t->q.seq];
+        cta_pairs.resize(static_cast<size_t>((at + n + kFlashCtaKeys - 1) / kFlashCtaKeys), 0);
+        if (closed_form) {
+          for (int64_t b = at; b < at + n;) {
+            const int64_t e = std::min(at + n, (b / kFlashCtaKeys + 1) * kFlashCtaKeys);
+            cta_pairs[b / kFlashCtaKeys] += mask_pairs_in_tile(mask, L, t->q.tok_begin, t->q.tok_end,
+                                                               t->kv.tok_begin + (b - at), t->kv.tok_begin + (e - at));
+            b = e;
+          }
+        } else {
+          rows.assign(static_cast<size_t>(n), 0);
+          mask_rows_per_key(mask, L, t->q.tok_begin, t->q.tok_end, t->kv.tok_begin, t->kv.tok_end, rows.data());
+          for (int64_t k = 0; k < n; ++k) cta_pairs[(at + k) / kFlashCtaKeys] += rows[k];
+        }
+        at += n;
       }
-      for (size_t k = 0; k < rows.size(); k += kFlashCtaKeys) {
-        double pairs = 0;
-        for (size_t j = k; j < std::min(rows.size(), k + kFlashCtaKeys); ++j) pairs += static_cast<double>(rows[j]);
-        ctas.push_back(pairs);
-      }
+      for (const int64_t pairs : cta_pairs) ctas.push_back(static_cast<double>(pairs));
     }
     max_heads = std::max(max_heads, q.heads());
     per_entry.emplace_back(q.heads(), std::move(ctas));
