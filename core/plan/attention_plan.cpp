@@ -342,8 +342,14 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
     return phases[i];
   };
   for (size_t i = 1; i <= stages; ++i) phases[i].tiles = plan.stages[i - 1].tiles;
-  // Where each received slice goes next in the forward: (rank, tensor, slice) -> its forwards.
-  std::unordered_map<SliceKey, std::vector<std::pair<size_t, int32_t>>, SliceKeyHash> forwards;
+  // Where each received slice goes next in the forward: (rank, tensor, slice) -> its forwards, in
+  // stage order. A sorted list rather than a hash map of lists: plans of 10⁵ transfers.
+  struct Onward {
+    SliceKey key;
+    size_t stage;
+    int32_t dst;
+  };
+  std::vector<Onward> forwards;
   for (size_t i = 0; i < stages; ++i)
     for (const AttnTransfer& t : plan.stages[i].transfers) {
       if (t.tensor != AttnTensor::q && t.tensor != AttnTensor::kv) continue;  // a forward output
@@ -351,11 +357,14 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       if (t.tensor == AttnTensor::q)
         for (AttnTensor x : {AttnTensor::dout, AttnTensor::out})
           phase(i).transfers.push_back({t.src, t.dst, x, t.slice, t.relay});
-      forwards[key_of(t.src, t.tensor, t.slice)].emplace_back(i, t.dst);
+      forwards.push_back({key_of(t.src, t.tensor, t.slice), i, t.dst});
     }
+  const auto by_key = [](const Onward& a, const Onward& b) { return a.key < b.key; };
+  std::stable_sort(forwards.begin(), forwards.end(), by_key);
   const TouchIndex touch(plan);
   const HomeIndex homes(plan);
   std::unordered_map<SliceKey, size_t, SliceKeyHash> merged_after;  // (rank, tensor, slice) -> phase its incoming partial arrives in
+  merged_after.reserve(forwards.size());
   // A relayed slice's partial goes back to its relay, inside the node, and the relay's summed
   // partial crosses the network once: relays first, so the relay knows when they arrive.
   for (const bool relays : {true, false})
@@ -372,16 +381,20 @@ std::vector<AttnBackwardPhase> relayed_backward(const AttentionPlan& plan) {
       if (auto m = merged_after.find(key_of(r, grad, t.slice)); m != merged_after.end()) when = std::max(when, m->second + 1);
       if (t.relay) {
         phase(when).transfers.push_back({r, t.src, grad, t.slice});
-        merged_after[key_of(t.src, grad, t.slice)] = std::max(merged_after[key_of(t.src, grad, t.slice)], when);
+        size_t& merged = merged_after[key_of(t.src, grad, t.slice)];
+        merged = std::max(merged, when);
         continue;
       }
-      std::vector<std::pair<size_t, int32_t>> onward;
-      if (auto f = forwards.find(key_of(r, t.tensor, t.slice)); f != forwards.end())
-        for (const auto& [st, dst] : f->second)
-          if (st > i) onward.emplace_back(st, dst);
-      if (onward.size() == 1) {
-        phase(when).transfers.push_back({r, onward[0].second, grad, t.slice});
-        merged_after[key_of(onward[0].second, grad, t.slice)] = when;
+      // The rank's later forwards of the slice: the partial follows one, else goes home.
+      const Onward probe{key_of(r, t.tensor, t.slice), 0, 0};
+      const auto [first, end] = std::equal_range(forwards.begin(), forwards.end(), probe, by_key);
+      const Onward* onward = nullptr;
+      size_t later = 0;
+      for (auto f = first; f != end; ++f)
+        if (f->stage > i && later++ == 0) onward = &*f;
+      if (later == 1) {
+        phase(when).transfers.push_back({r, onward->dst, grad, t.slice});
+        merged_after[key_of(onward->dst, grad, t.slice)] = when;
       } else {
         for (const auto& [h, piece] : homes.split(t.slice))
           if (h != r) phase(when).transfers.push_back({r, h, grad, piece});
