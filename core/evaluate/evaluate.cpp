@@ -54,32 +54,29 @@ void workload_metrics(const EvalInput& in, const Plan& plan, std::map<std::strin
 
 // CP attention bytes one layer's forward and backward move per TP rank, summed over the plan's
 // micro-batches and ranks, each transfer classified by its endpoints' nodes (the layout's rank
-// order): NVLink inside a node, the network across.
-LinkBytes cp_bytes_per_layer(const Plan& plan, const ClusterSpec& cluster) {
+// order): NVLink inside a node, the network across. `group(mb)` gives the bytes of a micro-batch's
+// whole group: the pricing's (AttentionCost::bytes, the transfers it simulated), or derived.
+template <class GroupBytes>
+Expected<LinkBytes> cp_bytes_per_layer(const Plan& plan, GroupBytes group) {
   LinkBytes b;
-  // One group's bytes by link class, computed once per (attention plan, node map): plans repeat.
-  std::map<std::pair<const AttentionPlan*, std::vector<int>>, LinkBytes> memo;
   for (const auto& rank : plan.micro_batches)
     for (const auto& mb : rank) {
       if (!mb.attention) continue;
-      const AttentionPlan& a = *mb.attention;
-      auto key = std::make_pair(&a, cp_group_nodes(mb, plan.layout, cluster.gpus_per_node));
-      auto it = memo.find(key);
-      if (it == memo.end()) {
-        LinkBytes group;
-        const std::vector<int>& nodes = key.second;
-        auto add = [&](const AttnTransfer& t) {
-          (nodes[t.src] == nodes[t.dst] ? group.nvlink : group.network) += transfer_bytes(a, t);
-        };
-        for (const AttnTransfer& t : forward_transfers(a)) add(t);
-        for (const AttnBackwardPhase& ph : backward_phases(a))
-          for (const AttnTransfer& t : ph.transfers) add(t);
-        it = memo.emplace(std::move(key), group).first;
-      }
+      Expected<LinkBytes> g = group(mb);
+      if (!g) return g.errors();
       // Every member holds the micro-batch: count the group's transfers once, 1/cp at each member.
-      b += it->second * (1.0 / static_cast<double>(mb.cp));
+      b += *g * (1.0 / static_cast<double>(mb.cp));
     }
   return b;
+}
+
+// The same from the attention costs `cache` priced (or prices): the simulated transfers.
+Expected<LinkBytes> cp_bytes_per_layer(const Plan& plan, CpAttentionCache& cache) {
+  return cp_bytes_per_layer(plan, [&](const PlanMicroBatch& mb) -> Expected<LinkBytes> {
+    auto c = cache.get(mb);
+    if (!c) return c.errors();
+    return c->bytes;
+  });
 }
 
 // The distinct AttentionPlans of a plan's CP micro-batches, in plan order (every rank of a job
@@ -106,8 +103,11 @@ std::string check_attention_plans(const std::vector<const AttentionPlan*>& plans
 
 // The bytes one GPU sends per iteration, by link: the simulation's count (TP, PP, DP) plus the
 // plan's CP attention transfers (per layer and TP rank, times the layers a GPU holds).
-void comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& counted, std::map<std::string, double>& mt) {
-  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
+Status comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& counted, CpAttentionCache& attention,
+                    std::map<std::string, double>& mt) {
+  const Expected<LinkBytes> priced = cp_bytes_per_layer(plan, attention);
+  if (!priced) return priced.errors();
+  const LinkBytes& cp = *priced;
   const double layers_per_gpu = static_cast<double>(in.model.layers) / plan.layout.pp;
   const double ranks = static_cast<double>(plan.micro_batches.size());
   mt["cp_comm_bytes_nvlink"] = cp.nvlink * layers_per_gpu / ranks;
@@ -115,6 +115,7 @@ void comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& counte
   mt["comm_bytes_nvlink"] = counted.nvlink + mt["cp_comm_bytes_nvlink"];
   mt["comm_bytes_network"] = counted.network + mt["cp_comm_bytes_network"];
   mt["comm_bytes_per_gpu"] = mt["comm_bytes_nvlink"] + mt["comm_bytes_network"];
+  return ok_status();
 }
 
 // The memory estimate, and why the plan does not fit (empty when it does).
@@ -180,10 +181,11 @@ Evaluation evaluate_attention_only(const EvalInput& in, const Plan& plan) {
   const double flops = pairs * static_cast<double>(in.model.heads) * 4.0 * static_cast<double>(in.model.hidden / in.model.heads) *
                        (1 + kAttentionBwdFlopsPerFwd);
   mt["attention_tflops_per_gpu"] = worst > 0 ? flops / worst / static_cast<double>(plan.layout.num_gpus) / 1e12 : 0;
-  const LinkBytes cp = cp_bytes_per_layer(plan, in.cluster);
+  const Expected<LinkBytes> cp = cp_bytes_per_layer(plan, cache);
+  if (!cp) return {"error", cp.error_str(), {}, {}};
   const double ranks = static_cast<double>(plan.micro_batches.size());
-  mt["cp_comm_bytes_nvlink"] = cp.nvlink / ranks;
-  mt["cp_comm_bytes_network"] = cp.network / ranks;
+  mt["cp_comm_bytes_nvlink"] = cp->nvlink / ranks;
+  mt["cp_comm_bytes_network"] = cp->network / ranks;
   return out;
 }
 
@@ -198,7 +200,11 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path, in.attention_memo);
+  // The simulation's attention costs, kept for the CP bytes (a run without a shared memo keeps
+  // its own: each attention plan is simulated once).
+  AttentionCostMemo local;
+  AttentionCostMemo* memo = in.attention_memo ? in.attention_memo : &local;
+  auto sim = simulate_iteration(plan, in.model, *cost, in.trace_path, memo);
   if (!sim) return {"error", sim.error_str(), {}, {}};
 
   auto& mt = out.metrics;
@@ -225,7 +231,8 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["weights_optimizer_gib"] = mem.weights_optimizer_bytes / kGiB;
   mt["activation_memory_gib"] = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
   mt["fragmentation_memory_gib"] = mem.fragmentation_bytes / kGiB;
-  comm_metrics(in, plan, sim->comm_bytes, mt);
+  CpAttentionCache attention(*cost, plan.layout, memo);
+  if (auto s = comm_metrics(in, plan, sim->comm_bytes, attention, mt); !s) return {"error", s.error_str(), {}, {}};
   return out;
 }
 
@@ -320,10 +327,13 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
-  auto bound = iteration_bound(plan, in.model, *cost, in.attention_memo);
+  AttentionCostMemo local;  // as evaluate_sim
+  AttentionCostMemo* memo = in.attention_memo ? in.attention_memo : &local;
+  auto bound = iteration_bound(plan, in.model, *cost, memo);
   if (!bound) return {"error", bound.error_str(), {}, {}};
   Evaluation out{"ok", "", {{"step_time_lower_bound_s", bound->step_time_s}, {"peak_memory_gib", mem.total() / kGiB}}, {}};
-  comm_metrics(in, plan, bound->comm_bytes, out.metrics);
+  CpAttentionCache attention(*cost, plan.layout, memo);
+  if (auto s = comm_metrics(in, plan, bound->comm_bytes, attention, out.metrics); !s) return {"error", s.error_str(), {}, {}};
   return out;
 }
 
@@ -386,7 +396,11 @@ std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   std::snprintf(line, sizeof line, "    CP group sizes {%s}; tokens per rank and micro-batch %lld..%lld\n", groups.c_str(),
                 static_cast<long long>(std::max<int64_t>(0, tokens_min)), static_cast<long long>(tokens_max));
   s += line;
-  const LinkBytes cp = cp_bytes_per_layer(plan, cluster);
+  // The transfers derived from the plans (a dry run prices only its first batch's plan).
+  const LinkBytes cp = *cp_bytes_per_layer(plan, [&](const PlanMicroBatch& mb) -> Expected<LinkBytes> {
+    return attention_link_bytes(*mb.attention, backward_phases(*mb.attention),
+                                cp_group_nodes(mb, plan.layout, cluster.gpus_per_node));
+  });
   if (cp.nvlink + cp.network > 0) {
     std::snprintf(line, sizeof line, "    CP attention bytes of one layer (fwd+bwd, all micro-batches and DP×CP ranks of a stage): NVLink %.3g, network %.3g\n",
                   cp.nvlink, cp.network);

@@ -541,6 +541,18 @@ double attention_merge_s(const AttentionPlan& plan, const std::vector<const Attn
   return cost.memory_bound_s(bytes);
 }
 
+LinkBytes attention_link_bytes(const AttentionPlan& plan, const std::vector<AttnBackwardPhase>& backward,
+                               const std::vector<int>& node_of) {
+  LinkBytes b;
+  auto add = [&](const AttnTransfer& t) {
+    (node_of.at(t.src) == node_of.at(t.dst) ? b.nvlink : b.network) += transfer_bytes(plan, t);
+  };
+  for (const AttnTransfer& t : forward_transfers(plan)) add(t);
+  for (const AttnBackwardPhase& ph : backward)
+    for (const AttnTransfer& t : ph.transfers) add(t);
+  return b;
+}
+
 std::vector<int> uniform_nodes(int32_t ranks, Link link) {
   std::vector<int> nodes(static_cast<size_t>(std::max(0, ranks)), 0);
   if (link != Link::nvlink)
@@ -588,6 +600,7 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
     }
   }
   out.bytes_sent = plan_bytes(plan, low->lowered_backward).sent;  // the phases it lowered, not derived again
+  out.link_bytes = attention_link_bytes(plan, low->lowered_backward, node_of);
   if (!trace.empty()) {
     std::vector<std::string> names;
     for (int32_t r = 0; r < plan.ranks; ++r) names.push_back("rank " + std::to_string(r));

@@ -25,7 +25,13 @@ struct AttentionSimResult {
   std::vector<double> compute_s, wait_s;
   std::vector<double> bytes_sent;         // per rank (from the plan: plan_bytes)
   double last_kernel_end_s = 0;           // when the last tile kernel (or merge) of any rank ends
+  LinkBytes link_bytes;                   // all ranks' transfers it ran (attention_link_bytes)
 };
+
+// The bytes of the plan's forward transfers (its stages' and gather_out) and of `backward`'s, all
+// ranks together, by link: NVLink when both ranks are on one node (node_of), else the network.
+LinkBytes attention_link_bytes(const AttentionPlan& plan, const std::vector<AttnBackwardPhase>& backward,
+                               const std::vector<int>& node_of);
 
 // The seconds of one forward tile (backward: flash_attention_bwd_s) of `plan`: its allowed pairs
 // per head (mask_pairs_in_tile), the tile's query heads, and mean_len = 2·pairs / query rows, so

@@ -21,6 +21,7 @@ Expected<AttentionCost> cp_attention_cost(const CostModel& cost, const Attention
   out.bwd_s = std::max(0.0, both->step_time_s - fwd->step_time_s);
   out.bwd_wait_s = std::max(0.0, out.bwd_s - bwd_compute);
   out.bwd_tail_s = std::clamp(both->step_time_s - both->last_kernel_end_s, 0.0, out.bwd_wait_s);
+  out.bytes = both->link_bytes;
   return out;
 }
 
@@ -45,7 +46,7 @@ std::optional<AttentionCost> AttentionCostMemo::find(const AttentionPlan& plan, 
   const uint64_t h = digest(plan, node_of);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto [it, end] = entries_.equal_range(h); it != end; ++it)
-    if (it->second.node_of == node_of && *it->second.plan == plan) return it->second.cost;
+    if (it->second.node_of == node_of && (it->second.plan.get() == &plan || *it->second.plan == plan)) return it->second.cost;
   return std::nullopt;
 }
 
@@ -54,7 +55,7 @@ void AttentionCostMemo::insert(const std::shared_ptr<const AttentionPlan>& plan,
   const uint64_t h = digest(*plan, node_of);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto [it, end] = entries_.equal_range(h); it != end; ++it)
-    if (it->second.node_of == node_of && *it->second.plan == *plan) return;  // another thread was first
+    if (it->second.node_of == node_of && (it->second.plan == plan || *it->second.plan == *plan)) return;  // another thread was first
   entries_.emplace(h, Entry{plan, node_of, cost});
 }
 

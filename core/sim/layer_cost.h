@@ -68,6 +68,8 @@ struct AttentionCost {
   // The part of bwd_wait_s after the last backward kernel: gradient partials (dK/dV, dQ) still on
   // their way home — what Kwai's CP overlaps with the Q half of the QKV backward (cp_comm_overlap).
   double bwd_tail_s = 0;
+  // What the group's ranks send, forward and backward, all of them together, by link.
+  LinkBytes bytes;
 };
 
 // One transformer layer on one rank of the micro-batch's CP group: linear layers and element-wise
