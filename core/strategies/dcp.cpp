@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <tuple>
 
 #include "core/strategies/hypergraph.h"
@@ -259,11 +260,16 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   };
   const int32_t gpn = std::max(1, std::min(r.gpus_per_node, r.ranks));
   auto node = [&](int32_t rank) { return rank / gpn; };
-  // Who holds each input, and since which stage (−1: home).
-  std::map<Input, std::vector<std::pair<int32_t, int32_t>>> holders;
-  std::vector<std::set<Input>> held(r.ranks);
+  // Who holds each input, and since which stage (−1: home): flat tables indexed by input (2 per
+  // token block), which the selection below reads for every candidate block.
+  auto index = [](const Input& in) { return 2 * static_cast<size_t>(in.first) + (in.second == AttnTensor::kv); };
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> holders(2 * static_cast<size_t>(D));
+  std::vector<std::vector<bool>> held_by(r.ranks, std::vector<bool>(2 * static_cast<size_t>(D), false));
+  auto holds = [&](int32_t rank, const Input& in) { return static_cast<bool>(held_by[rank][index(in)]); };
   auto hold = [&](int32_t rank, const Input& in, int32_t stage) {
-    if (held[rank].insert(in).second) holders[in].emplace_back(rank, stage);
+    if (holds(rank, in)) return;
+    held_by[rank][index(in)] = true;
+    holders[index(in)].emplace_back(rank, stage);
   };
   for (int32_t b = 0; b < D; ++b)
     for (AttnTensor t : {AttnTensor::q, AttnTensor::kv}) hold(part[b], {b, t}, -1);
@@ -292,12 +298,12 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
   auto select = [&](int32_t stage, double budget, std::vector<Fetch>& fetches) {
     std::vector<double> ready(r.ranks, 0), cross_load(r.ranks, 0), intra_load(r.ranks, 0);
     // The fetches `c` (or one input) needs on `rank`, or false when an inter-node one breaks the budget.
-    auto plan_fetches = [&](int32_t rank, const std::vector<Input>& ins, std::vector<Fetch>& need) {
-      std::map<int32_t, double> cross;  // sender -> bytes
+    auto plan_fetches = [&](int32_t rank, std::span<const Input> ins, std::vector<Fetch>& need) {
+      std::vector<std::pair<int32_t, double>> cross;  // (sender, bytes), at most one per input
       for (const Input& in : ins) {
-        if (held[rank].count(in)) continue;
+        if (holds(rank, in)) continue;
         int32_t best_local = -1, best_remote = -1;
-        for (const auto& [h, since] : holders.at(in)) {
+        for (const auto& [h, since] : holders[index(in)]) {
           if (since >= stage) continue;
           if (node(h) == node(rank)) {
             if (best_local < 0 || intra_load[h] < intra_load[best_local]) best_local = h;
@@ -307,7 +313,11 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
         }
         const int32_t src = best_local >= 0 ? best_local : best_remote;
         need.push_back({rank, src, in});
-        if (best_local < 0) cross[src] += input_bytes(in);
+        if (best_local < 0) {
+          auto same = std::find_if(cross.begin(), cross.end(), [&](const auto& c) { return c.first == src; });
+          if (same == cross.end()) cross.emplace_back(src, input_bytes(in));
+          else same->second += input_bytes(in);
+        }
       }
       for (const auto& [src, bytes] : cross)
         if (cross_load[src] + bytes > budget) return false;
@@ -336,7 +346,7 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
         const int32_t c = list[i];
         std::vector<Fetch> need;
         const auto ins = inputs(c);
-        if (!plan_fetches(rank, {ins.begin(), ins.end()}, need)) continue;
+        if (!plan_fetches(rank, ins, need)) continue;
         commit(need);
         out.stages[stage].tiles[rank].push_back({slice(work[c].q), slice(work[c].kv)});
         out.work_of[stage][rank].push_back(c);
@@ -350,7 +360,7 @@ Divisions schedule_divisions(const Placement& pl, double q_row, double kv_row) {
       for (int32_t c : pending[rank])
         for (const Input& in : inputs(c)) {
           std::vector<Fetch> need;
-          if (!held[rank].count(in) && plan_fetches(rank, {in}, need)) commit(need);
+          if (!holds(rank, in) && plan_fetches(rank, std::span<const Input>(&in, 1), need)) commit(need);
         }
   };
   for (int32_t stage = 1; stage < stages; ++stage) {
