@@ -648,6 +648,11 @@ int run_cli(int argc, char** argv) {
     sub->add_option("--timeout", ea.timeout_s, "seconds a rank waits for a peer before the job is aborted")
         ->check(finite_range(1e-3, kMaxTimeout_s))
         ->capture_default_str();
+    sub->add_option("--time-limit", ea.time_limit_s,
+                    "refuse (exit 2) a run predicted to take longer here, by the plan simulated with the machine's "
+                    "preset (cpu_local; validate: --preset)")
+        ->check(finite_range(1e-3, kMaxTimeout_s))
+        ->capture_default_str();
   };
   auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
                                           "and compare with the single-device reference");

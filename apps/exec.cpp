@@ -37,6 +37,34 @@ int refuse_input(int rank, const std::string& command, const std::string& why) {
   return 2;
 }
 
+// The time `runs` executions of the plan (and, with `reference`, exec's single-device check:
+// every rank computes the whole attention, about the kernels of all ranks one after the other)
+// are predicted to take here, by the plan simulated with `preset`. An error naming the estimate
+// and the limit when it is above --time-limit; otherwise rank 0 says it when it is long. Every
+// rank reaches the same verdict (the same simulation).
+Status check_predicted_time(const ExecArgs& a, const AttentionPlan& plan, int rank, const std::filesystem::path& preset,
+                            int runs, bool reference) {
+  auto cost = load_cost_model(preset);
+  if (!cost) return Error{preset.string(), "", cost.error_str()};
+  auto sim = simulate_attention_plan(plan, *cost, a.backward, Link::nvlink);
+  if (!sim) return sim.errors();
+  double kernels = 0;
+  for (double c : sim->compute_s) kernels += c;
+  const double total = runs * sim->step_time_s + (reference ? kernels : 0);
+  char what[400];
+  std::snprintf(what, sizeof what, "predicted about %.3g s here: %d run%s of the plan at %.3g s%s (simulated with %s)",
+                total, runs, runs == 1 ? "" : "s", sim->step_time_s,
+                reference ? (", the reference check " + std::to_string(static_cast<long long>(std::ceil(kernels))) + " s").c_str() : "",
+                preset.string().c_str());
+  if (total > a.time_limit_s) {
+    char limit[120];
+    std::snprintf(limit, sizeof limit, ", above --time-limit %.3g s: raise it to run this", a.time_limit_s);
+    return Error{"", "", std::string(what) + limit};
+  }
+  if (rank == 0 && total > 10) std::cerr << "cpbench: " << what << "\n";
+  return ok_status();
+}
+
 std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std::string& what) {
   struct Record {
     char host[64];
@@ -177,6 +205,8 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
     if (rank == 0) std::cerr << "cpbench exec: " << plan.error_str() << "\n";
     return 2;  // every rank reaches the same verdict: nothing to abort
   }
+  if (auto s = check_predicted_time(a, *plan, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)
+    return refuse_input(rank, "exec", s.error_str());
   OwnedInputs in = make_attention_inputs(*plan, a.seed);
   auto rep = execute_attention(*plan, comm, in.view(), a.backward);
   if (!rep) fail("rank " + std::to_string(rank) + ": " + rep.error_str());
@@ -319,6 +349,8 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
     if (rank == 0) std::cerr << "cpbench validate: " << (plan ? cost.error_str() : plan.error_str()) << "\n";
     return 2;
   }
+  if (auto s = check_predicted_time(a, *plan, rank, preset_file, 4, false); !s)  // a warm-up and three timed runs
+    return refuse_input(rank, "validate", s.error_str());
   OwnedInputs in = make_attention_inputs(*plan, a.seed);
   // A warm-up run (page faults, thread start-up), then the best of three.
   std::vector<double> best{1e30, 1e30};  // step, this rank's kernel time

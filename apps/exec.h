@@ -48,6 +48,9 @@ struct ExecArgs {
   std::string dtype = "fp32";
   bool per_tile = false;
   double timeout_s = 120;
+  // The work refused before it starts: the plan's runs (and exec's reference check) simulated
+  // with the machine's preset must be predicted to end within this many seconds.
+  double time_limit_s = 600;
   // --dynamic-cp: schedule the lengths with schedule_dynamic_cp_main over the job's ranks and run
   // every round, each group as one `layout` (always padded) on its own ranks.
   bool dynamic_cp = false;
