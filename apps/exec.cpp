@@ -37,24 +37,39 @@ int refuse_input(int rank, const std::string& command, const std::string& why) {
   return 2;
 }
 
-// The time `runs` executions of the plan (and, with `reference`, exec's single-device check:
-// every rank computes the whole attention, about the kernels of all ranks one after the other)
-// are predicted to take here, by the plan simulated with `preset`. An error naming the estimate
-// and the limit when it is above --time-limit; otherwise rank 0 says it when it is long. Every
-// rank reaches the same verdict (the same simulation).
-Status check_predicted_time(const ExecArgs& a, const AttentionPlan& plan, int rank, const std::filesystem::path& preset,
-                            int runs, bool reference) {
+// The time `runs` executions of a job are predicted to take here, by its plans simulated with
+// `preset`: each round (one, or Dynamic-CP's) runs its groups' plans side by side on their own
+// ranks, so a round lasts as its slowest group; with `reference`, exec's single-device check
+// follows (each rank computes its group's whole attention: about the kernels of all the group's
+// ranks one after the other). An error naming the estimate and the limit when it is above
+// --time-limit; otherwise rank 0 says it when it is long. Every rank reaches the same verdict
+// (the same simulation).
+Status check_predicted_time(const ExecArgs& a, const std::vector<std::vector<AttentionPlan>>& rounds, int rank,
+                            const std::filesystem::path& preset, int runs, bool reference) {
   auto cost = load_cost_model(preset);
   if (!cost) return Error{preset.string(), "", cost.error_str()};
-  auto sim = simulate_attention_plan(plan, *cost, a.backward, Link::nvlink);
-  if (!sim) return sim.errors();
-  double kernels = 0;
-  for (double c : sim->compute_s) kernels += c;
-  const double total = runs * sim->step_time_s + (reference ? kernels : 0);
+  double step = 0, check = 0;
+  for (const auto& groups : rounds) {
+    double slowest = 0, slowest_with_check = 0, its_check = 0;
+    for (const AttentionPlan& plan : groups) {
+      auto sim = simulate_attention_plan(plan, *cost, a.backward, Link::nvlink);
+      if (!sim) return sim.errors();
+      double kernels = 0;
+      for (double c : sim->compute_s) kernels += c;
+      slowest = std::max(slowest, sim->step_time_s);
+      if (sim->step_time_s + kernels > slowest_with_check) {
+        slowest_with_check = sim->step_time_s + kernels;
+        its_check = kernels;
+      }
+    }
+    step += slowest;
+    check += its_check;
+  }
+  const double total = runs * step + (reference ? check : 0);
   char what[400];
-  std::snprintf(what, sizeof what, "predicted about %.3g s here: %d run%s of the plan at %.3g s%s (simulated with %s)",
-                total, runs, runs == 1 ? "" : "s", sim->step_time_s,
-                reference ? (", the reference check " + std::to_string(static_cast<long long>(std::ceil(kernels))) + " s").c_str() : "",
+  std::snprintf(what, sizeof what, "predicted about %.3g s here: %d run%s of the plan%s at %.3g s%s (simulated with %s)",
+                total, runs, runs == 1 ? "" : "s", rounds.size() > 1 ? "s of every round" : "", step,
+                reference ? (", the reference check " + std::to_string(static_cast<long long>(std::ceil(check))) + " s").c_str() : "",
                 preset.string().c_str());
   if (total > a.time_limit_s) {
     char limit[120];
@@ -205,7 +220,7 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
     if (rank == 0) std::cerr << "cpbench exec: " << plan.error_str() << "\n";
     return 2;  // every rank reaches the same verdict: nothing to abort
   }
-  if (auto s = check_predicted_time(a, *plan, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)
+  if (auto s = check_predicted_time(a, {{*plan}}, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)
     return refuse_input(rank, "exec", s.error_str());
   OwnedInputs in = make_attention_inputs(*plan, a.seed);
   auto rep = execute_attention(*plan, comm, in.view(), a.backward);
@@ -311,6 +326,8 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
     if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
     round_plans.push_back(std::move(*plans));
   }
+  if (auto s = check_predicted_time(a, round_plans, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)
+    return refuse(s.error_str());
   if (rank == 0) {
     std::printf("dynamic-cp: %s, mask %s, %d ranks, %zu sequences, max %lld tokens per rank, %zu rounds, "
                 "heads %d/%d, d %d, %s\n",
@@ -349,7 +366,7 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
     if (rank == 0) std::cerr << "cpbench validate: " << (plan ? cost.error_str() : plan.error_str()) << "\n";
     return 2;
   }
-  if (auto s = check_predicted_time(a, *plan, rank, preset_file, 4, false); !s)  // a warm-up and three timed runs
+  if (auto s = check_predicted_time(a, {{*plan}}, rank, preset_file, 4, false); !s)  // a warm-up and three timed runs
     return refuse_input(rank, "validate", s.error_str());
   OwnedInputs in = make_attention_inputs(*plan, a.seed);
   // A warm-up run (page faults, thread start-up), then the best of three.
