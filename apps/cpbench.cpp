@@ -198,8 +198,15 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
     if (!refused.list.empty()) return report_errors(refused);
   }
   if (a.first_given && spec->points.size() > a.first) spec->points.resize(a.first);
+  // The job's ranks, when there are several: the runner spreads points over them.
+  std::unique_ptr<MpiCommunicator> world;
+  if (mpi_world_size() > 1) {
+    auto w = MpiCommunicator::world();
+    if (!w) return report_errors(w.errors());
+    world = std::move(*w);
+  }
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
-                 a.progress_every_s};
+                 a.progress_every_s, world.get()};
   const fs::path dir = fs::path(a.out) / spec->name;
   // One run at a time per results folder: rank 0 writes it and takes its lock; every rank learns
   // the verdict, so a refused job ends on all of them.
@@ -215,7 +222,11 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
       report_errors(taken.errors());
     }
   }
-  if (mpi_world_size() > 1) MPI_Bcast(&locked, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (world) {  // rank 0's verdict to every rank (the others add nothing)
+    double verdict = world->rank() == 0 ? locked : 0;
+    if (auto s = world->all_reduce(std::span<double>(&verdict, 1)); !s) return report_errors(s.errors());
+    locked = verdict != 0;
+  }
   if (!locked) return kExitBadInput;
   if (a.resume) {  // an unusable or foreign results file is bad input: nothing is run or written
     auto finished = load_finished_points(dir / "results.json", *spec);

@@ -13,7 +13,6 @@
 #include <optional>
 #include <thread>
 
-#include <mpi.h>
 #include <unistd.h>
 
 #include "core/evaluate/evaluate.h"
@@ -28,8 +27,65 @@ namespace cpbench {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kTagPoint = 7301;
-constexpr int kTagDone = 7302;  // a rank has sent every point it finished
+// A finished point travels to rank 0 as a header (its size in bytes, or kDone: the rank has sent
+// every point it finished) and then its JSON. Communicator tags match in order per peer.
+constexpr int kTagHeader = 7301;
+constexpr int kTagPoint = 7302;
+constexpr uint64_t kDone = ~uint64_t{0};
+
+// Rank 0's side: a header receive kept posted from every other rank, polled between points.
+class PointInbox {
+ public:
+  explicit PointInbox(Communicator& comm) : comm_(comm), headers_(comm.size(), 0), pending_(comm.size()) {}
+  // Posts the first header receive from every other rank.
+  Status open() {
+    for (int r = 1; r < comm_.size(); ++r)
+      if (auto s = post(r); !s) return s;
+    return ok_status();
+  }
+  // One finished point that arrived, if any (its wire JSON); counts the ranks that said done.
+  Expected<std::optional<std::string>> poll() {
+    for (int r = 1; r < comm_.size(); ++r) {
+      if (!pending_[r].pending()) continue;
+      auto done = comm_.test(pending_[r]);
+      if (!done) return done.errors();
+      if (!*done) continue;
+      if (headers_[r] == kDone) {
+        ++done_ranks_;
+        continue;  // nothing more comes from r
+      }
+      std::string wire(headers_[r], '\0');
+      if (auto s = comm_.recv(std::as_writable_bytes(std::span<char>(wire)), r, kTagPoint); !s) return s.errors();
+      if (auto s = post(r); !s) return s.errors();
+      return std::optional<std::string>(std::move(wire));
+    }
+    return std::optional<std::string>();
+  }
+  bool all_done() const { return done_ranks_ == comm_.size() - 1; }
+
+ private:
+  Status post(int r) {
+    auto req = comm_.irecv(std::as_writable_bytes(std::span<uint64_t>(&headers_[r], 1)), r, kTagHeader);
+    if (!req) return req.errors();
+    pending_[r] = std::move(*req);
+    return ok_status();
+  }
+  Communicator& comm_;
+  std::vector<uint64_t> headers_;
+  std::vector<Request> pending_;
+  int done_ranks_ = 0;
+};
+
+// Another rank's side: a point (or kDone) to rank 0.
+Status send_point(Communicator& comm, const std::string& wire) {
+  const uint64_t header = wire.size();
+  if (auto s = comm.send(std::as_bytes(std::span<const uint64_t>(&header, 1)), 0, kTagHeader); !s) return s;
+  return comm.send(std::as_bytes(std::span<const char>(wire)), 0, kTagPoint);
+}
+Status send_done(Communicator& comm) {
+  const uint64_t header = kDone;
+  return comm.send(std::as_bytes(std::span<const uint64_t>(&header, 1)), 0, kTagHeader);
+}
 
 std::string sanitize(const std::string& id) {
   std::string s;
@@ -440,12 +496,8 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
 }  // namespace
 
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options) {
-  int mpi_on = 0, rank = 0, size = 1;
-  MPI_Initialized(&mpi_on);
-  if (mpi_on) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-  }
+  Communicator* world = options.world && options.world->size() > 1 ? options.world : nullptr;
+  const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
   // The cpu backend runs every point on all ranks together (its plans execute across them).
   const bool together = options.backend == "cpu";
   if (!spec.frontier_objectives.empty()) return run_frontier(spec, options, rank, together && size > 1);
@@ -493,7 +545,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
       finished.emplace_back(i, std::move(r));
     }
   };
-  Status io_status = ok_status();
+  Status io_status = ok_status(), comm_status = ok_status();
   auto record = [&](size_t i, PointResult r) {
     if (io_status) io_status = journal.append(i, r);
     progress->point_done(spec.points[i].id, r.status);
@@ -505,16 +557,11 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
       record(i, std::move(r));
       return;
     }
-    std::string wire = result_to_wire(i, r).dump();
-    MPI_Send(wire.data(), static_cast<int>(wire.size()), MPI_CHAR, 0, kTagPoint, MPI_COMM_WORLD);
+    if (comm_status) comm_status = send_point(*world, result_to_wire(i, r).dump());
     results[i] = std::move(r);
   };
-  // Rank 0: receives and records the point another rank sent (`st` from a probe of it).
-  auto receive = [&](const MPI_Status& st) {
-    int count = 0;
-    MPI_Get_count(&st, MPI_CHAR, &count);
-    std::string wire(count, '\0');
-    MPI_Recv(wire.data(), count, MPI_CHAR, st.MPI_SOURCE, kTagPoint, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  // Rank 0: records a point another rank sent.
+  auto receive = [&](const std::string& wire) {
     auto [i, r] = result_from_wire(json::parse(wire));
     record(i, std::move(r));
   };
@@ -524,14 +571,15 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     if (rank == 0 && io_status) io_status = write_results(dir, spec, prov, results);
     if (rank == 0 && io_status) io_status = journal.remove();
     if (!io_status) return io_status.errors();
+    if (!comm_status) return comm_status.errors();
     return results;
   };
   // Whether any rank was stopped: the ranks of the cpu backend enter each point's collectives
   // together, so they agree before each one (a rank stopping alone would leave the others waiting).
   auto stopped_anywhere = [&] {
-    int here = stopped() ? 1 : 0, any = here;
-    if (mpi_on && size > 1) MPI_Allreduce(&here, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return any != 0;
+    double any = stopped() ? 1 : 0;
+    if (world && comm_status) comm_status = world->all_reduce(std::span<double>(&any, 1), ReduceOp::kMax);
+    return any != 0 || !comm_status;
   };
   if (together) {
     for (size_t i : mine) {
@@ -547,9 +595,26 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   prepare_partitioner(spec);
   for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
 
+  std::optional<PointInbox> inbox;
+  if (world && rank == 0) {
+    inbox.emplace(*world);
+    comm_status = inbox->open();
+  }
+  // Rank 0: every point another rank sent so far.
+  auto receive_arrived = [&]() -> size_t {
+    size_t n = 0;
+    while (comm_status) {
+      auto wire = inbox->poll();
+      if (!wire) comm_status = wire.errors();
+      if (!wire || !*wire) break;
+      receive(**wire);
+      ++n;
+    }
+    return n;
+  };
   size_t local_left = mine.size();
   size_t remote_left = rank == 0 ? todo.size() - mine.size() : 0;
-  while (local_left > 0 || remote_left > 0) {
+  while ((local_left > 0 || remote_left > 0) && comm_status) {
     // Stopped: the workers start no new point; what they are running is recorded after the join.
     if (stopped()) break;
     bool idle = true;
@@ -563,15 +628,11 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
       --local_left;
       deliver(i, std::move(r));
     }
-    while (rank == 0 && remote_left > 0) {
-      int flag = 0;
-      MPI_Status st;
-      MPI_Iprobe(MPI_ANY_SOURCE, kTagPoint, MPI_COMM_WORLD, &flag, &st);
-      if (!flag) break;
-      receive(st);
-      --remote_left;
-      idle = false;
-    }
+    if (inbox && remote_left > 0)
+      if (const size_t n = receive_arrived(); n > 0) {
+        remote_left -= std::min(n, remote_left);
+        idle = false;
+      }
     if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   for (auto& t : threads) t.join();
@@ -579,24 +640,11 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   // yet, then a done marker; rank 0 records its own and receives until every rank is done, so a
   // stop loses no finished point on any rank.
   for (auto& [i, r] : finished) deliver(i, std::move(r));
-  if (mpi_on && size > 1) {
-    if (rank != 0) {
-      int none = 0;
-      MPI_Send(&none, 1, MPI_INT, 0, kTagDone, MPI_COMM_WORLD);
-    } else {
-      for (int done_ranks = 0; done_ranks < size - 1;) {
-        MPI_Status st;
-        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
-        if (st.MPI_TAG == kTagDone) {
-          int none = 0;
-          MPI_Recv(&none, 1, MPI_INT, st.MPI_SOURCE, kTagDone, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-          ++done_ranks;
-          continue;
-        }
-        receive(st);
-      }
-    }
-  }
+  if (world && rank != 0 && comm_status) comm_status = send_done(*world);
+  // Rank 0 receives until every rank said done (a rank may still be finishing a long point: no
+  // deadline here, as for the points themselves).
+  while (inbox && comm_status && !inbox->all_done())
+    if (receive_arrived() == 0 && !inbox->all_done()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return finish();
 }
 

@@ -1,7 +1,7 @@
 // runner.h — runs the points of a spec: threads within a process (--jobs), points spread over MPI
 // ranks when launched under mpirun; rank 0 appends each finished point to the journal and writes
 // results.json at the start and the end (journal.h), so writing costs O(points) over a sweep.
-// Requires: MPI initialised by the caller when running under a launcher (apps/ does it).
+// Requires: the caller's world Communicator when running on several ranks (apps/ makes it).
 // Note: a strategy or backend that throws turns its point into status "error"; the sweep goes on.
 #pragma once
 
@@ -12,6 +12,7 @@
 
 #include "core/experiment/results.h"
 #include "core/experiment/spec.h"
+#include "core/runtime/communicator.h"
 
 namespace cpbench {
 
@@ -31,6 +32,9 @@ struct RunOptions {
   // A point still running after this many seconds with nothing printed is named on stderr with
   // its elapsed time, and again every as many seconds (rank 0's points); 0 = never.
   double progress_every_s = 10;
+  // The job's ranks (the MPI world, made by the caller); null: this process alone. Points are
+  // spread over them (the cpu backend runs each on all of them) and rank 0 writes the results.
+  Communicator* world = nullptr;
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
