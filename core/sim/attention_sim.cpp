@@ -481,7 +481,7 @@ std::vector<double> grid_pairs(const AttentionPlan& plan, const std::vector<cons
       std::stable_sort(by_key.begin(), by_key.end(),
                        [](const AttnTile* a, const AttnTile* b) { return a->kv.tok_begin < b->kv.tok_begin; });
       const MaskSpec mask = tile_work_mask(plan);
-      const bool closed_form = mask.kind == MaskKind::full || mask.kind == MaskKind::causal;
+      const bool closed_form = mask_pairs_closed_form(mask);
       std::vector<int64_t> cta_pairs, rows;
       int64_t at = 0;  // the tile's first key in the concatenation
       for (const AttnTile* t : by_key) {

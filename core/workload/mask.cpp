@@ -78,6 +78,8 @@ int64_t mask_pairs(const MaskSpec& m, int64_t L) {
   return pairs;
 }
 
+bool mask_pairs_closed_form(const MaskSpec& m) { return m.kind == MaskKind::full || m.kind == MaskKind::causal; }
+
 int64_t mask_pairs_in_tile(const MaskSpec& m, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin,
                            int64_t k_end) {
   // Closed forms for the two masks every layout prices most (the simulator counts the pairs of
@@ -107,7 +109,7 @@ void mask_rows_per_key(const MaskSpec& m, int64_t L, int64_t q_begin, int64_t q_
   const int64_t a = std::max<int64_t>(0, q_begin), b = std::min(q_end, L);
   const int64_t kb = std::max<int64_t>(0, k_begin), ke = std::min(k_end, L);
   if (a >= b || kb >= ke) return;
-  if (m.kind == MaskKind::full || m.kind == MaskKind::causal) {
+  if (mask_pairs_closed_form(m)) {
     // Full: every row; causal: the rows q ≥ k.
     for (int64_t k = kb; k < ke; ++k) rows[k - k_begin] += m.kind == MaskKind::full ? b - a : std::max<int64_t>(0, b - std::max(a, k));
     return;

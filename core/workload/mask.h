@@ -54,6 +54,9 @@ KeyRanges mask_row(const MaskSpec& mask, int64_t L, int64_t q);
 // O(L) otherwise.
 int64_t mask_pairs(const MaskSpec& mask, int64_t L);
 
+// Whether mask_pairs_in_tile counts a tile in closed form (full, causal) rather than row by row.
+bool mask_pairs_closed_form(const MaskSpec& m);
+
 // Allowed pairs with q in [q_begin, q_end) and k in [k_begin, k_end): a tile's work; closed form
 // for full and causal, O(rows) otherwise.
 int64_t mask_pairs_in_tile(const MaskSpec& mask, int64_t L, int64_t q_begin, int64_t q_end, int64_t k_begin,
