@@ -1,0 +1,208 @@
+// thread_communicator_test.cpp — ThreadCommunicator: the Communicator contract on 4 threads (the
+// same bodies MpiCommunicator's test runs under mpirun), MPI's matching order per (source, tag),
+// deadlines that name the peer or the absent rank, and run_thread_ranks's error reporting.
+#include "core/runtime/thread_communicator.h"
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/runtime/communicator_contract.h"
+
+namespace cpbench {
+namespace {
+
+using ::testing::HasSubstr;
+using V = std::vector<float>;
+
+// Runs a contract body on 4 thread ranks with counters fresh and a 30 s deadline.
+void on_four(void (*body)(Communicator&)) {
+  auto st = run_thread_ranks(
+      4,
+      [&](Communicator& c) {
+        body(c);
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+TEST(ThreadCommunicator, Contract) {
+  on_four(contract::ring_send_recv);
+  on_four(contract::all_reduce_exact);
+  on_four(contract::reduce_scatter_blocks);
+  on_four(contract::all_gather_and_v);
+  on_four(contract::all_to_all_blocks);
+  on_four(contract::all_to_allv_uneven);
+  on_four(contract::split_into_pairs);
+}
+
+TEST(ThreadCommunicator, RanksAndWorldRanks) {
+  auto comms = ThreadCommunicator::group(3);
+  ASSERT_EQ(comms.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(comms[r]->rank(), r);
+    EXPECT_EQ(comms[r]->size(), 3);
+    EXPECT_EQ(comms[r]->world_rank_of(2), 2);
+    EXPECT_EQ(comms[r]->world_rank_of(3), -1);
+  }
+}
+
+// MPI's non-overtaking rule: between one pair, messages with one tag arrive in the order they were
+// sent, whatever the other tags do and whether the receive was posted before or after the send.
+TEST(ThreadCommunicator, MessagesMatchPerSourceAndTagInOrder) {
+  auto st = run_thread_ranks(
+      3,
+      [](Communicator& c) -> Status {
+        const int r = c.rank();
+        if (r == 1 || r == 2) {
+          for (int i = 0; i < 50; ++i) {
+            V m{static_cast<float>(r * 1000 + i)};
+            if (auto s = c.send(std::span<const float>(m), 0, i % 2); !s) return s;
+          }
+          return ok_status();
+        }
+        // Rank 0 posts half its receives early, then the rest, alternating tags and sources.
+        std::vector<V> got(100, V(1, -1));
+        std::vector<Request> reqs;
+        for (int k = 0; k < 100; ++k) {
+          if (k == 50) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the rest arrive first
+          const int src = 1 + k % 2, i = k / 2;
+          auto q = c.irecv(std::span<float>(got[k]), src, i % 2);
+          if (!q) return q.errors();
+          reqs.push_back(std::move(*q));
+        }
+        if (auto s = c.wait_all(reqs); !s) return s;
+        for (int k = 0; k < 100; ++k) {
+          const int src = 1 + k % 2, i = k / 2;
+          EXPECT_EQ(got[k][0], static_cast<float>(src * 1000 + i)) << "receive " << k;
+        }
+        EXPECT_EQ(c.bytes_received(), 100u * 4);
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+TEST(ThreadCommunicator, ALongerMessageThanTheBufferIsAnError) {
+  auto st = run_thread_ranks(
+      2,
+      [](Communicator& c) -> Status {
+        V big(8, 1), small(4);
+        if (c.rank() == 0) return c.send(std::span<const float>(big), 1, 5);
+        Status s = c.recv(std::span<float>(small), 0, 5);
+        EXPECT_FALSE(s);
+        EXPECT_THAT(s.error_str(), HasSubstr("recv of 16 bytes from rank 0 (world rank 0), tag 5: message longer"));
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+TEST(ThreadCommunicator, RecvFromASilentPeerTimesOutNamingItAndIsWithdrawn) {
+  auto st = run_thread_ranks(
+      2,
+      [](Communicator& c) -> Status {
+        V got(4, -1), sent{1, 2, 3, 4};
+        if (c.rank() == 0) {
+          c.set_timeout(std::chrono::milliseconds(200));
+          const auto start = std::chrono::steady_clock::now();
+          Status s = c.recv(std::span<float>(got), 1, 99);
+          EXPECT_FALSE(s);
+          EXPECT_THAT(s.error_str(), HasSubstr("recv of 16 bytes from rank 1 (world rank 1), tag 99: timed out after 200 ms"));
+          EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+          EXPECT_TRUE(c.healthy());  // a withdrawn receive leaves the communicator usable
+          c.set_timeout(std::chrono::seconds(30));
+        }
+        if (auto s = c.barrier(); !s) return s;
+        // The withdrawn receive must not swallow the later message with the same tag.
+        if (c.rank() == 1) return c.send(std::span<const float>(sent), 0, 99);
+        if (auto s = c.recv(std::span<float>(got), 1, 99); !s) return s;
+        EXPECT_EQ(got, sent);
+        EXPECT_EQ(c.bytes_received(), 16u);
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+TEST(ThreadCommunicator, CollectiveTimeoutNamesTheAbsentRankAndBreaksOnlyThatCommunicator) {
+  auto st = run_thread_ranks(
+      4,
+      [](Communicator& c) -> Status {
+        auto sub = c.split(0, c.rank());
+        if (!sub) return sub.errors();
+        Communicator& all = **sub;
+        std::vector<double> v{1};
+        if (c.rank() == 2) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(600));  // "in a long kernel"
+        } else {
+          all.set_timeout(std::chrono::milliseconds(200));
+          Status s = all.all_reduce(std::span<double>(v));
+          EXPECT_FALSE(s);
+          EXPECT_THAT(s.error_str(), HasSubstr("all_reduce(sum) over 4 ranks (world ranks 0,1,2,3): timed out"));
+          EXPECT_THAT(s.error_str(), HasSubstr("no answer from rank 2 (world rank 2)"));
+          EXPECT_THAT(s.error_str(), ::testing::Not(HasSubstr("rank 1 (")));
+          EXPECT_FALSE(all.healthy());
+          EXPECT_THAT(all.barrier().error_str(), HasSubstr("communicator unusable after an earlier failure"));
+        }
+        EXPECT_TRUE(c.healthy());
+        return c.barrier();  // the parent is untouched
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+TEST(ThreadCommunicator, EveryRanksErrorIsReportedAndAThrowIsAnError) {
+  std::atomic<int> ran{0};
+  auto st = run_thread_ranks(
+      3,
+      [&](Communicator& c) -> Status {
+        ++ran;
+        if (c.rank() == 1) throw std::runtime_error("kernel exploded");
+        if (c.rank() == 2) return runtime_error("rank 2's own error");
+        return ok_status();
+      },
+      std::chrono::seconds(5));
+  EXPECT_EQ(ran, 3);
+  ASSERT_EQ(st.size(), 3u);
+  EXPECT_TRUE(st[0]);
+  EXPECT_THAT(st[1].error_str(), HasSubstr("rank 1 threw: kernel exploded"));
+  EXPECT_THAT(st[2].error_str(), HasSubstr("rank 2's own error"));
+}
+
+// Eight ranks, nested splits and many concurrent messages: every all-to-all round and every
+// reduction gives the same bits on every rank.
+TEST(ThreadCommunicator, EightRanksNestedSplitsAgree) {
+  auto st = run_thread_ranks(
+      8,
+      [](Communicator& c) -> Status {
+        auto half = c.split(c.rank() % 2, c.rank());
+        if (!half) return half.errors();
+        auto quarter = (*half)->split((*half)->rank() / 2, 0);
+        if (!quarter) return quarter.errors();
+        EXPECT_EQ((*quarter)->size(), 2);
+        EXPECT_EQ((*quarter)->world_rank_of(0) % 2, c.rank() % 2);
+        for (int round = 0; round < 20; ++round) {
+          V send(8), recv(8);
+          for (int d = 0; d < 8; ++d) send[d] = static_cast<float>(round * 100 + c.rank() * 10 + d);
+          if (auto s = c.all_to_all(std::span<const float>(send), std::span<float>(recv)); !s) return s;
+          for (int s = 0; s < 8; ++s) EXPECT_EQ(recv[s], static_cast<float>(round * 100 + s * 10 + c.rank()));
+          V x{0.1f * static_cast<float>(c.rank() + round)};
+          if (auto s = (*half)->all_reduce(std::span<float>(x)); !s) return s;
+          V all(4);
+          if (auto s = (*half)->all_gather(std::span<const float>(x), std::span<float>(all)); !s) return s;
+          for (float y : all) EXPECT_EQ(y, x[0]);  // bit-identical on every rank
+        }
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
+}  // namespace
+}  // namespace cpbench
