@@ -21,13 +21,6 @@ MpiCommunicator& world() {
 
 std::vector<MaskCase> masks() { return every_mask(16, 16); }
 
-// How a plan runs: the CPU style (fp32 on the wire, one kernel call per tile, the three-phase
-// backward) or an experiment's (bf16 on the wire, fused stages, pipelined backward).
-struct RunStyle {
-  bool experiment = false;
-  const char* name() const { return experiment ? "bf16 fused pipelined" : "fp32 per-tile"; }
-};
-
 // Runs one layout on a sub-communicator of cp ranks (world ranks split into groups of cp).
 void run_case(const std::string& layout, const MaskCase& m, int cp,
               std::vector<int64_t> lengths = {37, 100, 5, 64},  // odd, unequal, one shorter than 2·cp
@@ -36,32 +29,14 @@ void run_case(const std::string& layout, const MaskCase& m, int cp,
   auto sub = w.split(w.rank() / cp, w.rank());
   ASSERT_TRUE(sub.ok()) << sub.error_str();
   Communicator& comm = **sub;
-  CpLayoutRequest req;
-  req.layout = layout;
-  req.cp = cp;
-  req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : layout == "double_ring" ? (cp >= 8 ? 2 : 1) : 0;
-  // double_ring: windows of two groups (cp 4: two windows of 2 ranks; cp 8: two of 2 × 2 ranks).
-  if (layout == "double_ring") req.window = cp / req.a2a_size >= 4 ? 2 : 1;
-  req.seq_lengths = std::move(lengths);
-  req.mask = m.mask;
-  req.heads_q = 8;
-  req.heads_kv = 4;
-  req.head_dim = 24;
-  req.pad = true;
-  auto plan = plan_cp_layout(req);
-  if (layout == "a2a" && req.heads_kv % cp != 0) {
+  auto plan = test_layout_plan(layout, m.mask, cp, std::move(lengths), style);
+  if (layout == "a2a" && 4 % cp != 0) {
     // Ulysses cannot split 4 KV heads over 8 ranks: a clear error, not a wrong answer.
     ASSERT_FALSE(plan.ok());
     EXPECT_NE(plan.error_str().find("heads"), std::string::npos) << plan.error_str();
     return;
   }
   ASSERT_TRUE(plan.ok()) << layout << " " << m.name << " cp=" << cp << ": " << plan.error_str();
-  if (style.experiment) {
-    plan->value_bytes = 2;
-    // ring-flash-attention's and LoongTrain's rings pass fp32 dK/dV (attention_grad_bytes 4).
-    if (layout == "ring" || layout == "zigzag" || layout == "double_ring") plan->grad_bytes = 4;
-    plan->fused_stages = plan->pipelined_backward = true;
-  }
   ASSERT_EQ(check_attention_plan(*plan), "") << layout << " " << m.name << " cp=" << cp;
   expect_runs_as_planned(*plan, comm, 42,
                          layout + " " + m.name + " cp=" + std::to_string(cp) + " " + style.name());

@@ -1,7 +1,8 @@
-// executor_test_util.h — what the MPI tests of attention plans share: every mask kind (sized for
-// short test sequences), and one check that a plan executed on a Communicator matches the
-// single-device reference (O, LSE, dQ, dK, dV) with each rank moving exactly the plan's bytes.
-// Requires: GoogleTest; core/runtime (executor, attention_check). For tests only.
+// executor_test_util.h — what the tests of executed attention plans share: every mask kind (sized
+// for short test sequences), and the check that a plan executed on a Communicator (MPI ranks, or
+// thread ranks in one process) matches the single-device reference (O, LSE, dQ, dK, dV) with each
+// rank moving exactly the plan's bytes.
+// Requires: GoogleTest; core/runtime (executor, attention_check, thread ranks). For tests only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "baselines/cp_layouts.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/executor.h"
+#include "core/runtime/thread_communicator.h"
 
 namespace cpbench {
 
@@ -38,19 +41,80 @@ inline std::vector<MaskCase> every_mask(int64_t window_tokens, int64_t block_tok
 // Executes `plan` forward and backward on `comm` (its rank = the plan's rank) with inputs of
 // `seed`; every home slice within the reference's tolerance, bytes sent and received as
 // plan_bytes says. Failures name `what`.
+// How a test plan runs: the CPU style (fp32 on the wire, one kernel call per tile, the three-phase
+// backward) or an experiment's (bf16 on the wire, fused stages, pipelined backward).
+struct RunStyle {
+  bool experiment = false;
+  const char* name() const { return experiment ? "bf16 fused pipelined" : "fp32 per-tile"; }
+};
+
+// A static layout's plan of `lengths` on cp ranks, 8 query heads, 4 K/V heads, d = 24, padded as
+// the layout needs; a2a+p2p in groups of 2, double_ring in windows (cp 4: two windows of 2 ranks;
+// cp 8: two of 2 × 2 ranks). In the experiment style the rings pass fp32 dK/dV as
+// ring-flash-attention and LoongTrain do (attention_grad_bytes 4).
+inline Expected<AttentionPlan> test_layout_plan(const std::string& layout, const MaskSpec& mask, int cp,
+                                                std::vector<int64_t> lengths, RunStyle style) {
+  CpLayoutRequest req;
+  req.layout = layout;
+  req.cp = cp;
+  req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : layout == "double_ring" ? (cp >= 8 ? 2 : 1) : 0;
+  if (layout == "double_ring") req.window = cp / req.a2a_size >= 4 ? 2 : 1;
+  req.seq_lengths = std::move(lengths);
+  req.mask = mask;
+  req.heads_q = 8;
+  req.heads_kv = 4;
+  req.head_dim = 24;
+  req.pad = true;
+  auto plan = plan_cp_layout(req);
+  if (plan && style.experiment) {
+    plan->value_bytes = 2;
+    if (layout == "ring" || layout == "zigzag" || layout == "double_ring") plan->grad_bytes = 4;
+    plan->fused_stages = plan->pipelined_backward = true;
+  }
+  return plan;
+}
+
+// One rank's executed plan (forward and backward) against the reference and plan_bytes.
+inline void expect_rank_as_planned(const AttentionPlan& plan, int rank, const ExecutionReport& rep,
+                                   const ReferenceAttention& ref, const std::string& what) {
+  ASSERT_EQ(rep.home.size(), plan.home[rank].size()) << what;
+  for (const auto& h : rep.home) {
+    const CheckResult c = check_home(plan, h, ref, true);
+    EXPECT_LE(c.worst, 1.0) << what << " rank " << rank << ": " << c.where << " off by " << c.max_abs_error;
+  }
+  const RankBytes predicted = plan_bytes(plan, true);
+  EXPECT_EQ(rep.bytes_sent, predicted.sent[rank]) << what << " rank " << rank;
+  EXPECT_EQ(rep.bytes_received, predicted.received[rank]) << what << " rank " << rank;
+}
+
 inline void expect_runs_as_planned(const AttentionPlan& plan, Communicator& comm, uint64_t seed, const std::string& what) {
   OwnedInputs in = make_attention_inputs(plan, seed);
   auto rep = execute_attention(plan, comm, in.view(), true);
   ASSERT_TRUE(rep.ok()) << what << ": " << rep.error_str();
+  expect_rank_as_planned(plan, comm.rank(), *rep, reference_attention(plan, in, true), what);
+}
+
+// The same on plan.ranks thread ranks of this process: inputs and the reference made once, every
+// rank's kernels on one OpenMP thread (a rank is a core, as under mpirun).
+inline void expect_runs_on_thread_ranks(const AttentionPlan& plan, uint64_t seed, const std::string& what) {
+  const OwnedInputs in = make_attention_inputs(plan, seed);
   const ReferenceAttention ref = reference_attention(plan, in, true);
-  ASSERT_EQ(rep->home.size(), plan.home[comm.rank()].size()) << what;
-  for (const auto& h : rep->home) {
-    const CheckResult c = check_home(plan, h, ref, true);
-    EXPECT_LE(c.worst, 1.0) << what << " rank " << comm.rank() << ": " << c.where << " off by " << c.max_abs_error;
+  std::vector<ExecutionReport> reports(static_cast<size_t>(plan.ranks));
+  kernels::FlashConfig one_thread;
+  one_thread.threads = 1;
+  const std::vector<Status> st = run_thread_ranks(
+      plan.ranks,
+      [&](Communicator& comm) -> Status {
+        auto rep = execute_attention(plan, comm, in.view(), true, one_thread);
+        if (!rep) return rep.errors();
+        reports[static_cast<size_t>(comm.rank())] = std::move(*rep);
+        return ok_status();
+      },
+      std::chrono::seconds(60));
+  for (int r = 0; r < plan.ranks; ++r) {
+    ASSERT_TRUE(st[static_cast<size_t>(r)]) << what << " rank " << r << ": " << st[static_cast<size_t>(r)].error_str();
+    expect_rank_as_planned(plan, r, reports[static_cast<size_t>(r)], ref, what);
   }
-  const RankBytes predicted = plan_bytes(plan, true);
-  EXPECT_EQ(rep->bytes_sent, predicted.sent[comm.rank()]) << what;
-  EXPECT_EQ(rep->bytes_received, predicted.received[comm.rank()]) << what;
 }
 
 }  // namespace cpbench

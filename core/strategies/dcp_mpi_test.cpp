@@ -15,6 +15,7 @@
 #include "core/runtime/executor_test_util.h"
 #include "core/runtime/mpi_test_environment.h"
 #include "core/strategies/dcp.h"
+#include "core/strategies/dcp_test_cases.h"
 #include "core/strategies/hypergraph.h"
 #include "core/strategies/strategy_test_util.h"
 #include "core/strategies/varlen.h"
@@ -26,13 +27,6 @@ namespace {
 
 MpiCommunicator& world() { return MpiEnvironment::world(); }
 
-CostModel ideal_cost() {
-  ClusterSpec c;
-  c.gpu.peak_dense_tflops = 312;
-  c.gpu.hbm_bandwidth_GBps = 1555;
-  c.gpu.sm_count = 108;
-  return CostModel(c, EfficiencyParams::ideal());
-}
 
 TEST(Hypergraph, Km1CountsEachNetsExtraParts) {
   Hypergraph h;
@@ -113,40 +107,11 @@ TEST(Hypergraph, ZoltanPartitionIsBalancedBetterThanBlindAndTheSameOnEveryRank) 
   }
 }
 
-struct DcpCase {
-  const char* name;
-  MaskSpec mask;
-  std::vector<int64_t> lengths;
-};
-
-std::vector<DcpCase> dcp_cases() {
-  const std::vector<int64_t> lengths{300, 37, 129, 64, 90};
-  std::vector<DcpCase> out;
-  for (const MaskCase& m : every_mask(40, 32))
-    out.push_back({m.name, m.mask, m.mask.kind == MaskKind::causal_blockwise ? std::vector<int64_t>{256, 100, 40} : lengths});
-  return out;
-}
-
-DcpRequest request(const DcpCase& c, int32_t ranks, int32_t gpus_per_node, int32_t divisions) {
-  DcpRequest r;
-  r.seq_lengths = c.lengths;
-  r.mask = c.mask;
-  r.heads_q = 8;
-  r.heads_kv = 4;
-  r.head_dim = 24;
-  r.value_bytes = 2;
-  r.ranks = ranks;
-  r.gpus_per_node = gpus_per_node;
-  r.block_tokens = 32;
-  r.divisions = divisions;
-  return r;
-}
-
 TEST(Dcp, PlansAreWellFormedMoveTheirKm1AndBalanceMemory) {
   const CostModel cost = ideal_cost();
   for (const DcpCase& c : dcp_cases())
     for (auto [ranks, gpn, divisions] : {std::tuple{4, 2, 4}, std::tuple{4, 4, 1}, std::tuple{8, 4, 3}}) {
-      const DcpRequest r = request(c, ranks, gpn, divisions);
+      const DcpRequest r = dcp_request(c, ranks, gpn, divisions);
       auto d = plan_dcp(r, cost);
       ASSERT_TRUE(d.ok()) << c.name << ": " << d.error_str();
       ASSERT_EQ(check_attention_plan(d->plan), "") << c.name << " ranks " << ranks;
@@ -177,7 +142,7 @@ TEST(Dcp, PlansAreWellFormedMoveTheirKm1AndBalanceMemory) {
 TEST(Dcp, CoarseBlocksStillPlanAndSayHowBalancedTheyAre) {
   const CostModel cost = ideal_cost();
   DcpCase c{"causal", MaskSpec{MaskKind::causal}, {16384, 8192}};
-  DcpRequest r = request(c, 4, 2, 3);
+  DcpRequest r = dcp_request(c, 4, 2, 3);
   r.block_tokens = 8192;
   r.head_blocks = 1;
   auto coarse = plan_dcp(r, cost);
@@ -199,7 +164,7 @@ TEST(Dcp, CoarseBlocksStillPlanAndSayHowBalancedTheyAre) {
 
 TEST(Dcp, HeadBlocksSplitEveryTokenBlockByKvGroups) {
   const CostModel cost = ideal_cost();
-  DcpRequest r = request(dcp_cases()[1], 4, 2, 3);  // causal; 8 query heads, 4 K/V groups
+  DcpRequest r = dcp_request(dcp_cases()[1], 4, 2, 3);  // causal; 8 query heads, 4 K/V groups
   for (auto [head_blocks, per_block] : {std::pair{1, 8}, std::pair{2, 4}, std::pair{0, 2}}) {
     r.head_blocks = head_blocks;
     auto d = plan_dcp(r, cost);
@@ -226,7 +191,7 @@ TEST(Dcp, InputsCrossIntoANodeOncePerSenderAndStageAndArePrefetched) {
     for (auto [ranks, gpn] : {std::pair{4, 2}, std::pair{8, 4}})
       for (int divisions : {1, 4})
         for (int head_blocks : {1, 0}) {
-          DcpRequest r = request(c, ranks, gpn, divisions);
+          DcpRequest r = dcp_request(c, ranks, gpn, divisions);
           r.head_blocks = head_blocks;
           auto d = plan_dcp(r, cost);
           ASSERT_TRUE(d.ok()) << d.error_str();
@@ -278,7 +243,7 @@ TEST(Dcp, TheBackwardIsScheduledOnTheForwardsPlacementWithItsOwnBudgets) {
       for (int divisions : {1, 4})
       for (int head_blocks : {1, 0})
       for (bool early : {false, true}) {
-        DcpRequest r = request(c, ranks, gpn, divisions);
+        DcpRequest r = dcp_request(c, ranks, gpn, divisions);
         r.head_blocks = head_blocks;
         r.early_outputs = early;
         auto d = plan_dcp(r, cost);
@@ -394,7 +359,7 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
     for (const DcpCase& c : dcp_cases())
       for (int divisions : {1, 4})
         for (int head_blocks : {1, 2, 0}) {
-          DcpRequest r = request(c, ranks, ranks / 2, divisions);
+          DcpRequest r = dcp_request(c, ranks, ranks / 2, divisions);
           r.head_blocks = head_blocks;
           r.early_outputs = divisions == 4;
           r.all_to_all = head_blocks != 2;
