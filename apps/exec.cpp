@@ -12,6 +12,7 @@
 #include "core/cost/cost_model.h"
 #include "core/experiment/registry.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/dynamic_cp_exec.h"
 #include "core/runtime/host_memory.h"
 #include "core/strategies/dynamic_cp.h"

@@ -9,6 +9,7 @@
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"

@@ -43,10 +43,12 @@ inline constexpr Tolerance kBf16GradTolerance{5e-2, 5e-2};
 // The worst |x − ref| / (atol + rtol·|ref|) over a home slice's results (≤ 1 passes), and where; a
 // result of the wrong size or a NaN or infinite value (an infinite LSE only where the reference has it)
 // is infinitely wrong. The tolerances follow the plan's value_bytes.
+// `wrong` counts the values beyond their tolerance (as nccl-tests' #wrong), of `checked`.
 struct CheckResult {
   double worst = 0;
   double max_abs_error = 0;
-  std::string where;
+  std::string where;  // the worst value: "dK token 37 of sequence 1"
+  int64_t wrong = 0, checked = 0;
 };
 CheckResult check_home(const AttentionPlan& plan, const HomeResult& home, const ReferenceAttention& ref, bool backward);
 

@@ -1,6 +1,7 @@
 // attention_check_test.cpp — the comparison every executed-plan test relies on must fail on what
 // it exists to catch: a wrong value, a NaN in any result, a result of the wrong size.
 #include "core/runtime/attention_check.h"
+#include "core/runtime/cpu_attention_kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -47,11 +48,22 @@ class AttentionCheck : public ::testing::Test {
   std::vector<HomeResult> home_;
 };
 
-TEST_F(AttentionCheck, TheExecutedPlanPasses) { EXPECT_LE(worst(), 1.0); }
+TEST_F(AttentionCheck, TheExecutedPlanPasses) {
+  EXPECT_LE(worst(), 1.0);
+  const CheckResult c = check_home(plan_, home_[0], ref_, true);
+  EXPECT_EQ(c.wrong, 0);
+  // O, dQ [T, Hq, d], LSE [Hq, T], dK, dV [T, Hkv, d].
+  const int64_t T = home_[0].slice.tokens();
+  EXPECT_EQ(c.checked, T * 4 * 8 * 2 + T * 4 + T * 2 * 8 * 2);
+}
 
-TEST_F(AttentionCheck, AWrongValueFails) {
+TEST_F(AttentionCheck, AWrongValueFailsAndIsCountedAndNamed) {
   home_[0].dv[3] += 1.0f;
+  home_[0].dv[40] += 1.0f;
   EXPECT_GT(worst(), 1.0);
+  const CheckResult c = check_home(plan_, home_[0], ref_, true);
+  EXPECT_EQ(c.wrong, 2);
+  EXPECT_EQ(c.where.rfind("dV token ", 0), 0u) << c.where;
 }
 
 TEST_F(AttentionCheck, ANanInAnyResultFails) {
@@ -59,7 +71,9 @@ TEST_F(AttentionCheck, ANanInAnyResultFails) {
   for (auto field : {&HomeResult::out, &HomeResult::lse, &HomeResult::dq, &HomeResult::dk, &HomeResult::dv}) {
     std::vector<HomeResult> saved = home_;
     (home_[0].*field)[0] = nan;
+    (home_[0].*field)[1] = nan;
     EXPECT_TRUE(std::isinf(worst())) << "a NaN passed the check";
+    EXPECT_EQ(check_home(plan_, home_[0], ref_, true).wrong, 2);
     home_ = saved;
   }
 }

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/runtime/executor.h"
+#include "core/runtime/cpu_attention_kernels.h"
 #include "core/workload/mask.h"
 #include "core/workload/rng.h"
 

@@ -16,7 +16,7 @@
 #include "core/common/expected.h"
 #include "core/plan/attention_plan.h"
 #include "core/runtime/communicator.h"
-#include "kernels/cpu/flash_attention.h"
+#include "core/runtime/attention_kernels.h"
 
 namespace cpbench {
 
@@ -40,34 +40,9 @@ struct ExecutionReport {
   double bytes_sent = 0, bytes_received = 0;  // payload, as counted by the Communicator
 };
 
-// The tile kernels a rank runs, on its rank-local buffers (fp32, packed as kernels/cpu documents).
-class AttentionKernels {
- public:
-  virtual ~AttentionKernels() = default;
-  // Forward of a tile (or a block of its query rows): normalised output and LSE over its keys.
-  virtual kernels::PartialOutput tile_forward(const kernels::TileInput& tile) = 0;
-  // Gradients of a tile added into dq, dk, dv, from the final out and lse of its query rows.
-  virtual void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
-                             const float* dout, float* dq, float* dk, float* dv) = 0;
-};
-
-// kernels/cpu's tiled flash attention.
-class CpuAttentionKernels final : public AttentionKernels {
- public:
-  explicit CpuAttentionKernels(const kernels::FlashConfig& config = {}) : config_(config) {}
-  kernels::PartialOutput tile_forward(const kernels::TileInput& tile) override;
-  void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
-                     const float* dout, float* dq, float* dk, float* dv) override;
-
- private:
-  kernels::FlashConfig config_;
-};
-
 Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, AttentionKernels& kernels,
                                             const AttentionInputs& in, bool backward);
-// The same on kernels/cpu.
-Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, const AttentionInputs& in,
-                                            bool backward, const kernels::FlashConfig& config = {});
+// On kernels/cpu: core/runtime/cpu_attention_kernels.h.
 
 // Offsets of each sequence's first row in the packed batch (size = sequences + 1).
 std::vector<int64_t> packed_offsets(const AttentionPlan& plan);

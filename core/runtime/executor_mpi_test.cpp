@@ -6,6 +6,7 @@
 
 #include "baselines/cp_layouts.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/executor_test_util.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"

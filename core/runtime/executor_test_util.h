@@ -12,6 +12,7 @@
 
 #include "baselines/cp_layouts.h"
 #include "core/runtime/attention_check.h"
+#include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/thread_communicator.h"

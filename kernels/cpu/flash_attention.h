@@ -24,26 +24,6 @@ struct FlashConfig {
   int threads = 0;  // OpenMP threads; 0 = omp_get_max_threads()
 };
 
-// One tile's inputs. Rows of Q belong to sequence positions the ranges are written against;
-// keys are rows [key_begin, key_begin + rows_k) of the sequence. Row strides are Hq·d (Q, O, dO)
-// and Hkv·d (K, V) — i.e. the tile points into a packed tensor without copies.
-struct TileInput {
-  AttentionDims dims;
-  const float* q = nullptr;           // (rows_q, Hq, d)
-  int64_t rows_q = 0;
-  const KeyRanges* ranges = nullptr;  // (rows_q), key positions relative to the sequence start
-  const float* k = nullptr;           // (rows_k, Hkv, d)
-  const float* v = nullptr;           // (rows_k, Hkv, d)
-  int64_t rows_k = 0;
-  int64_t key_begin = 0;              // sequence position of k's first row
-};
-
-// A tile's (or a merge's) partial result over some keys of a query range.
-struct PartialOutput {
-  std::vector<float> out;  // (rows_q, Hq, d), normalised over this tile's keys
-  std::vector<float> lse;  // (Hq, rows_q); −inf where the row has no allowed key in the tile
-};
-
 // Forward of one tile into caller buffers: out (rows_q, Hq, d) with row stride Hq·d, lse at
 // lse[h·lse_stride + row]. Rows with no allowed key get O = 0 and LSE = −inf.
 void flash_tile_forward(const TileInput& tile, float* out, float* lse, int64_t lse_stride,

@@ -58,4 +58,24 @@ int64_t clip_ranges(const KeyRanges& row, int64_t k_begin, int64_t k_end, int64_
 // (forward = 4·pairs·d·Hq, backward = 2.5× that; FlashAttention-2 paper, §4.1 convention).
 int64_t allowed_pairs(const VarlenBatch& batch);
 
+// One tile's inputs, as every backend's tile kernel takes them (kernels/cpu, kernels/cuda). Rows of Q belong to sequence positions the ranges are written against;
+// keys are rows [key_begin, key_begin + rows_k) of the sequence. Row strides are Hq·d (Q, O, dO)
+// and Hkv·d (K, V) — i.e. the tile points into a packed tensor without copies.
+struct TileInput {
+  AttentionDims dims;
+  const float* q = nullptr;           // (rows_q, Hq, d)
+  int64_t rows_q = 0;
+  const KeyRanges* ranges = nullptr;  // (rows_q), key positions relative to the sequence start
+  const float* k = nullptr;           // (rows_k, Hkv, d)
+  const float* v = nullptr;           // (rows_k, Hkv, d)
+  int64_t rows_k = 0;
+  int64_t key_begin = 0;              // sequence position of k's first row
+};
+
+// A tile's (or a merge's) partial result over some keys of a query range.
+struct PartialOutput {
+  std::vector<float> out;  // (rows_q, Hq, d), normalised over this tile's keys
+  std::vector<float> lse;  // (Hq, rows_q); −inf where the row has no allowed key in the tile
+};
+
 }  // namespace cpbench::kernels
