@@ -590,9 +590,10 @@ int run_cli(int argc, char** argv) {
                   "cpu backend: seconds a plan may be predicted to take here before it is skipped")
       ->check(finite_range(0.0, 1e6))
       ->capture_default_str();
-  run->add_option("--backend", ra.backend,
-                  "where plans are evaluated: sim (the cluster model) or cpu (the plans' CP attention executed on "
-                  "this job's MPI ranks, measured beside predicted)")
+  std::string backend_help = "where plans are evaluated:";
+  for (const Backend& b : backends()) backend_help += std::string(" ") + b.name + " (" + b.help + ");";
+  backend_help.pop_back();
+  run->add_option("--backend", ra.backend, backend_help)
       ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
 

@@ -55,8 +55,7 @@ Status check_predicted_time(const ExecArgs& a, const std::vector<std::vector<Att
     for (const AttentionPlan& plan : groups) {
       auto sim = simulate_attention_plan(plan, *cost, a.backward, Link::nvlink);
       if (!sim) return sim.errors();
-      double kernels = 0;
-      for (double c : sim->compute_s) kernels += c;
+      const double kernels = sim->serial_kernel_s();
       slowest = std::max(slowest, sim->step_time_s);
       if (sim->step_time_s + kernels > slowest_with_check) {
         slowest_with_check = sim->step_time_s + kernels;

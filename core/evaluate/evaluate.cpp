@@ -11,8 +11,8 @@
 #include "core/runtime/attention_check.h"
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/executor.h"
-#include "core/runtime/mpi_communicator.h"
-#include "core/runtime/mpi_session.h"
+#include "core/runtime/cpu_attention_kernels.h"
+#include "core/runtime/self_communicator.h"
 #include "core/sim/attention_sim.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/iteration.h"
@@ -237,6 +237,31 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   return out;
 }
 
+// One rank's verdict on an executed plan, as the job's ranks exchange it: the worst value against
+// its tolerance (≤ 1 passes) and where it is.
+struct RankVerdict {
+  double worst = 0;
+  char where[184] = {};
+};
+
+// After every member checked its results: the world rank and place of the worst value of all.
+Expected<std::string> worst_place(Communicator& comm, const CheckResult& mine) {
+  RankVerdict v;
+  v.worst = mine.worst;
+  std::snprintf(v.where, sizeof v.where, "%s", mine.where.c_str());
+  std::vector<RankVerdict> all(static_cast<size_t>(comm.size()));
+  auto bytes = [](auto* p, size_t n) { return std::span(reinterpret_cast<std::byte*>(p), n * sizeof(RankVerdict)); };
+  if (auto s = comm.all_gather(std::span<const std::byte>(bytes(&v, 1)), bytes(all.data(), all.size())); !s)
+    return s.errors();
+  size_t worst = 0;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r].worst > all[worst].worst) worst = r;
+  char line[320];
+  std::snprintf(line, sizeof line, "world rank %zu's %s is off by %.3g times its tolerance", worst, all[worst].where,
+                all[worst].worst);
+  return std::string(line);
+}
+
 Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
@@ -248,13 +273,13 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   if (auto why = check_attention_plans(plans); !why.empty()) return {"error", "cpu backend: " + why, {}, {}};
   auto cost = load_cost_model(in.cpu_preset);
   if (!cost) return {"error", "cpu backend: " + cost.error_str(), {}, {}};
-  static MpiSession session;  // MPI stays up for the process (a later point may need it again)
-  if (!session.status()) return {"error", "cpu backend: " + session.status().error_str(), {}, {}};
-  auto world = MpiCommunicator::world();
-  if (!world) return {"error", "cpu backend: " + world.error_str(), {}, {}};
-  Communicator& comm = **world;
-  double executed = 0, skipped = 0, predicted_s = 0, measured_s = 0, bytes_match = 1;
+  SelfCommunicator alone;
+  Communicator& comm = in.world ? *in.world : alone;
+  CpuAttentionKernels cpu;
+  AttentionKernels& kernels = in.kernels ? *in.kernels : cpu;
+  double executed = 0, skipped = 0, predicted_s = 0, measured_s = 0, bytes_match = 1, worst_error = 0, wrong = 0;
   std::string note;
+  auto fail = [](const std::string& why) { return Evaluation{"error", "cpu backend: " + why, {}, {}}; };
   for (size_t i = 0; i < plans.size(); ++i) {
     const AttentionPlan& a = *plans[i];
     const std::string which = "attention plan " + std::to_string(i) + " (" + a.layout + ", " +
@@ -265,44 +290,68 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
       continue;
     }
     auto sim = simulate_attention_plan(a, *cost, true, Link::nvlink);
-    if (!sim) return {"error", "cpu backend: " + which + ": " + sim.error_str(), {}, {}};
-    if (sim->step_time_s > in.cpu_budget_s) {
+    if (!sim) return fail(which + ": " + sim.error_str());
+    // The run and its check against the reference (every rank's kernels on one rank).
+    const double with_check_s = sim->step_time_s + sim->serial_kernel_s();
+    if (with_check_s > in.cpu_budget_s) {
       skipped += 1;
-      char why[160];
-      std::snprintf(why, sizeof why, ": predicted %.3g s here, above the %.3g s budget; ", sim->step_time_s,
+      char why[200];
+      std::snprintf(why, sizeof why, ": predicted %.3g s here with its check, above the %.3g s budget; ", with_check_s,
                     in.cpu_budget_s);
       note += which + why;
       continue;
     }
-    // The first a.ranks ranks of the job run it; the others wait at the world's reduction.
+    // The first a.ranks ranks of the job run it; the others wait at the world's reductions.
     const bool member = comm.rank() < a.ranks;
     auto sub = comm.split(member ? 0 : 1, comm.rank());
-    if (!sub) return {"error", "cpu backend: " + sub.error_str(), {}, {}};
-    std::vector<double> result{0, 0};  // seconds (max over members), bytes mismatches
+    if (!sub) return fail(sub.error_str());
+    std::vector<double> result{0, 0, 0};  // seconds (max over members), bytes mismatches, worst error
+    std::vector<double> wrong_here{0};
+    CheckResult mine;
     if (member) {
       OwnedInputs inputs = make_attention_inputs(a, 1);
-      if (auto s = (*sub)->barrier(); !s) return {"error", "cpu backend: " + s.error_str(), {}, {}};
+      if (auto s = (*sub)->barrier(); !s) return fail(s.error_str());
       const auto t0 = std::chrono::steady_clock::now();
-      auto rep = execute_attention(a, **sub, inputs.view(), true);
-      if (!rep)
-        return {"error", "cpu backend: world rank " + std::to_string(comm.rank()) + ", " + which + ": " + rep.error_str(),
-                {}, {}};
+      auto rep = execute_attention(a, **sub, kernels, inputs.view(), true);
+      if (!rep) return fail("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + rep.error_str());
       result[0] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const RankBytes expected = plan_bytes(a, true);
       result[1] = rep->bytes_sent == expected.sent[(*sub)->rank()] && rep->bytes_received == expected.received[(*sub)->rank()] ? 0 : 1;
+      // Correctness beside time: this rank's home results against the single-device reference.
+      const ReferenceAttention ref = reference_attention(a, inputs, true);
+      for (const HomeResult& h : rep->home) {
+        const CheckResult c = check_home(a, h, ref, true);
+        wrong_here[0] += static_cast<double>(c.wrong);
+        if (c.worst > mine.worst || mine.where.empty()) {
+          mine.worst = c.worst;
+          mine.where = c.where;
+        }
+      }
+      result[2] = mine.worst;
     }
     std::vector<double> worst = result;
-    if (auto s = comm.all_reduce(std::span<double>(worst), ReduceOp::kMax); !s)
-      return {"error", "cpu backend: " + s.error_str(), {}, {}};
+    if (auto s = comm.all_reduce(std::span<double>(worst), ReduceOp::kMax); !s) return fail(s.error_str());
+    if (auto s = comm.all_reduce(std::span<double>(wrong_here), ReduceOp::kSum); !s) return fail(s.error_str());
     executed += 1;
     predicted_s += sim->step_time_s;
     measured_s += worst[0];
     if (worst[1] > 0) bytes_match = 0;
+    worst_error = std::max(worst_error, worst[2]);
+    wrong += wrong_here[0];
+    if (worst[2] > 1) {  // every rank knows; every rank names the same culprit
+      auto place = worst_place(comm, mine);
+      if (!place) return fail(place.error_str());
+      char count[120];
+      std::snprintf(count, sizeof count, "; %.0f values wrong", wrong_here[0]);
+      return fail(which + " computed wrong values: " + *place + count);
+    }
   }
   out.metrics["cpu_attention_plans_executed"] = executed;
   out.metrics["cpu_attention_plans_skipped"] = skipped;
   out.metrics["cpu_attention_predicted_s"] = predicted_s;
   out.metrics["cpu_bytes_match_plan"] = bytes_match;
+  out.metrics["cpu_max_error_fraction"] = worst_error;
+  out.metrics["cpu_wrong_values"] = wrong;
   out.timings["cpu_attention_measured_s"] = measured_s;
   if (executed == 0) return {"infeasible", "cpu backend: nothing this job can execute: " + note, {}, {}};
   if (!note.empty()) out.reason = "not executed: " + note.substr(0, note.size() - 2);
@@ -311,15 +360,38 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
 
 }  // namespace
 
+const std::vector<Backend>& backends() {
+  static const std::vector<Backend> table = {
+      {"sim", "the cluster model: memory, then the iteration's discrete-event simulation", false, false, false,
+       evaluate_sim},
+      {"cpu",
+       "the plans' CP attention executed on this job's ranks (MPI processes) with CPU kernels, checked against the "
+       "reference, measured beside predicted",
+       true, true, false, evaluate_cpu},
+  };
+  return table;
+}
+
+const Backend* find_backend(const std::string& name) {
+  for (const Backend& b : backends())
+    if (name == b.name) return &b;
+  return nullptr;
+}
+
 const std::vector<std::string>& backend_names() {
-  static const std::vector<std::string> names = {"sim", "cpu"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Backend& b : backends()) n.push_back(b.name);
+    return n;
+  }();
   return names;
 }
 
 Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend) {
-  if (backend == "sim") return evaluate_sim(in, plan);
-  if (backend == "cpu") return evaluate_cpu(in, plan);
-  return {"error", "unknown backend '" + backend + "' (known: sim, cpu)", {}, {}};
+  if (const Backend* b = find_backend(backend)) return b->evaluate(in, plan);
+  std::string known;
+  for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  return {"error", "unknown backend '" + backend + "' (known: " + known + ")", {}, {}};
 }
 
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {

@@ -2,16 +2,19 @@
 // (core/strategies/strategy.h), backends evaluate; a solver or search compares candidate plans
 // only through this interface.
 // Requires: a Plan from a strategy (check_parallel_config passed), the cluster, model and batch
-// it was made for. Backends:
+// it was made for. Backends are rows of one table (backends(), below):
 //   "sim": the memory model and the discrete-event simulation of the iteration on the cluster
 //          model (core/sim);
-//   "cpu": executes the plan's context-parallel attention on this job's MPI ranks (core/runtime:
-//          CPU kernels + the MPI Communicator; every rank of the job calls evaluate together),
-//          one layer forward and backward per distinct AttentionPlan, and reports the measured
-//          time beside the same plans simulated on this machine's preset (cpu_preset) and the
-//          bytes moved against the plan's. Plans it cannot run here (more ranks than the job
-//          has, or predicted slower than cpu_budget_s) are counted and named, not run; a plan
-//          with no CP attention has nothing for it to execute (infeasible, says so).
+//   "cpu": executes the plan's context-parallel attention on the job's ranks (EvalInput::world:
+//          the MPI ranks of the job, or this process alone; core/runtime's executor with CPU
+//          kernels; every rank calls evaluate together), one layer forward and backward per
+//          distinct AttentionPlan, checks every rank's results against the single-device
+//          reference and its bytes against the plan's, and reports the measured time beside the
+//          same plans simulated on this machine's preset (cpu_preset). A plan that computes a
+//          wrong value is an error naming the plan, the rank and the tensor. Plans it cannot run
+//          here (more ranks than the job has, or predicted with their check slower than
+//          cpu_budget_s) are counted and named, not run; a plan with no CP attention has
+//          nothing for it to execute (infeasible, says so).
 // Note: every backend reports the workload's own metrics (parameters, model FLOPs by the spec's
 // definition, tokens, long-token share) and the plan's padding beside its measured ones.
 #pragma once
@@ -30,6 +33,8 @@
 namespace cpbench {
 
 class AttentionCostMemo;  // core/sim/cp_attention.h
+class AttentionKernels;   // core/runtime/attention_kernels.h
+class Communicator;       // core/runtime/communicator.h
 
 // How a point counts model FLOPs; papers differ, and a reproduction must use the paper's own
 // (core/model/model_flops.h): "sc21", "megatron" or "kwai".
@@ -47,6 +52,10 @@ struct EvalInput {
   // of one caller that prices many plans of one batch (a search); null: each evaluation simulates
   // its own. The results are the same either way.
   AttentionCostMemo* attention_memo = nullptr;
+  // Executing backends: the job's ranks, every one of which calls evaluate with the point (null:
+  // this process alone), and the kernels a rank runs (null: the backend's own).
+  Communicator* world = nullptr;
+  AttentionKernels* kernels = nullptr;
 };
 
 struct Evaluation {
@@ -56,7 +65,21 @@ struct Evaluation {
   std::map<std::string, double> timings;  // wall-clock measurements (never compared)
 };
 
-// The backends evaluate() knows, in a fixed order.
+// One row per backend: evaluate() dispatches through it, the CLI lists and checks it, the runner
+// reads how a backend's points are spread, docs/backends.md describes it. A new backend is one
+// evaluate function and one row.
+struct Backend {
+  const char* name;
+  const char* help;          // one line: what it does
+  bool every_rank_together;  // all the job's ranks evaluate each point together (its plans run across
+                             // them, on the main thread); otherwise points are spread over ranks and threads
+  bool executes;             // runs the plan and measures it, beside the model's prediction
+  bool needs_devices;        // needs GPUs
+  Evaluation (*evaluate)(const EvalInput&, const Plan&);
+};
+const std::vector<Backend>& backends();
+const Backend* find_backend(const std::string& name);  // null when unknown
+// The backends' names, in the table's order.
 const std::vector<std::string>& backend_names();
 
 Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend = "sim");

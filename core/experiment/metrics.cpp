@@ -41,6 +41,8 @@ const std::vector<MetricInfo>& known_metrics() {
       {"cpu_attention_plans_skipped", "count", "cpu backend: CP attention plans it could not run here (ranks, budget)"},
       {"cpu_attention_predicted_s", "s", "cpu backend: the executed plans simulated on this machine's preset (one layer, fwd+bwd)"},
       {"cpu_bytes_match_plan", "bool", "cpu backend: 1 when every rank moved exactly the bytes its plans say"},
+      {"cpu_max_error_fraction", "ratio", "cpu backend: the worst executed value's error over its tolerance (≤ 1 passes)"},
+      {"cpu_wrong_values", "count", "cpu backend: executed values beyond their tolerance (nccl-tests' #wrong)"},
       {"attention_time_s", "s", "attention micro-benchmark: one layer's attention forward + backward on its slowest rank, transfers included"},
       {"attention_fwd_s", "s", "attention micro-benchmark: of which the forward"},
       {"attention_bwd_s", "s", "attention micro-benchmark: of which the backward"},

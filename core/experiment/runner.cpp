@@ -306,7 +306,7 @@ namespace {
 // The backend's verdict on a planned point: its planning time, the strategy's note beside the
 // backend's, the metrics (each one the registry knows). May throw.
 PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, const fs::path& trace_path,
-                             const std::string& backend, const fs::path& experiments_dir, double cpu_budget_s) {
+                             const PointBackend& backend) {
   PointResult r{point.id, "ok", "", {}, {}};
   if (pp.plan_ms) r.timings["plan_time_ms"] = *pp.plan_ms;
   if (pp.status != "ok") {
@@ -315,9 +315,11 @@ PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, c
     return r;
   }
   EvalInput in{point.cluster, point.model, pp.batch, point.flops_definition, trace_path,
-               experiments_dir / "hardware" / "cpu_local.json", cpu_budget_s};
-  Evaluation out = pp.change ? evaluate_reconfiguration(point.cluster, point.model, *pp.change, backend)
-                             : evaluate(in, pp.plan, backend);
+               backend.experiments_dir / "hardware" / "cpu_local.json", backend.cpu_budget_s};
+  in.world = backend.world;
+  in.kernels = backend.kernels;
+  Evaluation out = pp.change ? evaluate_reconfiguration(point.cluster, point.model, *pp.change, backend.name)
+                             : evaluate(in, pp.plan, backend.name);
   r.status = out.status;
   // The strategy's note (what a search chose), then the backend's.
   r.reason = pp.reason.empty() || out.reason.empty() ? pp.reason + out.reason : pp.reason + "; " + out.reason;
@@ -326,7 +328,7 @@ PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, c
   for (const auto& [k, v] : r.metrics) {
     if (!find_metric(k)) {
       r.status = "error";
-      r.reason = "backend " + backend + " reported unknown metric " + k;
+      r.reason = "backend " + backend.name + " reported unknown metric " + k;
     }
   }
   return r;
@@ -340,12 +342,11 @@ PointResult exception_result(const PointConfig& point, const std::exception& e) 
 
 namespace {
 
-PointResult run_point_untimed(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
-                              const fs::path& experiments_dir, double cpu_budget_s) {
+PointResult run_point_untimed(const PointConfig& point, const fs::path& trace_path, const PointBackend& backend) {
   try {
     // The strategy decides, and the backend prices what it decided.
     if (point.reconfigure.present || point.workload.batches == 1)
-      return evaluate_planned(point, plan_point(point), trace_path, backend, experiments_dir, cpu_budget_s);
+      return evaluate_planned(point, plan_point(point), trace_path, backend);
     // Several batches: each planned and priced on its own (a trace for the first only), the
     // metrics combined as combine_batches says; the first batch that does not run decides.
     std::vector<GlobalBatch> batches = point.workload.all_batches();
@@ -354,7 +355,7 @@ PointResult run_point_untimed(const PointConfig& point, const fs::path& trace_pa
     PointResult first;
     for (size_t k = 0; k < n; ++k) {
       PointResult r = evaluate_planned(point, plan_point(point, std::move(batches[k])), k == 0 ? trace_path : fs::path(),
-                                       backend, experiments_dir, cpu_budget_s);
+                                       backend);
       if (r.status != "ok") {
         r.reason = "batch " + std::to_string(k + 1) + " of " + std::to_string(n) + ": " + r.reason;
         return r;
@@ -374,10 +375,9 @@ PointResult run_point_untimed(const PointConfig& point, const fs::path& trace_pa
 
 }  // namespace
 
-PointResult run_point(const PointConfig& point, const fs::path& trace_path, const std::string& backend,
-                      const fs::path& experiments_dir, double cpu_budget_s) {
+PointResult run_point(const PointConfig& point, const fs::path& trace_path, const PointBackend& backend) {
   const auto start = std::chrono::steady_clock::now();
-  PointResult r = run_point_untimed(point, trace_path, backend, experiments_dir, cpu_budget_s);
+  PointResult r = run_point_untimed(point, trace_path, backend);
   r.timings["point_time_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
@@ -397,6 +397,14 @@ void prepare_partitioner(const Spec& spec) {
       (void)init_partitioner();
       return;
     }
+}
+
+// What evaluate needs of the run's options: the backend, its presets and budget, and the job's ranks
+// for a backend that runs every point on all of them.
+PointBackend point_backend(const RunOptions& options) {
+  const Backend* b = find_backend(options.backend);
+  return {options.backend, options.experiments_dir, options.cpu_budget_s,
+          b && b->every_rank_together ? options.world : nullptr, options.kernels};
 }
 
 Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank, bool together) {
@@ -455,7 +463,7 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
   const FrontierResult frontier = track_frontier(bounds, [&](size_t i) -> std::optional<Objectives> {
     PointResult r;
     try {
-      r = evaluate_planned(spec.points[i], planned[i], {}, options.backend, options.experiments_dir, options.cpu_budget_s);
+      r = evaluate_planned(spec.points[i], planned[i], {}, point_backend(options));
     } catch (const std::exception& e) {
       r = exception_result(spec.points[i], e);
     }
@@ -498,8 +506,10 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
 Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& options) {
   Communicator* world = options.world && options.world->size() > 1 ? options.world : nullptr;
   const int rank = world ? world->rank() : 0, size = world ? world->size() : 1;
-  // The cpu backend runs every point on all ranks together (its plans execute across them).
-  const bool together = options.backend == "cpu";
+  const Backend* backend = find_backend(options.backend);
+  if (!backend) return Error{"", "", "unknown backend '" + options.backend + "'"};
+  // A backend that runs every point on all ranks together (its plans execute across them).
+  const bool together = backend->every_rank_together;
   if (!spec.frontier_objectives.empty()) return run_frontier(spec, options, rank, together && size > 1);
   const fs::path dir = options.out_dir / spec.name;
   // Every rank read the same file, so all agree on which points remain.
@@ -532,7 +542,7 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
   auto run_index = [&](size_t i) {
     fs::path trace = options.trace ? dir / "traces" / (sanitize(spec.points[i].id) + ".json") : fs::path();
     if (progress) progress->started(i, spec.points[i].id);
-    PointResult r = run_point(spec.points[i], trace, options.backend, options.experiments_dir, options.cpu_budget_s);
+    PointResult r = run_point(spec.points[i], trace, point_backend(options));
     if (progress) progress->finished(i);
     return r;
   };

@@ -12,6 +12,7 @@
 
 #include "core/experiment/results.h"
 #include "core/experiment/spec.h"
+#include "core/runtime/attention_kernels.h"
 #include "core/runtime/communicator.h"
 
 namespace cpbench {
@@ -35,13 +36,25 @@ struct RunOptions {
   // The job's ranks (the MPI world, made by the caller); null: this process alone. Points are
   // spread over them (the cpu backend runs each on all of them) and rank 0 writes the results.
   Communicator* world = nullptr;
+  // The kernels an executing backend runs on this rank; null: the backend's own (tests plant
+  // faulty ones here).
+  AttentionKernels* kernels = nullptr;
+};
+
+// Where a point's plan is evaluated (a row of core/evaluate/evaluate.h's backend table) and what
+// an executing backend needs.
+struct PointBackend {
+  std::string name = "sim";
+  std::filesystem::path experiments_dir;  // presets (the cpu backend's hardware/cpu_local.json)
+  double cpu_budget_s = 60;               // cpu backend: plans predicted slower than this are not run
+  Communicator* world = nullptr;          // the job's ranks, each evaluating the point; null: this process
+  AttentionKernels* kernels = nullptr;    // an executing backend's kernels; null: its own
 };
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
 // (timing the planner into the result's timings) and evaluates the plan on `backend`.
 PointResult run_point(const PointConfig& point, const std::filesystem::path& trace_path,
-                      const std::string& backend = "sim", const std::filesystem::path& experiments_dir = {},
-                      double cpu_budget_s = 60);
+                      const PointBackend& backend = {});
 
 // `cpbench run --dry-run`: the point's plan summary and the sim backend's predicted step time, or
 // why it cannot run; nothing is executed or written.

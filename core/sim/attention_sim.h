@@ -26,6 +26,14 @@ struct AttentionSimResult {
   std::vector<double> bytes_sent;         // per rank (from the plan: plan_bytes)
   double last_kernel_end_s = 0;           // when the last tile kernel (or merge) of any rank ends
   LinkBytes link_bytes;                   // all ranks' transfers it ran (attention_link_bytes)
+
+  // Every rank's kernels one after the other: what checking the plan against a single-device
+  // reference costs on one rank (the executors' correctness check).
+  double serial_kernel_s() const {
+    double s = 0;
+    for (double c : compute_s) s += c;
+    return s;
+  }
 };
 
 // The bytes of the plan's forward transfers (its stages' and gather_out) and of `backward`'s, all
