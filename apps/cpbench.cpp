@@ -39,6 +39,9 @@
 #include "core/search/search.h"
 #include "core/experiment/strategy_registry.h"
 #include "core/reshard/reconfigure.h"
+#ifdef CPBENCH_HAVE_CUDA
+#include "kernels/cuda/device_query.h"
+#endif
 
 namespace {
 
@@ -50,6 +53,25 @@ constexpr int kExitOk = 0, kExitFailed = 1, kExitBadInput = 2;
 // of waiting for a peer (the watchdog's deadline is then far from any clock overflow).
 constexpr int64_t kMaxExecLength = (int64_t{1} << 31) - 1;
 constexpr double kMaxTimeout_s = 7 * 24 * 3600;
+
+// `cpbench --version`: the build, and the GPUs the CUDA runtime sees when CUDA was built in.
+std::string version_text() {
+  std::string text = std::string("cpbench ") + CPBENCH_VERSION + " (" + CPBENCH_BUILD_TYPE + ")";
+#ifdef CPBENCH_HAVE_CUDA
+  text += "\nCUDA runtime " + cuda::runtime_version() + ": ";
+  const auto gpus = cuda::devices();
+  if (gpus.empty()) text += cuda::no_devices_reason();
+  for (const auto& d : gpus) {
+    char line[200];
+    std::snprintf(line, sizeof line, "\n  GPU %d: %s, sm_%d%d, %d SMs, %.0f GiB", d.index, d.name.c_str(), d.sm_major,
+                  d.sm_minor, d.sm_count, d.memory_gib);
+    text += line;
+  }
+#else
+  text += "\nCUDA: not built (no nvcc at configure time)";
+#endif
+  return text;
+}
 
 // True when a launcher (mpirun, srun) started this process; MPI is initialised only then, so a
 // plain `cpbench run` needs no MPI runtime.
@@ -555,7 +577,7 @@ int cmd_list(bool show_strategies, const fs::path& experiments_dir) {
 
 int run_cli(int argc, char** argv) {
   CLI::App app{"cpbench — reproduce and compare parallelism strategies for LLM training on variable-length data"};
-  app.set_version_flag("--version", std::string("cpbench ") + CPBENCH_VERSION + " (" + CPBENCH_BUILD_TYPE + ")");
+  app.set_version_flag("--version", [] { return version_text(); });
   app.require_subcommand(1);
   std::string experiments_dir;
   app.add_option("--experiments", experiments_dir,
