@@ -6,12 +6,10 @@
 #include "core/reshard/reshard_exec.h"
 
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include "core/experiment/registry.h"
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_test_environment.h"
-#include "core/runtime/mpi_session.h"
 
 namespace cpbench {
 namespace {
@@ -38,9 +36,9 @@ void run_case(Communicator& comm, const std::string& model_name, ReshardRequest 
   EXPECT_DOUBLE_EQ(static_cast<double>(run->plan_bytes_sent), b.sent[me][1] + b.sent[me][2]);
   EXPECT_DOUBLE_EQ(static_cast<double>(run->plan_bytes_received), b.received[me][1] + b.received[me][2]);
   EXPECT_DOUBLE_EQ(static_cast<double>(run->bytes_copied), b.received[me][0]);
-  int ok = run->state_matches ? 1 : 0, all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  EXPECT_EQ(all, 1);
+  std::vector<double> failed{run->state_matches ? 0.0 : 1.0};  // summed over the world's ranks
+  ASSERT_TRUE(MpiEnvironment::world().all_reduce(std::span<double>(failed)));
+  EXPECT_EQ(failed[0], 0);
 }
 
 [[maybe_unused]] auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment(std::chrono::seconds(60)));
@@ -128,7 +126,7 @@ TEST_F(ReshardMpi, TwoRanksOnASubCommunicator) {
     EXPECT_TRUE(run->state_matches) << run->mismatch;
     EXPECT_EQ(run->bytes_sent, run->plan_bytes_sent);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  ASSERT_TRUE(MpiEnvironment::world().barrier());
 }
 
 }  // namespace

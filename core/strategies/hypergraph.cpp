@@ -1,9 +1,6 @@
 #include "core/strategies/hypergraph.h"
 
-#include <mpi.h>
-#include <zoltan.h>
-
-#include "core/runtime/mpi_session.h"
+#include "core/runtime/zoltan_phg.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,10 +10,6 @@
 #include <string>
 #include <tuple>
 
-// Zoltan's random-number state is global and advances with every partition; resetting it before
-// each call makes a partition a function of its hypergraph alone (exported by libtrilinos_zoltan,
-// declared in its zz_rand.h, which Debian does not install).
-extern "C" void Zoltan_Srand(unsigned int seed, unsigned int* state);
 
 namespace cpbench {
 
@@ -160,63 +153,6 @@ int64_t refine_balance(const Hypergraph& h, std::vector<int32_t>& part, const Ba
 
 namespace {
 
-// What Zoltan's query functions read.
-struct ZoltanGraph {
-  const Hypergraph* h;
-  std::vector<float> weight;
-};
-
-int num_obj(void* data, int* ierr) {
-  *ierr = ZOLTAN_OK;
-  return static_cast<ZoltanGraph*>(data)->h->vertices();
-}
-
-void obj_list(void* data, int, int, ZOLTAN_ID_PTR gids, ZOLTAN_ID_PTR lids, int wdim, float* wgts, int* ierr) {
-  const auto* g = static_cast<ZoltanGraph*>(data);
-  for (int32_t v = 0; v < g->h->vertices(); ++v) {
-    gids[v] = static_cast<ZOLTAN_ID_TYPE>(v);
-    lids[v] = static_cast<ZOLTAN_ID_TYPE>(v);
-    if (wdim > 0) wgts[v] = g->weight[v];
-  }
-  *ierr = ZOLTAN_OK;
-}
-
-void hg_size(void* data, int* num_lists, int* num_pins, int* format, int* ierr) {
-  const auto* g = static_cast<ZoltanGraph*>(data);
-  *num_lists = g->h->nets();
-  *num_pins = static_cast<int>(g->h->pins.size());
-  *format = ZOLTAN_COMPRESSED_EDGE;
-  *ierr = ZOLTAN_OK;
-}
-
-void hg_cs(void* data, int, int nets, int npins, int, ZOLTAN_ID_PTR net_gids, int* net_ptr, ZOLTAN_ID_PTR pin_gids,
-           int* ierr) {
-  const auto* g = static_cast<ZoltanGraph*>(data);
-  for (int e = 0; e < nets; ++e) {
-    net_gids[e] = static_cast<ZOLTAN_ID_TYPE>(e);
-    net_ptr[e] = static_cast<int>(g->h->net_begin[e]);
-  }
-  for (int j = 0; j < npins; ++j) pin_gids[j] = static_cast<ZOLTAN_ID_TYPE>(g->h->pins[j]);
-  *ierr = ZOLTAN_OK;
-}
-
-void hg_size_edge_weights(void* data, int* num_edges, int* ierr) {
-  *num_edges = static_cast<ZoltanGraph*>(data)->h->nets();
-  *ierr = ZOLTAN_OK;
-}
-
-void hg_edge_weights(void* data, int, int num_lid, int nets, int, ZOLTAN_ID_PTR net_gids, ZOLTAN_ID_PTR net_lids,
-                     float* weights, int* ierr) {
-  const auto* g = static_cast<ZoltanGraph*>(data);
-  for (int e = 0; e < nets; ++e) {
-    net_gids[e] = static_cast<ZOLTAN_ID_TYPE>(e);
-    if (num_lid > 0) net_lids[e] = static_cast<ZOLTAN_ID_TYPE>(e);
-    weights[e] = static_cast<float>(g->h->net_weight[e]);
-  }
-  *ierr = ZOLTAN_OK;
-}
-
-std::mutex zoltan_mutex;
 // Zoltan runs per partitioning: as many as fit a budget of seeds × pins (a run costs about in
 // proportion to the pins), at least 2 and at most 8. Planning must hide behind a training step
 // (DCP plans in data-loader workers): on one 131,072-token sequence at B = 2048 on 32 GPUs, 8 runs
@@ -225,46 +161,18 @@ std::mutex zoltan_mutex;
 constexpr unsigned kMinZoltanSeeds = 2, kMaxZoltanSeeds = 8;
 constexpr double kZoltanPinBudget = 12000;
 
-// One Zoltan PHG run from random seed `seed` on the combined weights in `g`.
-Expected<std::vector<int32_t>> zoltan_partition(const Hypergraph& h, ZoltanGraph& g, const BalanceLimits& limits,
-                                                unsigned seed) {
-  std::vector<int32_t> part(h.vertices(), 0);
-  {
-    std::lock_guard<std::mutex> lock(zoltan_mutex);
-    float version = 0;
-    if (Zoltan_Initialize(0, nullptr, &version) != ZOLTAN_OK) return Error{"", "", "Zoltan_Initialize failed"};
-    Zoltan_Srand(seed, nullptr);
-    Zoltan_Struct* zz = Zoltan_Create(MPI_COMM_SELF);
-    const std::string parts = std::to_string(limits.parts);
-    const std::string tol = std::to_string(1 + std::min(limits.eps_memory, limits.eps_compute) / 2);
-    const std::pair<const char*, const char*> params[] = {
-        {"DEBUG_LEVEL", "0"},          {"LB_METHOD", "HYPERGRAPH"},       {"HYPERGRAPH_PACKAGE", "PHG"},
-        {"LB_APPROACH", "PARTITION"},  {"PHG_CUT_OBJECTIVE", "CONNECTIVITY"}, {"NUM_GID_ENTRIES", "1"},
-        {"NUM_LID_ENTRIES", "1"},      {"OBJ_WEIGHT_DIM", "1"},           {"EDGE_WEIGHT_DIM", "1"},
-        {"RETURN_LISTS", "PARTS"},     {"NUM_GLOBAL_PARTS", parts.c_str()}, {"IMBALANCE_TOL", tol.c_str()},
-        {"PHG_OUTPUT_LEVEL", "0"},     {"CHECK_HYPERGRAPH", "0"},         {"PHG_EDGE_WEIGHT_OPERATION", "ADD"},
-    };
-    for (const auto& [k, v] : params) Zoltan_Set_Param(zz, k, v);
-    Zoltan_Set_Num_Obj_Fn(zz, num_obj, &g);
-    Zoltan_Set_Obj_List_Fn(zz, obj_list, &g);
-    Zoltan_Set_HG_Size_CS_Fn(zz, hg_size, &g);
-    Zoltan_Set_HG_CS_Fn(zz, hg_cs, &g);
-    Zoltan_Set_HG_Size_Edge_Wts_Fn(zz, hg_size_edge_weights, &g);
-    Zoltan_Set_HG_Edge_Wts_Fn(zz, hg_edge_weights, &g);
-    int changes = 0, gid_entries = 0, lid_entries = 0, num_import = 0, num_export = 0;
-    ZOLTAN_ID_PTR import_gids = nullptr, import_lids = nullptr, export_gids = nullptr, export_lids = nullptr;
-    int *import_procs = nullptr, *import_parts = nullptr, *export_procs = nullptr, *export_parts = nullptr;
-    const int rc = Zoltan_LB_Partition(zz, &changes, &gid_entries, &lid_entries, &num_import, &import_gids, &import_lids,
-                                       &import_procs, &import_parts, &num_export, &export_gids, &export_lids, &export_procs,
-                                       &export_parts);
-    if (rc == ZOLTAN_OK)
-      for (int i = 0; i < num_export; ++i) part[export_gids[i]] = export_parts[i];
-    Zoltan_LB_Free_Part(&import_gids, &import_lids, &import_procs, &import_parts);
-    Zoltan_LB_Free_Part(&export_gids, &export_lids, &export_procs, &export_parts);
-    Zoltan_Destroy(&zz);
-    if (rc != ZOLTAN_OK) return Error{"", "", "Zoltan_LB_Partition failed (code " + std::to_string(rc) + ")"};
-  }
-  return part;
+// One Zoltan PHG run from random seed `seed` on the combined weights.
+Expected<std::vector<int32_t>> zoltan_partition(const Hypergraph& h, const std::vector<float>& weight,
+                                                const BalanceLimits& limits, unsigned seed) {
+  PhgProblem p;
+  p.vertex_weight = weight;
+  p.net_begin = h.net_begin;
+  p.pins = h.pins;
+  p.net_weight = h.net_weight;
+  p.parts = limits.parts;
+  p.imbalance_tol = 1 + std::min(limits.eps_memory, limits.eps_compute) / 2;
+  p.seed = seed;
+  return zoltan_phg(p);
 }
 
 }  // namespace
@@ -277,15 +185,14 @@ Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const B
     for (int32_t v = 0; v < n; ++v) part[v] = v;
     return part;
   }
-  if (auto s = init_partitioner(); !s) return s.errors();
-  ZoltanGraph g{&h, std::vector<float>(n, 0)};
+  std::vector<float> weight(static_cast<size_t>(n), 0);
   double total_m = 0, total_c = 0;
   for (int32_t v = 0; v < n; ++v) {
     total_m += h.memory[v];
     total_c += h.compute[v];
   }
   for (int32_t v = 0; v < n; ++v)
-    g.weight[v] = static_cast<float>((total_m > 0 ? h.memory[v] / total_m : 0) + (total_c > 0 ? h.compute[v] / total_c : 0));
+    weight[v] = static_cast<float>((total_m > 0 ? h.memory[v] / total_m : 0) + (total_c > 0 ? h.compute[v] / total_c : 0));
   // Zoltan's multilevel partitioner is randomised: like DCP's 20 initial KaHyPar runs, several
   // seeds are tried and the balanced partition with the least km1 is kept.
   // Balanced partitions first, then the least over their caps; among equals the least km1.
@@ -295,7 +202,7 @@ Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const B
   const unsigned seeds = static_cast<unsigned>(std::clamp(std::floor(kZoltanPinBudget / pins),
                                                           double{kMinZoltanSeeds}, double{kMaxZoltanSeeds}));
   for (unsigned seed = 1; seed <= seeds; ++seed) {
-    auto p = zoltan_partition(h, g, limits, seed);
+    auto p = zoltan_partition(h, weight, limits, seed);
     if (!p) return p.errors();
     refine_balance(h, *p, limits);
     const std::pair<double, double> key{std::max(1.0, worst_load_over_cap(h, *p, limits)), km1(h, *p)};
@@ -307,21 +214,6 @@ Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const B
   return best;
 }
 
-Status init_partitioner() {
-  std::lock_guard<std::mutex> lock(zoltan_mutex);
-  static MpiSession session;  // a no-op when MPI is already initialised (mpirun)
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!session.status() || finalized)
-    return Error{"", "", "hypergraph partitioning needs MPI (Zoltan runs on MPI_COMM_SELF), which is not available: " +
-                             (finalized ? std::string("already finalised") : session.status().error_str())};
-  int level = 0, is_main = 0;
-  MPI_Query_thread(&level);
-  MPI_Is_thread_main(&is_main);
-  if (level < MPI_THREAD_MULTIPLE && !is_main)
-    return Error{"", "", "hypergraph partitioning from a worker thread needs MPI_THREAD_MULTIPLE; this MPI granted level " +
-                             std::to_string(level)};
-  return ok_status();
-}
+Status init_partitioner() { return init_zoltan(); }
 
 }  // namespace cpbench

@@ -1,9 +1,8 @@
 // hypergraph.h — k-way hypergraph partitioning for DCP's placement (SOSP'25; references/dcp.md):
 // minimise km1 = Σ over nets of weight × (parts the net spans − 1) under two balance constraints,
 // memory and compute, each part within (1 + ε) of the mean.
-// Requires: Zoltan (Trilinos, Debian libtrilinos-zoltan-dev) — its parallel hypergraph
-// partitioner PHG, run on MPI_COMM_SELF, does the partitioning; without an MPI session (a plain
-// `cpbench run`) the first call opens a singleton one, closed at exit.
+// Requires: Zoltan's parallel hypergraph partitioner PHG (through core/runtime/zoltan_phg.h, which
+// owns its MPI needs) does the partitioning.
 // Note: Zoltan takes one weight per vertex. The partition is computed on the sum of the two
 // normalised weights (memory / total memory + compute / total compute), then refine_balance moves
 // vertices, cheapest km1 increase first, until both constraints hold (or no move helps): the
@@ -58,10 +57,9 @@ double worst_load_over_cap(const Hypergraph& h, const std::vector<int32_t>& part
 // over its caps (worst_load_over_cap says by how much).
 Expected<std::vector<int32_t>> partition_hypergraph(const Hypergraph& h, const BalanceLimits& limits);
 
-// Opens the MPI session Zoltan needs when none is open (a plain `cpbench run`: a singleton, closed
-// at exit). Call it from the main thread before partitioning from other threads (the runner does);
-// partition_hypergraph calls it too. Partitioning from a thread other than MPI's main thread needs
-// MPI_THREAD_MULTIPLE (an error otherwise).
+// Readies the partitioner (init_zoltan: the MPI session Zoltan needs). Call it from the main
+// thread before partitioning from other threads (the runner does); partition_hypergraph's calls
+// check it too.
 Status init_partitioner();
 
 }  // namespace cpbench
