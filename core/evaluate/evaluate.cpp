@@ -342,7 +342,7 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
       auto place = worst_place(comm, mine);
       if (!place) return fail(place.error_str());
       char count[120];
-      std::snprintf(count, sizeof count, "; %.0f values wrong", wrong_here[0]);
+      std::snprintf(count, sizeof count, "; %.0f value%s wrong", wrong_here[0], wrong_here[0] == 1 ? "" : "s");
       return fail(which + " computed wrong values: " + *place + count);
     }
   }
