@@ -653,7 +653,15 @@ int run_cli(int argc, char** argv) {
   ExecArgs ea;
   std::string lengths_text;  // --lengths as typed: CLI11's split drops empty items ("64,,64")
   auto add_exec_options = [&ea, &lengths_text](CLI::App* sub) {
-    sub->add_option("--layout", ea.layout, "single | ring | zigzag | all_gather | a2a | a2a+p2p | double_ring")
+    sub->add_option("--layout", ea.layout,
+                    "single | ring | zigzag | all_gather | a2a | a2a+p2p | double_ring | dcp (DCP's blockwise "
+                    "placement, planned as the dcp strategy plans a CP group)")
+        ->capture_default_str();
+    sub->add_option("--gpus-per-node", ea.gpus_per_node, "dcp: the job's ranks per simulated node (0: all on one)")
+        ->check(CLI::Range(0, 1 << 20))
+        ->capture_default_str();
+    sub->add_option("--block-tokens", ea.block_tokens, "dcp: tokens per data block (0: DCP's heuristic)")
+        ->check(CLI::Range(int64_t{0}, kMaxExecLength))
         ->capture_default_str();
     sub->add_option("--mask", ea.mask, "full | causal | lambda | shared_question | causal_blockwise")->capture_default_str();
     sub->add_option("--lengths", lengths_text, "sequence lengths in tokens (comma separated)");

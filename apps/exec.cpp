@@ -15,6 +15,7 @@
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/dynamic_cp_exec.h"
 #include "core/runtime/host_memory.h"
+#include "core/strategies/dcp.h"
 #include "core/strategies/dynamic_cp.h"
 #include "core/runtime/local_measure.h"
 #include "core/sim/attention_sim.h"
@@ -175,6 +176,38 @@ Status check_host_memory(Communicator& comm, const ExecArgs& a, const std::vecto
 }
 
 // The plan of the batch `a` describes, on comm.size() ranks (every rank calls it together).
+// How a static layout's or a Dynamic-CP round's plan runs: values on the wire in --dtype, and
+// TransformerEngine's style (fused stages, pipelined backward) unless --per-tile.
+void apply_run_style(const ExecArgs& a, AttentionPlan& plan) {
+  plan.value_bytes = a.dtype == "bf16" ? 2 : 4;
+  plan.fused_stages = !a.per_tile;
+  plan.pipelined_backward = !a.per_tile;
+}
+
+// --layout dcp: DCP's blockwise placement planned as the dcp strategy plans a CP group
+// (dcp_request: the heads, DCP's block-size heuristic unless --block-tokens, 4 divisions,
+// all-to-all exchanges, values on the wire in --dtype), the job's ranks --gpus-per-node to a
+// simulated node, on this machine's cost model (cpu_local). DCP's executor runs fused stages;
+// --per-tile calls the kernel per tile.
+Expected<AttentionPlan> plan_dcp_from_args(const ExecArgs& a, Communicator& comm, const std::vector<int64_t>& lengths,
+                                           const MaskSpec& mask, const std::filesystem::path& experiments_dir) {
+  ModelShape model;
+  model.heads = a.heads;
+  model.kv_heads = a.kv_heads;
+  model.hidden = int64_t{a.heads} * a.head_dim;
+  ParallelConfig layout;
+  layout.dtype = a.dtype;
+  layout.dcp_block_tokens = a.block_tokens;
+  const int32_t per_node = a.gpus_per_node > 0 ? std::min(a.gpus_per_node, comm.size()) : comm.size();
+  const DcpRequest r = dcp_request(lengths, mask, model, layout, comm.size(), per_node);
+  auto cost = load_cost_model(hardware_preset_path("cpu_local", experiments_dir));
+  if (!cost) return cost.errors();
+  auto d = plan_dcp(r, *cost);
+  if (!d) return d.errors();
+  if (a.per_tile) d->plan.fused_stages = false;
+  return d->plan;
+}
+
 Expected<AttentionPlan> plan_from_args(const ExecArgs& a, Communicator& comm, const std::filesystem::path& experiments_dir) {
   CpLayoutRequest req;
   req.layout = a.layout;
@@ -192,11 +225,10 @@ Expected<AttentionPlan> plan_from_args(const ExecArgs& a, Communicator& comm, co
   if (!lengths) return lengths.errors();
   if (auto fits = check_host_memory(comm, a, *lengths); !fits) return fits.errors();
   req.seq_lengths = *lengths;
+  if (a.layout == "dcp") return plan_dcp_from_args(a, comm, *lengths, *mask, experiments_dir);
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
-  plan->value_bytes = a.dtype == "bf16" ? 2 : 4;
-  plan->fused_stages = !a.per_tile;
-  plan->pipelined_backward = !a.per_tile;
+  apply_run_style(a, *plan);
   return plan;
 }
 
@@ -324,6 +356,7 @@ int cmd_exec_dynamic_cp(const ExecArgs& a, const std::filesystem::path& experime
     auto plans = plan_dyncp_round(schedule->rounds[r], *lengths, comm.size(), a.layout, a.mask, a.heads, a.kv_heads,
                                 a.head_dim, dyncp_pad_multiple(comm.size(), 1));
     if (!plans) return refuse("round " + std::to_string(r) + ": " + plans.error_str());
+    for (AttentionPlan& plan : *plans) apply_run_style(a, plan);
     round_plans.push_back(std::move(*plans));
   }
   if (auto s = check_predicted_time(a, round_plans, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)

@@ -41,10 +41,14 @@ struct ExecArgs {
   int64_t tokens = 16384;
   uint64_t seed = 1;
   int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0, window = 0;
+  // --layout dcp: ranks per simulated node (0: all on one) and DCP's token block (0: its heuristic).
+  int gpus_per_node = 0;
+  int64_t block_tokens = 0;
   bool pad = false, backward = false;
   // How the plan runs, as an experiment's plan runs by default (baselines/cp_layouts.h
   // plan_micro_batch_attention): values on the wire in `dtype`, fused stages and the pipelined
-  // backward; per_tile = one kernel call per tile and the three-phase backward.
+  // backward; per_tile = one kernel call per tile and the three-phase backward. Static layouts,
+  // DCP and every Dynamic-CP round alike.
   std::string dtype = "fp32";
   bool per_tile = false;
   double timeout_s = 120;
