@@ -42,6 +42,24 @@ Status Communicator::check_usable(const std::string& op) const {
                        "); abort the job");
 }
 
+Status Communicator::check_outside_group(const std::string& op) const {
+  if (group_depth_ == 0) return check_usable(op);
+  return runtime_error(op + " inside a group_start/group_end batch: its operations are not issued until "
+                            "group_end");
+}
+
+Status Communicator::group_start() {
+  if (Status s = check_usable("group_start"); !s) return s;
+  if (group_depth_++ == 0) return do_group_start();
+  return ok_status();
+}
+
+Status Communicator::group_end() {
+  if (group_depth_ == 0) return runtime_error("group_end without a group_start");
+  if (--group_depth_ == 0) return do_group_end();
+  return ok_status();
+}
+
 Status Communicator::check_peer(const std::string& op, int peer) const {
   if (peer >= 0 && peer < size()) return ok_status();
   return runtime_error(op + ": peer rank " + std::to_string(peer) + " is outside 0.." +
@@ -114,6 +132,7 @@ Status Communicator::wait(Request& request) { return wait(request, timeout_); }
 
 Status Communicator::wait(Request& request, std::chrono::milliseconds timeout) {
   if (!request.pending()) return ok_status();
+  if (in_group()) return check_outside_group("wait");
   const std::string label =
       p2p_label(request.is_send_, request.bytes_, describe_peer(request.peer_), request.tag_);
   bool withdrawn = false;
@@ -149,6 +168,7 @@ Status Communicator::wait_all(std::span<Request> requests) {
 
 Expected<bool> Communicator::test(Request& request) {
   if (!request.pending()) return true;
+  if (in_group()) return check_outside_group("test").errors();
   std::size_t received_bytes = 0;
   Expected<bool> done = do_test(*request.state_, received_bytes);
   if (!done) {
@@ -204,7 +224,7 @@ Status Communicator::all_to_allv_typed(const void* send, std::size_t send_size,
                                        std::span<const std::size_t> recv_displs, DataType type) {
   const std::string op = "all_to_allv";
   const std::size_t n = static_cast<std::size_t>(size());
-  if (Status s = check_usable(op); !s) return s;
+  if (Status s = check_outside_group(op); !s) return s;
   if (Status s = check_blocks(op, "send", send_size, send_counts, send_displs, n, false); !s) {
     return s;
   }
@@ -263,7 +283,7 @@ Status Communicator::all_gatherv_typed(const void* send, std::size_t send_count,
                                        std::span<const std::size_t> recv_displs, DataType type) {
   const std::string op = "all_gatherv";
   const std::size_t n = static_cast<std::size_t>(size());
-  if (Status s = check_usable(op); !s) return s;
+  if (Status s = check_outside_group(op); !s) return s;
   if (Status s = check_blocks(op, "recv", recv_size, recv_counts, recv_displs, n, true); !s) {
     return s;
   }
@@ -314,7 +334,7 @@ Status Communicator::reduce_scatter(std::span<const float> send, std::span<float
                                     ReduceOp op) {
   const std::string name = std::string("reduce_scatter(") + reduce_op_name(op) + ")";
   const std::size_t n = static_cast<std::size_t>(size());
-  if (Status s = check_usable(name); !s) return s;
+  if (Status s = check_outside_group(name); !s) return s;
   if (send.size() != n * recv.size()) {
     return runtime_error(name + ": send holds " + std::to_string(send.size()) +
                          " elements, needs " + std::to_string(n) + " ranks x " +
@@ -328,7 +348,7 @@ Status Communicator::reduce_scatter(std::span<const float> send, std::span<float
 
 Status Communicator::all_reduce_typed(void* data, std::size_t count, DataType type, ReduceOp op) {
   const std::string name = std::string("all_reduce(") + reduce_op_name(op) + ")";
-  if (Status s = check_usable(name); !s) return s;
+  if (Status s = check_outside_group(name); !s) return s;
   // Ring volume: reduce_scatter then all_gather over blocks of count/n (the first count % n
   // blocks one element longer). Both phases move (count - mine) + (n - 1) * mine elements.
   const std::size_t n = static_cast<std::size_t>(size());
@@ -347,12 +367,12 @@ Status Communicator::all_reduce(std::span<double> data, ReduceOp op) {
 }
 
 Status Communicator::barrier() {
-  if (Status s = check_usable("barrier"); !s) return s;
+  if (Status s = check_outside_group("barrier"); !s) return s;
   return collective_result(do_barrier(), "barrier", 0, 0);
 }
 
 Expected<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
-  if (Status s = check_usable("split"); !s) return s.errors();
+  if (Status s = check_outside_group("split"); !s) return s.errors();
   auto sub = do_split(color, key);
   if (!sub) {
     return collective_result(Status(sub.errors()), "split(color " + std::to_string(color) + ")",

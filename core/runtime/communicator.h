@@ -125,6 +125,16 @@ class Communicator {
   Status all_reduce(std::span<double> data, ReduceOp op = ReduceOp::kSum);
   Status barrier();
 
+  // ---- batches --------------------------------------------------------------------------------
+  // Brackets a batch of non-blocking sends and receives that the implementation may issue as one
+  // (NCCL: ncclGroupStart/End, without which one rank's sends and receives to several peers can
+  // deadlock); MPI and thread ranks issue each at once, so theirs are no-ops. Brackets nest; a wait,
+  // a test or a collective inside one is an error (its operations have not been issued yet), as
+  // is a group_end without its group_start.
+  Status group_start();
+  Status group_end();
+  bool in_group() const { return group_depth_ > 0; }
+
   // Ranks with the same color form one sub-communicator, ordered by (key, rank). A negative color
   // joins none and gets a null pointer. Collective over this communicator.
   Expected<std::unique_ptr<Communicator>> split(int color, int key);
@@ -166,6 +176,9 @@ class Communicator {
   virtual Status do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) = 0;
   virtual Status do_barrier() = 0;
   virtual Expected<std::unique_ptr<Communicator>> do_split(int color, int key) = 0;
+  // Called at the outermost group_start and group_end only.
+  virtual Status do_group_start() { return ok_status(); }
+  virtual Status do_group_end() { return ok_status(); }
 
   // "rank 1 (world rank 5)": how every error names a peer.
   std::string describe_peer(int rank) const;
@@ -174,6 +187,8 @@ class Communicator {
 
  private:
   Status check_usable(const std::string& op) const;
+  // check_usable, and an error inside a group_start/group_end batch.
+  Status check_outside_group(const std::string& op) const;
   Status check_peer(const std::string& op, int peer) const;
   Expected<Request> post(bool is_send, void* data, std::size_t count, DataType type, int peer,
                          int tag);
@@ -191,6 +206,7 @@ class Communicator {
   Status all_reduce_typed(void* data, std::size_t count, DataType type, ReduceOp op);
 
   std::chrono::milliseconds timeout_ = kDefaultTimeout;
+  int group_depth_ = 0;
   std::string broken_by_;  // the error that left the communicator unusable; empty when healthy
   std::uint64_t bytes_sent_ = 0;
   std::uint64_t bytes_received_ = 0;

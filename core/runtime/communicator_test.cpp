@@ -287,3 +287,35 @@ TEST(RunWithTimeout, MissedDeadlineNamesWhatItWaitedFor) {
 
 }  // namespace
 }  // namespace cpbench
+
+namespace cpbench {
+namespace {
+
+// Batches (NCCL's groups): posts inside a bracket are issued at its end; a wait, a test or a
+// collective inside one is an error, as is an end without a start; brackets nest.
+TEST(CommunicatorBatch, BracketsNestAndRefuseWaitsInside) {
+  SelfCommunicator c;
+  EXPECT_THAT(c.group_end().error_str(), ::testing::HasSubstr("group_end without a group_start"));
+  std::vector<float> out{1, 2}, in(2, 0);
+  ASSERT_TRUE(c.group_start());
+  ASSERT_TRUE(c.group_start());
+  EXPECT_TRUE(c.in_group());
+  auto r = c.irecv(std::span<float>(in), 0, 3);
+  ASSERT_TRUE(r);
+  auto s = c.isend(std::span<const float>(out), 0, 3);
+  ASSERT_TRUE(s);
+  EXPECT_THAT(c.wait(*r).error_str(), ::testing::HasSubstr("wait inside a group_start/group_end batch"));
+  EXPECT_THAT(c.test(*r).error_str(), ::testing::HasSubstr("test inside a group_start/group_end batch"));
+  EXPECT_THAT(c.barrier().error_str(), ::testing::HasSubstr("barrier inside a group_start/group_end batch"));
+  ASSERT_TRUE(c.group_end());
+  EXPECT_TRUE(c.in_group());  // the outer bracket is still open
+  ASSERT_TRUE(c.group_end());
+  EXPECT_FALSE(c.in_group());
+  ASSERT_TRUE(c.wait(*r));
+  ASSERT_TRUE(c.wait(*s));
+  EXPECT_EQ(in, out);
+  EXPECT_TRUE(c.healthy());
+}
+
+}  // namespace
+}  // namespace cpbench

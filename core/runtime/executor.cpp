@@ -328,19 +328,23 @@ class Rank {
   Status open(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
     if (p_.collective_exchange) return open_all_to_alls(ph, list, tag_of);
     ph.data.reserve(2 * list.size());
-    for (const auto& tr : list) {
-      if (tr.src != me_ && tr.dst != me_) continue;
-      const int tag = tag_of(tr) + (tr.relay ? kRelayTagOffset : 0);
-      if (tr.relay && tr.src == me_) {
-        ph.relays.push_back({&tr, tag});
-        continue;
+    const Status posted = batch([&]() -> Status {
+      for (const auto& tr : list) {
+        if (tr.src != me_ && tr.dst != me_) continue;
+        const int tag = tag_of(tr) + (tr.relay ? kRelayTagOffset : 0);
+        if (tr.relay && tr.src == me_) {
+          ph.relays.push_back({&tr, tag});
+          continue;
+        }
+        if (auto st = post(tr, tag, ph.reqs, ph.data, ph.incoming); !st) return st;
+        if (tr.dst == me_) {
+          ph.slot.push_back(ph.data.size() - 1);
+          ph.recv_req.push_back(ph.reqs.size() - 1);
+        }
       }
-      if (auto st = post(tr, tag, ph.reqs, ph.data, ph.incoming); !st) return st;
-      if (tr.dst == me_) {
-        ph.slot.push_back(ph.data.size() - 1);
-        ph.recv_req.push_back(ph.reqs.size() - 1);
-      }
-    }
+      return ok_status();
+    });
+    if (!posted) return posted;
     for (Phase::Relay& r : ph.relays) {
       const auto it = std::find_if(ph.incoming.begin(), ph.incoming.end(), [&](const AttnTransfer* in) {
         return !in->relay && in->tensor == r.tr->tensor && in->slice == r.tr->slice;
@@ -371,8 +375,21 @@ class Rank {
   }
   // Posts one all-to-all: to every peer the round's transfers this rank sends it, packed in list
   // order (payload(tr) gives each one's bytes), and from every peer what it sends this rank.
+  // Runs `post` (which posts sends and receives) as one batch of the communicator (NCCL's group).
+  template <class Post>
+  Status batch(Post post) {
+    if (auto st = comm_.group_start(); !st) return st;
+    Status st = post();
+    Status end = comm_.group_end();
+    return !st ? st : end;
+  }
+
   template <class Payload>
   Status post_all_to_all(Phase& ph, int tag, const std::vector<const AttnTransfer*>& round, Payload payload) {
+    return batch([&] { return post_all_to_all_unbatched(ph, tag, round, payload); });
+  }
+  template <class Payload>
+  Status post_all_to_all_unbatched(Phase& ph, int tag, const std::vector<const AttnTransfer*>& round, Payload payload) {
     for (int32_t peer = 0; peer < p_.ranks; ++peer) {
       if (peer == me_) continue;
       std::vector<std::byte> out;

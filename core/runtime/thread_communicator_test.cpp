@@ -41,6 +41,29 @@ TEST(ThreadCommunicator, Contract) {
   on_four(contract::split_into_pairs);
 }
 
+// A ring exchange posted as one batch (as the executor posts a phase), completed after the bracket.
+TEST(ThreadCommunicator, ARingPostedAsOneBatch) {
+  auto st = run_thread_ranks(
+      4,
+      [](Communicator& c) -> Status {
+        const int next = (c.rank() + 1) % 4, prev = (c.rank() + 3) % 4;
+        V out{static_cast<float>(c.rank())}, in{-1};
+        std::vector<Request> reqs;
+        if (auto s = c.group_start(); !s) return s;
+        auto r = c.irecv(std::span<float>(in), prev, 1);
+        auto q = c.isend(std::span<const float>(out), next, 1);
+        if (!r || !q) return runtime_error("post failed");
+        reqs.push_back(std::move(*r));
+        reqs.push_back(std::move(*q));
+        if (auto s = c.group_end(); !s) return s;
+        if (auto s = c.wait_all(reqs); !s) return s;
+        EXPECT_EQ(in[0], static_cast<float>(prev));
+        return ok_status();
+      },
+      std::chrono::seconds(30));
+  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+}
+
 TEST(ThreadCommunicator, RanksAndWorldRanks) {
   auto comms = ThreadCommunicator::group(3);
   ASSERT_EQ(comms.size(), 3u);
