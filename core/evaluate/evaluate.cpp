@@ -9,7 +9,6 @@
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
 #include "core/runtime/attention_check.h"
-#include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/executor.h"
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/self_communicator.h"

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "baselines/cp_layouts.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/communicator.h"
@@ -42,39 +41,6 @@ inline std::vector<MaskCase> every_mask(int64_t window_tokens, int64_t block_tok
 // Executes `plan` forward and backward on `comm` (its rank = the plan's rank) with inputs of
 // `seed`; every home slice within the reference's tolerance, bytes sent and received as
 // plan_bytes says. Failures name `what`.
-// How a test plan runs: the CPU style (fp32 on the wire, one kernel call per tile, the three-phase
-// backward) or an experiment's (bf16 on the wire, fused stages, pipelined backward).
-struct RunStyle {
-  bool experiment = false;
-  const char* name() const { return experiment ? "bf16 fused pipelined" : "fp32 per-tile"; }
-};
-
-// A static layout's plan of `lengths` on cp ranks, 8 query heads, 4 K/V heads, d = 24, padded as
-// the layout needs; a2a+p2p in groups of 2, double_ring in windows (cp 4: two windows of 2 ranks;
-// cp 8: two of 2 × 2 ranks). In the experiment style the rings pass fp32 dK/dV as
-// ring-flash-attention and LoongTrain do (attention_grad_bytes 4).
-inline Expected<AttentionPlan> test_layout_plan(const std::string& layout, const MaskSpec& mask, int cp,
-                                                std::vector<int64_t> lengths, RunStyle style) {
-  CpLayoutRequest req;
-  req.layout = layout;
-  req.cp = cp;
-  req.a2a_size = layout == "a2a+p2p" ? std::min(cp, 2) : layout == "double_ring" ? (cp >= 8 ? 2 : 1) : 0;
-  if (layout == "double_ring") req.window = cp / req.a2a_size >= 4 ? 2 : 1;
-  req.seq_lengths = std::move(lengths);
-  req.mask = mask;
-  req.heads_q = 8;
-  req.heads_kv = 4;
-  req.head_dim = 24;
-  req.pad = true;
-  auto plan = plan_cp_layout(req);
-  if (plan && style.experiment) {
-    plan->value_bytes = 2;
-    if (layout == "ring" || layout == "zigzag" || layout == "double_ring") plan->grad_bytes = 4;
-    plan->fused_stages = plan->pipelined_backward = true;
-  }
-  return plan;
-}
-
 // One rank's executed plan (forward and backward) against the reference and plan_bytes.
 inline void expect_rank_as_planned(const AttentionPlan& plan, int rank, const ExecutionReport& rep,
                                    const ReferenceAttention& ref, const std::string& what) {

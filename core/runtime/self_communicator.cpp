@@ -1,6 +1,8 @@
 // self_communicator.cpp — size-1 Communicator: tag-matched self messages, identity collectives.
 #include "core/runtime/self_communicator.h"
 
+#include "core/runtime/copy_receive.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -8,21 +10,10 @@ namespace cpbench {
 
 // MPI matching order (MPI 4.1, sec. 3.5): a send matches the oldest posted receive with its tag,
 // a receive the oldest unexpected message with its tag.
-struct SelfCommunicator::PendingRecv final : RequestState {
+struct SelfCommunicator::PendingRecv final : RequestState, CopyReceive {
   std::list<PendingRecv*>* posted = nullptr;  // where this is registered while unmatched
-  std::byte* data = nullptr;
-  std::size_t capacity_bytes = 0;
   int tag = 0;
-  bool done = false;
-  bool truncated = false;
-  std::size_t received_bytes = 0;
 
-  void deliver(const std::byte* payload, std::size_t bytes) {
-    truncated = bytes > capacity_bytes;
-    received_bytes = std::min(bytes, capacity_bytes);
-    if (received_bytes) std::memcpy(data, payload, received_bytes);
-    done = true;
-  }
   ~PendingRecv() override {
     if (posted && !done) posted->remove(this);
   }
@@ -71,13 +62,7 @@ Expected<std::unique_ptr<RequestState>> SelfCommunicator::do_irecv(void* data, s
 Expected<bool> SelfCommunicator::do_test(RequestState& base, std::size_t& received_bytes) {
   auto* recv = dynamic_cast<PendingRecv*>(&base);
   if (!recv) return true;
-  if (!recv->done) return false;
-  if (recv->truncated) {
-    return runtime_error("message longer than the " + std::to_string(recv->capacity_bytes) +
-                         "-byte receive buffer");
-  }
-  received_bytes = recv->received_bytes;
-  return true;
+  return recv->result(received_bytes);
 }
 
 Status SelfCommunicator::do_wait(RequestState& base, std::chrono::milliseconds, bool& withdrawn,

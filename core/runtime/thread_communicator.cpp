@@ -2,6 +2,8 @@
 // sends, receives matched per (source, tag) in posting order, collectives over the same queues.
 #include "core/runtime/thread_communicator.h"
 
+#include "core/runtime/copy_receive.h"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -45,22 +47,12 @@ class ThreadFabric {
   std::map<std::pair<int, int>, std::pair<std::shared_ptr<ThreadFabric>, int>> children;
 };
 
-struct ThreadCommunicator::PendingRecv final : RequestState {
+struct ThreadCommunicator::PendingRecv final : RequestState, CopyReceive {
   ThreadFabric* fabric = nullptr;
   int dest = 0, source = 0, tag = 0;
-  std::byte* data = nullptr;
-  std::size_t capacity_bytes = 0;
   bool posted = false;  // registered in fabric->boxes[dest].posted (under fabric->mu)
-  bool done = false, truncated = false;
-  std::size_t received_bytes = 0;
 
-  // Under fabric->mu.
-  void deliver(const std::byte* payload, std::size_t bytes) {
-    truncated = bytes > capacity_bytes;
-    received_bytes = std::min(bytes, capacity_bytes);
-    if (received_bytes) std::memcpy(data, payload, received_bytes);
-    done = true;
-  }
+  // deliver() and result() run under fabric->mu.
   ~PendingRecv() override {
     std::lock_guard<std::mutex> lock(fabric->mu);
     if (posted) fabric->boxes[static_cast<size_t>(dest)].posted.remove(this);
@@ -170,11 +162,7 @@ Expected<bool> ThreadCommunicator::do_test(RequestState& base, std::size_t& rece
   auto* recv = dynamic_cast<PendingRecv*>(&base);
   if (!recv) return true;
   std::lock_guard<std::mutex> lock(fabric_->mu);
-  if (!recv->done) return false;
-  if (recv->truncated)
-    return runtime_error("message longer than the " + std::to_string(recv->capacity_bytes) + "-byte receive buffer");
-  received_bytes = recv->received_bytes;
-  return true;
+  return recv->result(received_bytes);
 }
 
 Status ThreadCommunicator::do_wait(RequestState& base, std::chrono::milliseconds timeout, bool& withdrawn,

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <stdexcept>
 #include <thread>
 
@@ -19,16 +20,17 @@ namespace {
 using ::testing::HasSubstr;
 using V = std::vector<float>;
 
-// Runs a contract body on 4 thread ranks with counters fresh and a 30 s deadline.
+// Runs fn on n thread ranks with a 30 s deadline; every rank's Status must be ok.
+void on_threads(int n, const std::function<Status(Communicator&)>& fn) {
+  for (const Status& s : run_thread_ranks(n, fn, std::chrono::seconds(30))) EXPECT_TRUE(s) << s.error_str();
+}
+
+// A contract body on 4 thread ranks with counters fresh.
 void on_four(void (*body)(Communicator&)) {
-  auto st = run_thread_ranks(
-      4,
-      [&](Communicator& c) {
-        body(c);
-        return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+  on_threads(4, [&](Communicator& c) {
+    body(c);
+    return ok_status();
+  });
 }
 
 TEST(ThreadCommunicator, Contract) {
@@ -43,7 +45,7 @@ TEST(ThreadCommunicator, Contract) {
 
 // A ring exchange posted as one batch (as the executor posts a phase), completed after the bracket.
 TEST(ThreadCommunicator, ARingPostedAsOneBatch) {
-  auto st = run_thread_ranks(
+  on_threads(
       4,
       [](Communicator& c) -> Status {
         const int next = (c.rank() + 1) % 4, prev = (c.rank() + 3) % 4;
@@ -59,9 +61,7 @@ TEST(ThreadCommunicator, ARingPostedAsOneBatch) {
         if (auto s = c.wait_all(reqs); !s) return s;
         EXPECT_EQ(in[0], static_cast<float>(prev));
         return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 TEST(ThreadCommunicator, RanksAndWorldRanks) {
@@ -78,7 +78,7 @@ TEST(ThreadCommunicator, RanksAndWorldRanks) {
 // MPI's non-overtaking rule: between one pair, messages with one tag arrive in the order they were
 // sent, whatever the other tags do and whether the receive was posted before or after the send.
 TEST(ThreadCommunicator, MessagesMatchPerSourceAndTagInOrder) {
-  auto st = run_thread_ranks(
+  on_threads(
       3,
       [](Communicator& c) -> Status {
         const int r = c.rank();
@@ -106,13 +106,11 @@ TEST(ThreadCommunicator, MessagesMatchPerSourceAndTagInOrder) {
         }
         EXPECT_EQ(c.bytes_received(), 100u * 4);
         return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 TEST(ThreadCommunicator, ALongerMessageThanTheBufferIsAnError) {
-  auto st = run_thread_ranks(
+  on_threads(
       2,
       [](Communicator& c) -> Status {
         V big(8, 1), small(4);
@@ -121,13 +119,11 @@ TEST(ThreadCommunicator, ALongerMessageThanTheBufferIsAnError) {
         EXPECT_FALSE(s);
         EXPECT_THAT(s.error_str(), HasSubstr("recv of 16 bytes from rank 0 (world rank 0), tag 5: message longer"));
         return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 TEST(ThreadCommunicator, RecvFromASilentPeerTimesOutNamingItAndIsWithdrawn) {
-  auto st = run_thread_ranks(
+  on_threads(
       2,
       [](Communicator& c) -> Status {
         V got(4, -1), sent{1, 2, 3, 4};
@@ -148,13 +144,11 @@ TEST(ThreadCommunicator, RecvFromASilentPeerTimesOutNamingItAndIsWithdrawn) {
         EXPECT_EQ(got, sent);
         EXPECT_EQ(c.bytes_received(), 16u);
         return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 TEST(ThreadCommunicator, CollectiveTimeoutNamesTheAbsentRankAndBreaksOnlyThatCommunicator) {
-  auto st = run_thread_ranks(
+  on_threads(
       4,
       [](Communicator& c) -> Status {
         auto sub = c.split(0, c.rank());
@@ -175,9 +169,7 @@ TEST(ThreadCommunicator, CollectiveTimeoutNamesTheAbsentRankAndBreaksOnlyThatCom
         }
         EXPECT_TRUE(c.healthy());
         return c.barrier();  // the parent is untouched
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 TEST(ThreadCommunicator, EveryRanksErrorIsReportedAndAThrowIsAnError) {
@@ -201,7 +193,7 @@ TEST(ThreadCommunicator, EveryRanksErrorIsReportedAndAThrowIsAnError) {
 // Eight ranks, nested splits and many concurrent messages: every all-to-all round and every
 // reduction gives the same bits on every rank.
 TEST(ThreadCommunicator, EightRanksNestedSplitsAgree) {
-  auto st = run_thread_ranks(
+  on_threads(
       8,
       [](Communicator& c) -> Status {
         auto half = c.split(c.rank() % 2, c.rank());
@@ -222,9 +214,7 @@ TEST(ThreadCommunicator, EightRanksNestedSplitsAgree) {
           for (float y : all) EXPECT_EQ(y, x[0]);  // bit-identical on every rank
         }
         return ok_status();
-      },
-      std::chrono::seconds(30));
-  for (const Status& s : st) EXPECT_TRUE(s) << s.error_str();
+      });
 }
 
 }  // namespace

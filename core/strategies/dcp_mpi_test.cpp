@@ -353,29 +353,18 @@ TEST(Dcp, ExecutedPlansMatchTheReferenceAndMoveThePlannedBytes) {
     ASSERT_TRUE(sub.ok()) << sub.error_str();
     Communicator& comm = **sub;
     ASSERT_EQ(comm.size(), ranks);
-    // Head blocks: all heads in one (1), two K/V groups each (2), one K/V group each (0, DCP's default).
-    // The four-division plans send partial outputs and gradients home inside the stages
-    // (early_outputs: stage 1's with stage 3's transfers), the others after the last stage.
-    for (const DcpCase& c : dcp_cases())
-      for (int divisions : {1, 4})
-        for (int head_blocks : {1, 2, 0}) {
-          DcpRequest r = dcp_request(c, ranks, ranks / 2, divisions);
-          r.head_blocks = head_blocks;
-          r.early_outputs = divisions == 4;
-          r.all_to_all = head_blocks != 2;
-          auto d = plan_dcp(r, cost);
-          ASSERT_TRUE(d.ok()) << d.error_str();
-          ASSERT_EQ(d->plan.collective_exchange, r.all_to_all);
-          (r.all_to_all ? collective : point_to_point) += 1;
-          for (const AttnStage& st : d->plan.stages)
-            for (const AttnTransfer& t : st.transfers) {
-              early_outputs += t.tensor == AttnTensor::out;
-              relays += t.relay;
-            }
-          expect_runs_as_planned(d->plan, comm, 7,
-                                 std::string(c.name) + " on " + std::to_string(ranks) + " ranks, divisions " +
-                                     std::to_string(divisions) + ", head blocks " + std::to_string(head_blocks));
+    for_each_executed_dcp_request(ranks, [&](const DcpRequest& r, const std::string& label) {
+      auto d = plan_dcp(r, cost);
+      ASSERT_TRUE(d.ok()) << d.error_str();
+      ASSERT_EQ(d->plan.collective_exchange, r.all_to_all);
+      (r.all_to_all ? collective : point_to_point) += 1;
+      for (const AttnStage& st : d->plan.stages)
+        for (const AttnTransfer& t : st.transfers) {
+          early_outputs += t.tensor == AttnTensor::out;
+          relays += t.relay;
         }
+      expect_runs_as_planned(d->plan, comm, 7, label);
+    });
   }
   EXPECT_GT(early_outputs, 0) << "no plan sent a partial output inside the stages";
   EXPECT_GT(relays, 0) << "no plan relayed an input inside a node (two-phase communication)";

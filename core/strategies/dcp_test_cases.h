@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cost/cost_model.h"
@@ -47,6 +48,24 @@ inline DcpRequest dcp_request(const DcpCase& c, int32_t ranks, int32_t gpus_per_
   r.block_tokens = 32;
   r.divisions = divisions;
   return r;
+}
+
+// The DCP plans the executed-plan tests run on `ranks` ranks, two simulated nodes: every case, 1 and
+// 4 divisions (with 4, partial outputs and gradients go home inside the stages), head blocks of all
+// heads (1), two K/V groups (2) and one K/V group (0, DCP's default); the exchange as all-to-alls
+// except with two head blocks (point-to-point sends). f(request, label).
+template <class F>
+void for_each_executed_dcp_request(int32_t ranks, F f) {
+  for (const DcpCase& c : dcp_cases())
+    for (int divisions : {1, 4})
+      for (int head_blocks : {1, 2, 0}) {
+        DcpRequest r = dcp_request(c, ranks, ranks / 2, divisions);
+        r.head_blocks = head_blocks;
+        r.early_outputs = divisions == 4;
+        r.all_to_all = head_blocks != 2;
+        f(r, std::string(c.name) + " on " + std::to_string(ranks) + " ranks, divisions " + std::to_string(divisions) +
+                 ", head blocks " + std::to_string(head_blocks));
+      }
 }
 
 }  // namespace cpbench

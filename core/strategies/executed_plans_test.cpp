@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "baselines/cp_layouts.h"
+#include "baselines/cp_layouts_test_util.h"
 #include "core/runtime/dynamic_cp_exec.h"
 #include "core/runtime/executor_test_util.h"
 #include "core/strategies/dcp.h"
@@ -76,22 +76,14 @@ TEST(ExecutedPlans, DcpUnderEveryMask) {
   const CostModel cost = ideal_cost();
   int64_t collective = 0, point_to_point = 0, relays = 0;
   for (int32_t ranks : {2, 4, 8})
-    for (const DcpCase& c : dcp_cases())
-      for (int divisions : {1, 4})
-        for (int head_blocks : {1, 2, 0}) {
-          DcpRequest r = dcp_request(c, ranks, ranks / 2, divisions);
-          r.head_blocks = head_blocks;
-          r.early_outputs = divisions == 4;
-          r.all_to_all = head_blocks != 2;
-          auto d = plan_dcp(r, cost);
-          ASSERT_TRUE(d.ok()) << d.error_str();
-          (d->plan.collective_exchange ? collective : point_to_point) += 1;
-          for (const AttnStage& st : d->plan.stages)
-            for (const AttnTransfer& t : st.transfers) relays += t.relay;
-          expect_runs_on_thread_ranks(d->plan, 7,
-                                      std::string("DCP ") + c.name + " on " + std::to_string(ranks) + " ranks, divisions " +
-                                          std::to_string(divisions) + ", head blocks " + std::to_string(head_blocks));
-        }
+    for_each_executed_dcp_request(ranks, [&](const DcpRequest& r, const std::string& label) {
+      auto d = plan_dcp(r, cost);
+      ASSERT_TRUE(d.ok()) << d.error_str();
+      (d->plan.collective_exchange ? collective : point_to_point) += 1;
+      for (const AttnStage& st : d->plan.stages)
+        for (const AttnTransfer& t : st.transfers) relays += t.relay;
+      expect_runs_on_thread_ranks(d->plan, 7, "DCP " + label);
+    });
   EXPECT_GT(collective, 0);
   EXPECT_GT(point_to_point, 0);
   EXPECT_GT(relays, 0) << "no DCP plan relayed an input inside a node";
