@@ -695,16 +695,18 @@ int run_cli(int argc, char** argv) {
                     "preset (cpu_local; validate: --preset)")
         ->check(finite_range(1e-3, kMaxTimeout_s))
         ->capture_default_str();
+    sub->add_flag("--dynamic-cp", ea.dynamic_cp,
+                  "plan the batch with Megatron's Dynamic-CP (strategy dynamic_cp) over the job's ranks and run every "
+                  "round, each group as TransformerEngine's --layout (zigzag, all_gather, a2a, a2a+p2p; padded) on "
+                  "its ranks");
+    sub->add_option("--max-seqlen-per-rank", ea.max_seqlen_per_rank,
+                    "--dynamic-cp: tokens one rank may hold (max_seqlen_per_dp_cp_rank)")
+        ->check(CLI::Range(int64_t{1}, kMaxExecLength));
   };
-  auto* exec = app.add_subcommand("exec", "execute a CP layout's attention on the MPI ranks of this job (mpirun -np CP) "
+  auto* exec = app.add_subcommand("exec", "plan a batch's attention as `run` plans a point (a CP layout, DCP or "
+                                          "Dynamic-CP), execute every round on the MPI ranks of this job (mpirun -np N) "
                                           "and compare with the single-device reference");
   add_exec_options(exec);
-  exec->add_flag("--dynamic-cp", ea.dynamic_cp,
-                 "schedule the lengths with Megatron's Dynamic-CP over the job's ranks and run every round, each "
-                 "group as one --layout (padded) on its ranks");
-  exec->add_option("--max-seqlen-per-rank", ea.max_seqlen_per_rank,
-                   "--dynamic-cp: tokens one rank may hold (max_seqlen_per_dp_cp_rank)")
-      ->check(CLI::Range(int64_t{1}, kMaxExecLength));
   std::string validate_preset = "cpu_local";
   auto* validate = app.add_subcommand("validate", "execute a CP layout here and simulate the same plan with a preset: "
                                                   "measured against predicted time");

@@ -1,5 +1,7 @@
-// exec.h — `cpbench exec`: plan a batch with a CP layout, execute it on the MPI ranks of this job,
-// compare with the single-device reference, and print per rank what it computed and moved.
+// exec.h — `cpbench exec`: the point the flags name (core/experiment/exec_point.h: a static
+// layout, DCP or Dynamic-CP on the job's ranks) planned as `run` plans it, every round of its Plan
+// executed on the MPI ranks of this job (the plan walker, core/runtime/plan_exec.h), each group
+// checked against the single-device reference and its bytes, printed per round and rank.
 // Requires: MPI (run under mpirun -np CP). Note: a failing or hanging rank ends every rank with a
 // non-zero exit and a message naming it, within --timeout seconds.
 #pragma once
@@ -10,6 +12,8 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "core/experiment/exec_point.h"
 
 namespace cpbench {
 
@@ -33,43 +37,10 @@ int refuse_input(int rank, const std::string& command, const std::string& why);
 // `what` names what the bytes hold. Every rank calls it together.
 std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std::string& what);
 
-struct ExecArgs {
-  std::string layout = "zigzag";
-  std::string mask = "causal";
-  std::vector<int64_t> lengths;     // explicit sequence lengths, or …
-  std::string dataset;              // … a dataset preset sampled up to `tokens`
-  int64_t tokens = 16384;
-  uint64_t seed = 1;
-  int heads = 8, kv_heads = 8, head_dim = 128, a2a_size = 0, window = 0;
-  // --layout dcp: ranks per simulated node (0: all on one) and DCP's token block (0: its heuristic).
-  int gpus_per_node = 0;
-  int64_t block_tokens = 0;
-  bool pad = false, backward = false;
-  // How the plan runs, as an experiment's plan runs by default (baselines/cp_layouts.h
-  // plan_micro_batch_attention): values on the wire in `dtype`, fused stages and the pipelined
-  // backward; per_tile = one kernel call per tile and the three-phase backward. Static layouts,
-  // DCP and every Dynamic-CP round alike.
-  std::string dtype = "fp32";
-  bool per_tile = false;
-  double timeout_s = 120;
-  // The work refused before it starts: the plan's runs (and exec's reference check) simulated
-  // with the machine's preset must be predicted to end within this many seconds.
-  double time_limit_s = 600;
-  // --dynamic-cp: schedule the lengths with schedule_dynamic_cp_main over the job's ranks and run
-  // every round, each group as one `layout` (always padded) on its own ranks.
-  bool dynamic_cp = false;
-  int64_t max_seqlen_per_rank = 0;
-};
-
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);
 
-// `cpbench exec --dynamic-cp` (cmd_exec calls it when args.dynamic_cp): prints per round and rank
-// the group, its sequences, kernel and wait time, bytes against the plan and the worst error;
-// exit 0 only when every rank of every round matches, 2 for a batch or round that cannot run.
-int cmd_exec_dynamic_cp(const ExecArgs& args, const std::filesystem::path& experiments_dir);
-
-// `cpbench validate`: the same plan executed here (best of 3 timed runs after a warm-up) and
-// simulated with a hardware preset (normally the cpu_local one `calibrate --local` wrote); prints
+// `cpbench validate`: the same plan executed here (every round; best of 3 timed runs after a
+// warm-up, unchecked) and simulated with a hardware preset (normally the cpu_local one `calibrate --local` wrote); prints
 // measured against predicted step time and per-rank kernel time.
 int cmd_validate(const ExecArgs& args, const std::string& preset, const std::filesystem::path& experiments_dir);
 

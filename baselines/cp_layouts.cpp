@@ -269,48 +269,6 @@ std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& le
 
 }  // namespace
 
-namespace {
-
-// Heads and head_dim become the layout request's int32 fields: out-of-range values are an Error
-// rather than a silent narrowing.
-std::string check_dim(const char* what, int64_t value) {
-  if (value < 1 || value > std::numeric_limits<int32_t>::max())
-    return std::string(what) + " = " + std::to_string(value) + " is not in [1, 2^31)";
-  return "";
-}
-
-}  // namespace
-
-Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, const std::vector<int64_t>& lengths,
-                                                    int64_t world_ranks, const std::string& layout,
-                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
-                                                    int64_t head_dim, int64_t pad_to) {
-  if (std::string why = check_dyncp_round(round, world_ranks, static_cast<int64_t>(lengths.size())); !why.empty())
-    return layout_error("Dynamic-CP round: " + why);
-  for (const std::string& why : {check_dim("heads", heads), check_dim("kv_heads", kv_heads), check_dim("head_dim", head_dim)})
-    if (!why.empty()) return layout_error("Dynamic-CP round: " + why);
-  auto mask_spec = mask_from_name(mask);
-  if (!mask_spec) return mask_spec.errors();
-  std::vector<AttentionPlan> plans;
-  for (size_t i = 0; i < round.groups.size(); ++i) {
-    const DynCpGroup& g = round.groups[i];
-    CpLayoutRequest req;
-    req.layout = layout;
-    req.cp = static_cast<int32_t>(g.size);
-    const int64_t unit = std::max<int64_t>(1, pad_to);
-    for (int64_t s : g.seq_ids) req.seq_lengths.push_back((lengths[static_cast<size_t>(s)] + unit - 1) / unit * unit);
-    req.mask = *mask_spec;
-    req.heads_q = static_cast<int32_t>(heads);
-    req.heads_kv = static_cast<int32_t>(kv_heads);
-    req.head_dim = static_cast<int32_t>(head_dim);
-    req.pad = true;  // further, only if pad_to does not already suit the layout
-    auto plan = plan_cp_layout(req);
-    if (!plan) return layout_error("Dynamic-CP round: " + dyncp_group_name(i, g) + ": " + plan.error_str());
-    plans.push_back(std::move(*plan));
-  }
-  return plans;
-}
-
 void apply_te_a2a_sequence_loop(AttentionPlan& plan, const ParallelConfig& parallel) {
   if (plan.layout != "a2a+p2p" || !parallel.te_a2a_sequence_loop) return;
   plan.host_ops_per_sequence_fwd = 3 * kTeThdA2aCallsPerSequence;  // q, k, v
@@ -338,11 +296,12 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
   // With attention_sparse_kernel the kernels skip the mask's empty key blocks (DCP §7.2's
   // TransformerEngine on DCP's masked kernels); the transfers stay the layout's.
   plan->causal_envelope_work = sparse && !layout.attention_sparse_kernel;
-  plan->value_bytes = layout.value_bytes();
+  plan->value_bytes = layout.attention_values();
   // As TransformerEngine runs CP attention on GPUs: a CP step's THD pack is one kernel call, and
-  // the backward's inputs and partial gradients travel step by step under the kernels.
-  plan->fused_stages = true;
-  plan->pipelined_backward = true;
+  // the backward's inputs and partial gradients travel step by step under the kernels (unless
+  // attention_per_tile).
+  plan->fused_stages = !layout.attention_per_tile;
+  plan->pipelined_backward = !layout.attention_per_tile;
   apply_te_a2a_sequence_loop(*plan, layout);
   return plan;
 }

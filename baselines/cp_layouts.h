@@ -13,7 +13,6 @@
 
 #include "core/common/expected.h"
 #include "core/plan/attention_plan.h"
-#include "core/plan/dyncp_schedule.h"
 #include "core/model/model.h"
 #include "core/plan/parallel_config.h"
 #include "core/plan/plan.h"
@@ -69,17 +68,6 @@ std::string cp_layout_for_comm_type(const std::string& cp_comm_type);
 // rule of its cp_comm_type's layout (2·cp chunks for p2p, all_gather and a2a+p2p, cp for a2a; 1
 // without CP), times tp with sequence parallelism (the sequence is split over the TP ranks too).
 int64_t static_cp_pad_multiple(const ParallelConfig& layout);
-
-// The plan of every group of a Dynamic-CP round (index-aligned with round.groups): the group's
-// sequences, in the group's order, each padded to a multiple of `pad_to` (dyncp_pad_multiple of the
-// pool, as the simulator's plan pads them), as one `layout` of group.size ranks (plan_cp_layout
-// with pad = true, which pads further only if the layout needs it), mask by name (mask_from_name). An invalid round (check_dyncp_round) or a group its
-// layout rejects is an Error naming the group; the verdict depends on the arguments only, so every
-// rank of a job reaches the same one.
-Expected<std::vector<AttentionPlan>> plan_dyncp_round(const DynCpRound& round, const std::vector<int64_t>& lengths,
-                                                    int64_t world_ranks, const std::string& layout,
-                                                    const std::string& mask, int64_t heads, int64_t kv_heads,
-                                                    int64_t head_dim, int64_t pad_to);
 
 // TransformerEngine's THD a2a+p2p on GPUs, as the fork DCP's artifact installs runs it
 // (github.com/chenyu-jiang/TransformerEngine, branch stable, transformer_engine/pytorch/attention.py,

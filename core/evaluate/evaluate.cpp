@@ -8,9 +8,8 @@
 
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
-#include "core/runtime/attention_check.h"
-#include "core/runtime/executor.h"
 #include "core/runtime/cpu_attention_kernels.h"
+#include "core/runtime/plan_exec.h"
 #include "core/runtime/self_communicator.h"
 #include "core/sim/attention_sim.h"
 #include "core/sim/cp_attention.h"
@@ -308,24 +307,13 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
     std::vector<double> wrong_here{0};
     CheckResult mine;
     if (member) {
-      OwnedInputs inputs = make_attention_inputs(a, 1);
-      if (auto s = (*sub)->barrier(); !s) return fail(s.error_str());
-      const auto t0 = std::chrono::steady_clock::now();
-      auto rep = execute_attention(a, **sub, kernels, inputs.view(), true);
-      if (!rep) return fail("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + rep.error_str());
-      result[0] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const RankBytes expected = plan_bytes(a, true);
-      result[1] = rep->bytes_sent == expected.sent[(*sub)->rank()] && rep->bytes_received == expected.received[(*sub)->rank()] ? 0 : 1;
+      auto run = run_attention_group(a, **sub, kernels, GroupRunOptions{true, true, 1});
+      if (!run) return fail("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + run.error_str());
+      result[0] = run->seconds;
+      result[1] = run->bytes_match() ? 0 : 1;
       // Correctness beside time: this rank's home results against the single-device reference.
-      const ReferenceAttention ref = reference_attention(a, inputs, true);
-      for (const HomeResult& h : rep->home) {
-        const CheckResult c = check_home(a, h, ref, true);
-        wrong_here[0] += static_cast<double>(c.wrong);
-        if (c.worst > mine.worst || mine.where.empty()) {
-          mine.worst = c.worst;
-          mine.where = c.where;
-        }
-      }
+      mine = run->check;
+      wrong_here[0] = static_cast<double>(run->check.wrong);
       result[2] = mine.worst;
     }
     std::vector<double> worst = result;

@@ -209,17 +209,6 @@ class HeartbeatThread {
 
 namespace {
 
-// A point up to its plan: its batch and the strategy's outcome, or why it got no further (a
-// layout that cannot run is infeasible, an unknown strategy an error). The planner is timed: its
-// latency is a wall-clock timing, not a metric. May throw (the caller decides what that means).
-struct PlannedPoint {
-  std::string status = "ok", reason;
-  GlobalBatch batch;
-  Plan plan;
-  std::optional<double> plan_ms;  // set when the strategy ran
-  std::optional<ReconfigurationPlan> change;  // a reconfiguration point's plan (then `plan` is empty)
-};
-
 // A reconfiguration point: the layouts before (the point's "parallel") and after ("reconfigure")
 // and the route its strategy gives the state.
 PlannedPoint plan_change(const PointConfig& point) {
@@ -244,8 +233,9 @@ PlannedPoint plan_change(const PointConfig& point) {
   return out;
 }
 
-// The point planned for `batch` (by default its first batch).
-PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> batch = std::nullopt) {
+}  // namespace
+
+PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> batch) {
   if (point.reconfigure.present) return plan_change(point);
   PlannedPoint out;
   if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}, {}};
@@ -260,8 +250,6 @@ PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> bat
   out.plan = std::move(planned.plan);
   return out;
 }
-
-}  // namespace
 
 std::string describe_point(const PointConfig& point) {
   PlannedPoint pp = plan_point(point);

@@ -8,10 +8,14 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/experiment/results.h"
 #include "core/experiment/spec.h"
+#include "core/plan/plan.h"
+#include "core/reshard/reconfigure.h"
+#include "core/workload/batch.h"
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/communicator.h"
 
@@ -50,6 +54,22 @@ struct PointBackend {
   Communicator* world = nullptr;          // the job's ranks, each evaluating the point; null: this process
   AttentionKernels* kernels = nullptr;    // an executing backend's kernels; null: its own
 };
+
+// A point up to its plan: its batch and the strategy's outcome, or why it got no further (a
+// layout that cannot run is infeasible, an unknown strategy an error). The planner is timed: its
+// latency is a wall-clock timing, not a metric. May throw (the caller decides what that means).
+struct PlannedPoint {
+  std::string status = "ok", reason;
+  GlobalBatch batch;
+  Plan plan;
+  std::optional<double> plan_ms;              // set when the strategy ran
+  std::optional<ReconfigurationPlan> change;  // a reconfiguration point's plan (then `plan` is empty)
+};
+
+// The point planned for `batch` (by default the workload's first batch), as run_point plans it:
+// the one way a point becomes a Plan, for `run` and for the commands that execute one point
+// (`cpbench exec`, `cpbench validate`).
+PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> batch = std::nullopt);
 
 // Evaluates one point: checks the layout, samples the batch, asks the strategy for its Plan
 // (timing the planner into the result's timings) and evaluates the plan on `backend`.

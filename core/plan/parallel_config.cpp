@@ -26,7 +26,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.cp_comm_overlap = o.boolean_or("cp_comm_overlap", false);
   p.attention_layout =
-      o.choice_or("attention_layout", "zigzag", {"ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"});
+      o.choice_or("attention_layout", "zigzag", {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"});
   p.attention_a2a_size = o.integer_or("attention_a2a_size", 0, 0, 1024);
   p.attention_ring_window = o.integer_or("attention_ring_window", 0, 0, 1 << 20);
   p.attention_pad_to_longest = o.boolean_or("attention_pad_to_longest", false);
@@ -35,6 +35,10 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.attention_grad_bytes = o.integer_or("attention_grad_bytes", 0, 0, 4);
   if (p.attention_grad_bytes == 1 || p.attention_grad_bytes == 3)
     o.error("attention_grad_bytes", "expected 0 (the dtype's), 2 or 4, got " + std::to_string(p.attention_grad_bytes));
+  p.attention_value_bytes = o.integer_or("attention_value_bytes", 0, 0, 4);
+  if (p.attention_value_bytes == 1 || p.attention_value_bytes == 3)
+    o.error("attention_value_bytes", "expected 0 (the dtype's), 2 or 4, got " + std::to_string(p.attention_value_bytes));
+  p.attention_per_tile = o.boolean_or("attention_per_tile", false);
   p.dcp_block_tokens = o.integer_or("dcp_block_tokens", 0, 0, int64_t{1} << 24);
   p.dcp_divisions = o.integer_or("dcp_divisions", 4, 1, 64);
   p.dcp_head_blocks = o.integer_or("dcp_head_blocks", 0, 0, 1024);

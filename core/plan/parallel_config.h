@@ -52,7 +52,7 @@ struct ParallelConfig {
   bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
-  // (baselines/cp_layouts.h: "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the
+  // (baselines/cp_layouts.h: "single" (cp 1), "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the
   // a2a+p2p / double_ring head-parallel group size (0: the largest dividing both head counts) and
   // the double ring's window (LoongTrain's inner ring, in head-parallel groups).
   std::string attention_layout = "zigzag";
@@ -78,6 +78,13 @@ struct ParallelConfig {
   // ring so (ring_flash_attn_varlen.py: dk = block_dk_buffer.to(torch.float32), then send_recv(dk)):
   // 4. TransformerEngine passes them in the dtype.
   int64_t attention_grad_bytes = 0;
+  // How every CP attention plan runs (static layouts, DCP, Dynamic-CP's groups, in `run` and in
+  // `cpbench exec`/`validate` alike): activation values on the wire in attention_value_bytes bytes
+  // (0: the dtype's, 2; 4: fp32, as `exec --dtype fp32` runs the CPU executor), and with
+  // attention_per_tile one kernel call per tile and the three-phase backward instead of
+  // TransformerEngine's fused stages and pipelined backward.
+  int64_t attention_value_bytes = 0;
+  bool attention_per_tile = false;
   int64_t dcp_block_tokens = 0;
   int64_t dcp_divisions = 4;
   int64_t dcp_head_blocks = 0;  // head blocks per token block: 0 = one per KV group (DCP's default)
@@ -129,6 +136,10 @@ struct ParallelConfig {
   int64_t dp() const { return num_gpus / model_parallel_size(); }
   // Bytes of one activation value on the wire: 2 for bf16 / fp16, else 4.
   int32_t value_bytes() const { return dtype == "bf16" || dtype == "fp16" ? 2 : 4; }
+  // Bytes of one attention activation value on the wire (attention_value_bytes, else the dtype's).
+  int32_t attention_values() const {
+    return attention_value_bytes > 0 ? static_cast<int32_t>(attention_value_bytes) : value_bytes();
+  }
   bool operator==(const ParallelConfig&) const = default;
 };
 

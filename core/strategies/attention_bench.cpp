@@ -58,9 +58,10 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
   r.pad = true;
   // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
-  // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to).
+  // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to); a
+  // single rank pads nothing.
   const int64_t cp = in.parallel.cp;
-  int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" ? 1 : 2 * cp;
+  int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" || r.layout == "single" ? 1 : 2 * cp;
   if (in.parallel.attention_pad_to_longest && !r.seq_lengths.empty()) {
     // Every sequence becomes the longest, rounded up to the layout's multiple: a multiple that
     // every length rounds up to exactly.
@@ -73,10 +74,10 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   if (!a) return PlanOutcome::infeasible(r.layout + ": " + a.error_str());
   a->mask = in.batch.mask;
   a->causal_envelope_work = sparse && !in.parallel.attention_sparse_kernel;
-  a->value_bytes = in.parallel.value_bytes();
+  a->value_bytes = in.parallel.attention_values();
   a->grad_bytes = static_cast<int32_t>(in.parallel.attention_grad_bytes);
-  a->fused_stages = true;
-  a->pipelined_backward = true;
+  a->fused_stages = !in.parallel.attention_per_tile;
+  a->pipelined_backward = !in.parallel.attention_per_tile;
   apply_te_a2a_sequence_loop(*a, in.parallel);
   return PlanOutcome::ok(bench_plan(in, std::make_shared<const AttentionPlan>(std::move(*a)), pad_to));
 }

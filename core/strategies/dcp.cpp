@@ -464,7 +464,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   p.heads_kv = r.heads_kv;
   p.head_dim = r.head_dim;
   p.value_bytes = r.value_bytes;
-  p.fused_stages = true;  // one blockwise kernel call per stage and device
+  p.fused_stages = r.fused_stages;  // one blockwise kernel call per stage and device
   p.collective_exchange = r.all_to_all;
   p.home.assign(r.ranks, {});
   const Placement placed{blocks, work, *part, r};
@@ -497,7 +497,8 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
   r.heads_q = static_cast<int32_t>(model.heads / layout.tp);
   r.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
   r.head_dim = static_cast<int32_t>(model.head_dim());
-  r.value_bytes = layout.value_bytes();
+  r.value_bytes = layout.attention_values();
+  r.fused_stages = !layout.attention_per_tile;
   r.ranks = ranks;
   r.gpus_per_node = ranks_per_node;
   r.block_tokens = layout.dcp_block_tokens > 0 ? layout.dcp_block_tokens : dcp_block_size(lengths, ranks, layout.dcp_eps_mem);

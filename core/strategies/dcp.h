@@ -76,6 +76,7 @@ struct DcpRequest {
   // Each stage's exchange as DCP's executor runs it: all-to-alls over all ranks
   // (AttentionPlan::collective_exchange); false: point-to-point sends.
   bool all_to_all = true;
+  bool fused_stages = true;  // one blockwise kernel call per stage and device; false: one per tile
 };
 
 struct DcpResult {

@@ -2,7 +2,8 @@
 // backward on 2, 4 and 8 thread ranks of one process (ThreadCommunicator; no mpirun): each static
 // layout under every mask in both run styles, sparse masks on causal tiles, DCP under every mask
 // (divisions, head blocks, all-to-all and point-to-point exchanges), and every round of a
-// Dynamic-CP schedule under every mask. Every rank's O, LSE, dQ, dK and dV match the single-device
+// Dynamic-CP schedule under every mask, and a static packing plan's rounds, through the plan walker
+// (core/runtime/plan_exec.h). Every rank's O, LSE, dQ, dK and dV match the single-device
 // reference and every rank moves exactly the bytes plan_bytes predicts. The *_mpi_test files run
 // the same plans on MPI ranks.
 #include <gtest/gtest.h>
@@ -12,11 +13,14 @@
 #include <vector>
 
 #include "baselines/cp_layouts_test_util.h"
-#include "core/runtime/dynamic_cp_exec.h"
+#include "core/runtime/cpu_attention_kernels.h"
+#include "core/runtime/plan_exec.h"
+#include "core/runtime/thread_communicator.h"
 #include "core/runtime/executor_test_util.h"
 #include "core/strategies/dcp.h"
 #include "core/strategies/dcp_test_cases.h"
 #include "core/strategies/dynamic_cp.h"
+#include "core/strategies/varlen.h"
 
 namespace cpbench {
 namespace {
@@ -89,8 +93,58 @@ TEST(ExecutedPlans, DcpUnderEveryMask) {
   EXPECT_GT(relays, 0) << "no DCP plan relayed an input inside a node";
 }
 
+// The Plan of a Dynamic-CP schedule over `ranks` ranks as the dynamic_cp strategies make it
+// (plan_from_dyncp_schedule, then every group's attention attached as for training), under `mask`.
+Plan dynamic_cp_plan(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths, int ranks, const MaskSpec& mask) {
+  ParallelConfig layout;
+  layout.num_gpus = ranks;
+  layout.max_seqlen_per_dp_cp_rank = 256;
+  auto plan = plan_from_dyncp_schedule(schedule, lengths, layout, true);
+  EXPECT_TRUE(plan.ok()) << plan.error_str();
+  plan->mask = mask;
+  ModelShape model;
+  model.heads = 4;
+  model.kv_heads = 2;
+  model.hidden = 64;
+  auto problem = attach_attention_plans(&*plan, model);
+  EXPECT_FALSE(problem) << problem->why;
+  return *plan;
+}
+
+// Runs every round of `plan` on `ranks` thread ranks through the plan walker; every member's
+// results match the reference and its bytes the plan's. Returns the groups that ran.
+int expect_plan_rounds_run(const Plan& plan, int ranks, const std::string& what) {
+  int groups = 0;
+  for (size_t k = 0; k < plan_rounds(plan); ++k) {
+    std::vector<RoundRun> runs(static_cast<size_t>(ranks));
+    CpuAttentionKernels kernels;
+    auto st = run_thread_ranks(
+        ranks,
+        [&](Communicator& world) -> Status {
+          auto run = execute_plan_round(plan, k, world, kernels, GroupRunOptions{true, true, 7});
+          if (!run) return run.errors();
+          runs[static_cast<size_t>(world.rank())] = *run;
+          return ok_status();
+        },
+        std::chrono::seconds(60));
+    for (int r = 0; r < ranks; ++r) {
+      const std::string where = what + ", round " + std::to_string(k) + ", rank " + std::to_string(r);
+      EXPECT_TRUE(st[static_cast<size_t>(r)]) << where << ": " << st[static_cast<size_t>(r)].error_str();
+      const RoundRun& run = runs[static_cast<size_t>(r)];
+      if (run.idle()) continue;
+      if (run.group_rank == 0) ++groups;
+      EXPECT_EQ(run.group_rank, r - run.where.first_rank) << where;
+      EXPECT_TRUE(run.run.results_match()) << where << ": " << run.run.check.where << " off by " << run.run.check.worst;
+      EXPECT_EQ(run.run.check.wrong, 0) << where;
+      EXPECT_GT(run.run.check.checked, 0) << where;
+      EXPECT_TRUE(run.run.bytes_match()) << where << ": sent " << run.run.bytes_sent << " of " << run.run.plan_bytes_sent;
+    }
+  }
+  return groups;
+}
+
 // Megatron's Dynamic-CP schedule of a long-tailed batch on 4 and 8 ranks (groups of several sizes
-// per round), every round under every mask: each group's plan runs on its ranks of the round.
+// per round, idle ranks), every round under every mask, through the plan walker.
 TEST(ExecutedPlans, DynamicCpRoundsUnderEveryMask) {
   const std::vector<int64_t> lengths{300, 37, 64, 129, 1000, 17, 250, 90};
   for (int ranks : {4, 8}) {
@@ -100,31 +154,80 @@ TEST(ExecutedPlans, DynamicCpRoundsUnderEveryMask) {
     for (const DynCpRound& round : schedule->rounds)
       for (const auto& g : round.groups) sizes.insert(g.size);
     EXPECT_GE(sizes.size(), 2u) << "the schedule on " << ranks << " ranks has one group size only";
-    for (const std::string& mask : {"full", "causal", "lambda", "shared_question", "causal_blockwise"})
-      for (size_t ri = 0; ri < schedule->rounds.size(); ++ri) {
-        const DynCpRound& round = schedule->rounds[ri];
-        auto plans = plan_dyncp_round(round, lengths, ranks, "zigzag", mask, 4, 2, 16, dyncp_pad_multiple(ranks, 1));
-        ASSERT_TRUE(plans.ok()) << plans.error_str();
-        std::vector<DynCpRoundReport> reports(static_cast<size_t>(ranks));
-        auto st = run_thread_ranks(
-            ranks,
-            [&](Communicator& world) -> Status {
-              auto rep = execute_dyncp_round(world, round, *plans, true, 7);
-              if (!rep) return rep.errors();
-              reports[static_cast<size_t>(world.rank())] = *rep;
-              return ok_status();
-            },
-            std::chrono::seconds(60));
-        for (int r = 0; r < ranks; ++r) {
-          const std::string where = mask + " on " + std::to_string(ranks) + " ranks, round " + std::to_string(ri) +
-                                    ", rank " + std::to_string(r);
-          ASSERT_TRUE(st[static_cast<size_t>(r)]) << where << ": " << st[static_cast<size_t>(r)].error_str();
-          const DynCpRoundReport& rep = reports[static_cast<size_t>(r)];
-          if (rep.idle()) continue;
-          EXPECT_TRUE(rep.results_match()) << where << ": " << rep.check.where << " off by " << rep.check.max_abs_error;
-          EXPECT_TRUE(rep.bytes_match()) << where << ": sent " << rep.bytes_sent << " of " << rep.plan_bytes_sent;
-        }
-      }
+    for (const MaskCase& m : every_mask(16, 16)) {
+      const Plan plan = dynamic_cp_plan(*schedule, lengths, ranks, m.mask);
+      const int groups = expect_plan_rounds_run(plan, ranks, std::string("Dynamic-CP ") + m.name + " on " + std::to_string(ranks));
+      size_t planned = 0;
+      for (const DynCpRound& round : schedule->rounds)
+        for (const auto& g : round.groups) planned += g.size > 1 ? 1 : 0;
+      EXPECT_EQ(static_cast<size_t>(groups), planned) << m.name << " on " << ranks << " ranks";
+    }
+  }
+}
+
+// A static packing plan: two DP replicas of a CP group of 2, several rounds (micro-batches).
+TEST(ExecutedPlans, StaticPackingRoundsRunSideBySide) {
+  const std::vector<int64_t> lengths{300, 37, 64, 129, 250, 17, 90, 200};
+  ClusterSpec cluster;
+  ModelShape model;
+  model.layers = 2;
+  model.heads = 4;
+  model.kv_heads = 2;
+  model.hidden = 64;
+  ParallelConfig layout;
+  layout.num_gpus = 4;
+  layout.cp = 2;
+  layout.max_seqlen_per_dp_cp_rank = 160;
+  GlobalBatch batch{lengths, MaskSpec{MaskKind::causal}};
+  Plan plan;
+  ASSERT_EQ(plan_static_cp(StrategyInput{cluster, model, layout, batch}, "dp_balanced", &plan), "");
+  plan.mask = batch.mask;
+  ASSERT_FALSE(attach_attention_plans(&plan, model));
+  ASSERT_GE(plan_rounds(plan), 2u);
+  EXPECT_EQ(expect_plan_rounds_run(plan, 4, "packing"), static_cast<int>(2 * plan_rounds(plan)));
+}
+
+// A malformed round is refused by every rank before any communication, naming the round; a plan
+// wider than the job likewise.
+TEST(ExecutedPlans, MalformedRoundsAreRefusedOnEveryRank) {
+  const std::vector<int64_t> lengths{300, 37, 64, 129};
+  DynCpSchedule schedule;
+  schedule.rounds.resize(1);
+  schedule.rounds[0].groups = {{0, 2, {0, 1}, 0}, {2, 2, {2, 3}, 0}};
+  Plan good = dynamic_cp_plan(schedule, lengths, 4, MaskSpec{MaskKind::causal});
+  Plan split = good;  // rank 1 holds the other group's micro-batch
+  split.micro_batches[1][0] = split.micro_batches[2][0];
+  Plan other = good;  // rank 1 runs another plan object than rank 0
+  other.micro_batches[1][0].attention = std::make_shared<const AttentionPlan>(*good.micro_batches[0][0].attention);
+  const std::vector<std::pair<const Plan*, std::string>> cases = {
+      {&split, "plan round 0: DP×CP rank 1 holds a micro-batch of the group on ranks [2, 4)"},
+      {&other, "plan round 0: the members of round 0's group on ranks [0, 2) hold different plans"},
+  };
+  for (const auto& [plan, message] : cases) {
+    CpuAttentionKernels kernels;
+    auto st = run_thread_ranks(
+        4,
+        [&](Communicator& world) -> Status {
+          auto r = execute_plan_round(*plan, 0, world, kernels, {});
+          return r ? ok_status() : Status(r.errors());
+        },
+        std::chrono::seconds(20));
+    for (const Status& s : st) {
+      ASSERT_FALSE(s.ok()) << message;
+      EXPECT_NE(s.error_str().find(message), std::string::npos) << s.error_str();
+    }
+  }
+  CpuAttentionKernels kernels;
+  auto st = run_thread_ranks(
+      2,
+      [&](Communicator& world) -> Status {
+        auto r = execute_plan_round(good, 0, world, kernels, {});
+        return r ? ok_status() : Status(r.errors());
+      },
+      std::chrono::seconds(20));
+  for (const Status& s : st) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error_str().find("the plan has 4 DP×CP ranks; the job has 2"), std::string::npos) << s.error_str();
   }
 }
 

@@ -85,11 +85,14 @@ std::string plan_static_cp(const StrategyInput& in, const std::string& packer, P
   return "";
 }
 
-Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
-                            const ParallelConfig& layout, bool round_barrier) {
+Expected<Plan> plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
+                                        const ParallelConfig& layout, bool round_barrier) {
   Plan plan;
   plan.layout = layout;
   const int64_t pool = layout.dp() * layout.cp;
+  for (size_t k = 0; k < schedule.rounds.size(); ++k)
+    if (auto why = check_dyncp_round(schedule.rounds[k], pool, static_cast<int64_t>(lengths.size())); !why.empty())
+      return Error{"", "", "Dynamic-CP schedule, round " + std::to_string(k) + ": " + why};
   // A round where every rank is idle is no micro-batch at all (a solver may leave trailing
   // slots empty); it is dropped rather than run as an empty pipeline pass.
   DynCpSchedule kept;
@@ -184,7 +187,9 @@ PlanOutcome plan_scheduler(const StrategyInput& in, Scheduler scheduler, bool ro
   if (auto why = check_model_split(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
   auto schedule = scheduler(dyncp_scheduled_lengths(in.batch.lengths, L), L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
   if (!schedule) return PlanOutcome::infeasible(schedule.error_str());
-  return finish(in, plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier));
+  auto plan = plan_from_dyncp_schedule(*schedule, in.batch.lengths, L, round_barrier);
+  if (!plan) return PlanOutcome::error(plan.error_str());
+  return finish(in, std::move(*plan));
 }
 
 }  // namespace
@@ -208,7 +213,9 @@ PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in) {
   opt.full_recompute = L.recompute == "full";
   auto solved = solve_dynamic_cp(dyncp_scheduled_lengths(in.batch.lengths, L), in.model, opt);
   if (!solved) return PlanOutcome::infeasible(solved.error_str());
-  return finish(in, plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false));
+  auto plan = plan_from_dyncp_schedule(solved->schedule, in.batch.lengths, L, false);
+  if (!plan) return PlanOutcome::error(plan.error_str());
+  return finish(in, std::move(*plan));
 }
 
 }  // namespace cpbench

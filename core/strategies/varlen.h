@@ -26,8 +26,9 @@ std::string plan_static_cp(const StrategyInput& in, const std::string& packer, P
 // rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
 // micro-batch. Sequences are padded to dyncp_pad_multiple(pool, SP size) — 2·pool for a power-of-two
 // pool, 2·(largest power of two ≤ pool) otherwise: any sample may land on any group (references/context_parallel.md, THD packing). All-idle
-// rounds are dropped. layout.cp is set to 1.
-Plan plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
+// rounds are dropped. layout.cp is set to 1. A round check_dyncp_round refuses (a scheduler's bug)
+// is an Error naming the round.
+Expected<Plan> plan_from_dyncp_schedule(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths,
                             const ParallelConfig& layout, bool round_barrier);
 
 PlanOutcome plan_packing(const StrategyInput& in);        // Megatron dp_balanced

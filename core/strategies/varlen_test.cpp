@@ -100,7 +100,9 @@ TEST_F(VarlenTest, StaticCpPlansHoldEverySequenceOnceOnWholeReplicas) {
 TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   auto schedule = schedule_dynamic_cp_main(batch_.lengths, 8, layout_.max_seqlen_per_dp_cp_rank);
   ASSERT_TRUE(schedule.ok()) << schedule.error_str();
-  Plan plan = plan_from_dyncp_schedule(*schedule, batch_.lengths, layout_, true);
+  auto made = plan_from_dyncp_schedule(*schedule, batch_.lengths, layout_, true);
+  ASSERT_TRUE(made.ok()) << made.error_str();
+  const Plan& plan = *made;
   EXPECT_EQ(plan.layout.cp, 1);
   EXPECT_EQ(plan.micro_batches.size(), 8u);
   EXPECT_EQ(plan.micro_batches.front().size(), schedule->rounds.size());
@@ -113,6 +115,19 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
       long_group |= mb.cp >= 2;                            // 12000+ tokens at 8192 per rank
     }
   EXPECT_TRUE(long_group);
+}
+
+// A schedule with an invalid round (a scheduler's bug) is an error naming the round, not a plan.
+TEST_F(VarlenTest, DynamicCpPlanRefusesAnInvalidRound) {
+  DynCpSchedule schedule;
+  schedule.rounds.resize(2);
+  schedule.rounds[0].groups = {{0, 2, {0}, 0}};
+  schedule.rounds[1].groups = {{0, 2, {1}, 0}, {1, 2, {2}, 0}};
+  auto plan = plan_from_dyncp_schedule(schedule, batch_.lengths, layout_, true);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error_str().find("round 1: group 1 (ranks [1, 3)) overlaps group 0 (ranks [0, 2)) at rank 1"),
+            std::string::npos)
+      << plan.error_str();
 }
 
 TEST_F(VarlenTest, SplittingASequenceOverCpRanksSplitsItsAttention) {
