@@ -109,7 +109,7 @@ struct AttentionPlan {
   // Host work the runtime does per sequence of the micro-batch while the GPU waits for it: torch
   // calls, each at the stack's host_op_us, before a pass's first transfer or kernel (the forward's;
   // the backward's). It is exposed because a host synchronization precedes it. TransformerEngine's
-  // THD a2a+p2p: apply_te_a2a_sequence_loop (baselines/cp_layouts.h). 0: none.
+  // THD a2a+p2p: apply_te_a2a_sequence_loop (core/layouts/cp_layouts.h). 0: none.
   int32_t host_ops_per_sequence_fwd = 0, host_ops_per_sequence_bwd = 0;
   // collective_exchange: every phase's transfers run as NCCL all-to-alls over all the plan's
   // ranks, as DCP's executor runs them (dcp/runtime/flash_attention/executor.py: per stage one

@@ -52,7 +52,7 @@ struct ParallelConfig {
   bool zero3_reshard_after_forward = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
-  // (baselines/cp_layouts.h: "single" (cp 1), "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the
+  // (core/layouts/cp_layouts.h: "single" (cp 1), "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the
   // a2a+p2p / double_ring head-parallel group size (0: the largest dividing both head counts) and
   // the double ring's window (LoongTrain's inner ring, in head-parallel groups).
   std::string attention_layout = "zigzag";
@@ -71,7 +71,7 @@ struct ParallelConfig {
   // envelope (TransformerEngine as shipped). The communication is the layout's either way.
   bool attention_sparse_kernel = false;
   // a2a+p2p as the TransformerEngine fork of DCP's artifact runs it: a Python loop reorders every
-  // sequence's chunks around its all-to-alls (baselines/cp_layouts.h apply_te_a2a_sequence_loop).
+  // sequence's chunks around its all-to-alls (core/layouts/cp_layouts.h apply_te_a2a_sequence_loop).
   bool te_a2a_sequence_loop = false;
   // cp_attention: bytes of each dK/dV (and dQ) partial value on the wire; 0: the dtype's (2).
   // ring-flash-attention and LoongTrain accumulate dK/dV in fp32 and pass them on the backward

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <limits>
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/runtime/self_communicator.h"
 
 namespace cpbench {

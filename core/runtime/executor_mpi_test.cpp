@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "baselines/cp_layouts_test_util.h"
+#include "core/layouts/cp_layouts_test_util.h"
 #include "core/runtime/attention_check.h"
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/executor_test_util.h"

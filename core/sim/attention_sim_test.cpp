@@ -12,7 +12,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/cost/cost_test_util.h"
 #include "core/workload/mask.h"
 
@@ -388,7 +388,7 @@ TEST(AttentionSim, WritesATraceWithOneProcessPerRank) {
 }
 
 // TransformerEngine's THD a2a+p2p reorders every sequence in a Python loop the GPU waits for
-// (baselines/cp_layouts.h apply_te_a2a_sequence_loop): the backward's loops sit before its first phase
+// (core/layouts/cp_layouts.h apply_te_a2a_sequence_loop): the backward's loops sit before its first phase
 // and add exactly their host time; the forward's run beside the all-to-all, so they add at most
 // theirs, and all of it once it outlasts the whole first phase.
 TEST(AttentionSim, TheRuntimesPerSequenceHostWorkIsExposed) {

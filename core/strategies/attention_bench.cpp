@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/cost/cost_model.h"
 #include "core/strategies/dcp.h"
 
@@ -60,8 +60,9 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
   // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to); a
   // single rank pads nothing.
-  const int64_t cp = in.parallel.cp;
-  int64_t pad_to = r.layout == "ring" ? cp : r.layout == "a2a" || r.layout == "single" ? 1 : 2 * cp;
+  const CpLayout* row = find_cp_layout(r.layout);
+  if (!row) return PlanOutcome::infeasible("unknown CP layout " + r.layout);
+  int64_t pad_to = cp_layout_sequence_multiple(*row, in.parallel.cp);
   if (in.parallel.attention_pad_to_longest && !r.seq_lengths.empty()) {
     // Every sequence becomes the longest, rounded up to the layout's multiple: a multiple that
     // every length rounds up to exactly.

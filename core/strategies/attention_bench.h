@@ -1,7 +1,7 @@
 // attention_bench.h — attention micro-benchmarks as strategies (DCP, SOSP'25 §6.2): the whole
 // batch's attention, one layer forward and backward, on all num_gpus ranks as one context-parallel
 // group (Plan::attention_only). The static layouts of the field and DCP plan the same batch.
-// Requires: baselines/cp_layouts.h, dcp.h. The layout must be tp = pp = 1 and cp = num_gpus; the
+// Requires: core/layouts/cp_layouts.h, dcp.h. The layout must be tp = pp = 1 and cp = num_gpus; the
 // model's heads, KV heads and head size are the attention shape (a per-TP-rank shape is a model
 // preset of its own, e.g. dcp_micro_attention). The workload's mask applies to every sequence.
 #pragma once

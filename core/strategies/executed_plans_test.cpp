@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "baselines/cp_layouts_test_util.h"
+#include "core/layouts/cp_layouts_test_util.h"
 #include "core/runtime/cpu_attention_kernels.h"
 #include "core/runtime/plan_exec.h"
 #include "core/runtime/thread_communicator.h"

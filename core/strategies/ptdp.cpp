@@ -1,6 +1,6 @@
 #include "core/strategies/ptdp.h"
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 
 
 namespace cpbench {

@@ -1,6 +1,6 @@
 #include "core/strategies/varlen.h"
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/model/formulas.h"
 #include "core/strategies/dcp.h"
 #include "core/strategies/dyncp_solver.h"

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/strategies/attention_bench.h"
 #include "core/experiment/registry.h"
 #include "core/sim/cp_attention.h"

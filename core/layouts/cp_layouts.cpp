@@ -1,8 +1,8 @@
 // cp_layouts.cpp — static CP layouts (ring, zigzag, all-gather, Ulysses, USP) as AttentionPlans.
-// defines: plan_cp_layout, cp_layout_names
+// defines: the layout table (cp_layouts) and plan_cp_layout over its rows
 // Ring, zigzag, Ulysses and USP are one construction: a ring of `ring_size` groups of `a2a_size`
 // ranks (ring: a2a_size 1; Ulysses: ring_size 1); only the token partition differs.
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 
 #include <algorithm>
 #include <map>
@@ -309,11 +309,12 @@ Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, con
 int64_t cp_layout_plan_entries(const std::string& layout, int64_t cp, int64_t sequences, int64_t a2a_size,
                                int64_t window) {
   // Per stage and rank: tiles (up to 4 per chunk pair of a sequence) and one transfer per piece.
-  const int64_t pieces_per_rank = layout == "zigzag" || layout == "all_gather" ? 2 * sequences
-                                  : layout == "a2a+p2p"                        ? 2 * sequences * std::max<int64_t>(1, a2a_size)
-                                  : layout == "double_ring" ? 2 * sequences * std::max<int64_t>(1, a2a_size) * std::max<int64_t>(1, window)
-                                  : layout == "ring"                           ? sequences
-                                                     : sequences / std::max<int64_t>(cp, 1) + 2;
+  const CpLayout* row = find_cp_layout(layout);
+  int64_t pieces_per_rank = sequences / std::max<int64_t>(cp, 1) + 2;  // contiguous (and unknown)
+  if (row && row->tokens == TokenSplit::zigzag) pieces_per_rank = 2 * sequences;
+  if (row && row->tokens == TokenSplit::per_sequence) pieces_per_rank = sequences;
+  if (row && row->heads == HeadSplit::groups) pieces_per_rank *= std::max<int64_t>(1, a2a_size);
+  if (row && row->window) pieces_per_rank *= std::max<int64_t>(1, window);
   return 3 * cp * cp * pieces_per_rank;
 }
 
@@ -346,27 +347,59 @@ std::optional<AttachProblem> attach_attention_plans(Plan* plan, const ModelShape
   return std::nullopt;
 }
 
+const std::vector<CpLayout>& cp_layouts() {
+  using enum TokenSplit;
+  static const std::vector<CpLayout> table = {
+      // name          tokens        heads              exchange                  one rank window  TE      chunks
+      {"single",      contiguous,   HeadSplit::none,   KvExchange::ring_of_groups, true,  false, "",          0},
+      {"ring",        per_sequence, HeadSplit::none,   KvExchange::ring_of_groups, false, false, "",          0},
+      {"zigzag",      zigzag,       HeadSplit::none,   KvExchange::ring_of_groups, false, false, "p2p",       2},
+      {"all_gather",  zigzag,       HeadSplit::none,   KvExchange::all_gather,     false, false, "all_gather", 2},
+      {"a2a",         contiguous,   HeadSplit::all,    KvExchange::ring_of_groups, false, false, "a2a",       1},
+      {"a2a+p2p",     zigzag,       HeadSplit::groups, KvExchange::ring_of_groups, false, false, "a2a+p2p",   2},
+      {"double_ring", zigzag,       HeadSplit::groups, KvExchange::ring_of_groups, false, true,  "",          0},
+  };
+  return table;
+}
+
+const CpLayout* find_cp_layout(const std::string& name) {
+  for (const CpLayout& l : cp_layouts())
+    if (name == l.name) return &l;
+  return nullptr;
+}
+
+int64_t cp_layout_sequence_multiple(const CpLayout& layout, int64_t cp) {
+  switch (layout.tokens) {
+    case TokenSplit::zigzag: return 2 * cp;
+    case TokenSplit::per_sequence: return cp;
+    case TokenSplit::contiguous: return 1;
+  }
+  return 1;
+}
+
 int64_t static_cp_pad_multiple(const ParallelConfig& layout) {
-  const int64_t cp = layout.cp;
-  const int64_t chunks = cp <= 1 ? 1 : layout.cp_comm_type == "a2a" ? cp : 2 * cp;
+  const CpLayout* row = find_cp_layout(cp_layout_for_comm_type(layout.cp_comm_type));
+  const int64_t chunks = layout.cp <= 1 || !row ? 1 : row->thd_chunks * layout.cp;
   return chunks * (layout.sequence_parallel ? layout.tp : 1);
 }
 
 std::string cp_layout_for_comm_type(const std::string& t) {
-  if (t == "p2p") return "zigzag";
-  if (t == "all_gather" || t == "a2a" || t == "a2a+p2p") return t;
+  for (const CpLayout& l : cp_layouts())
+    if (!t.empty() && t == l.te_comm_type) return l.name;
   return "";
 }
 
 std::vector<std::string> cp_layout_names() {
-  return {"single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"};
+  std::vector<std::string> names;
+  for (const CpLayout& l : cp_layouts()) names.push_back(l.name);
+  return names;
 }
 
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
-  const std::vector<std::string> names = cp_layout_names();
-  if (std::find(names.begin(), names.end(), r.layout) == names.end()) {
+  const CpLayout* row = find_cp_layout(r.layout);
+  if (!row) {
     std::string known;
-    for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+    for (const std::string& n : cp_layout_names()) known += (known.empty() ? "" : ", ") + n;
     return layout_error("unknown CP layout \"" + r.layout + "\"; known layouts: " + known);
   }
   if (auto e = check_request(r)) return *e;
@@ -380,22 +413,20 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
   p.heads_kv = r.heads_kv;
   p.head_dim = r.head_dim;
 
-  int32_t a2a_size = 1;
-  if (r.layout == "single" && r.cp != 1) return layout_error("single needs cp = 1, got cp = " + std::to_string(r.cp));
+  if (row->one_rank && r.cp != 1) return layout_error(r.layout + " needs cp = 1, got cp = " + std::to_string(r.cp));
   // TransformerEngine splits every sequence into 2·cp chunks under static CP, a2a+p2p included
   // (references/context_parallel.md, THD packing); ring-flash-attention's ring into cp.
-  const bool usp = r.layout == "a2a+p2p" || r.layout == "double_ring";
-  const bool two_chunks = r.layout == "zigzag" || r.layout == "all_gather" || usp;
-  if (two_chunks || r.layout == "ring") {
-    if (auto e = fit_each(r, p.seq_lengths, two_chunks ? 2 * int64_t{r.cp} : r.cp)) return *e;
-  } else if (auto e = fit_total(r, p.seq_lengths)) {
+  if (row->tokens == TokenSplit::contiguous) {
+    if (auto e = fit_total(r, p.seq_lengths)) return *e;
+  } else if (auto e = fit_each(r, p.seq_lengths, cp_layout_sequence_multiple(*row, r.cp))) {
     return *e;
   }
-  if (r.layout == "a2a") {
+  int32_t a2a_size = 1;
+  if (row->heads == HeadSplit::all) {
     if (auto e = check_heads(r, r.cp, "cp")) return *e;
     a2a_size = r.cp;
   }
-  if (usp) {
+  if (row->heads == HeadSplit::groups) {
     a2a_size = r.a2a_size == 0 ? auto_a2a_size(r.cp, r.heads_q, r.heads_kv) : r.a2a_size;
     if (a2a_size < 1 || r.cp % a2a_size != 0) {
       return layout_error(r.layout + " needs a2a_size to divide cp: a2a_size = " + std::to_string(a2a_size) +
@@ -404,21 +435,23 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
     if (auto e = check_heads(r, a2a_size, "a2a_size")) return *e;
   }
   const int32_t ring_size = r.cp / a2a_size;
-  if (r.layout == "double_ring" && (r.window < 1 || ring_size % r.window != 0))
-    return layout_error("double_ring needs a window dividing the ring of cp / a2a_size = " + std::to_string(ring_size) +
+  if (row->window && (r.window < 1 || ring_size % r.window != 0))
+    return layout_error(r.layout + " needs a window dividing the ring of cp / a2a_size = " + std::to_string(ring_size) +
                         " groups, got window = " + std::to_string(r.window));
-  if (r.layout != "double_ring" && r.window != 0)
+  if (!row->window && r.window != 0)
     return layout_error(r.layout + " has no ring window (window = " + std::to_string(r.window) +
                         "); only double_ring takes one");
 
-  // all_gather balances causal work as the ring does: TransformerEngine's all-gather CP keeps two
-  // Q chunks per rank (references/context_parallel.md), the zigzag chunks. a2a+p2p: after the
-  // all-to-all inside a group of a consecutive ranks, the group holds a chunks from each end of
-  // every sequence, so the ring of groups is balanced the zigzag way.
-  p.home = two_chunks           ? zigzag_homes(p.seq_lengths, r.cp, r.heads_q)
-           : r.layout == "ring" ? per_sequence_homes(p.seq_lengths, r.cp, r.heads_q)
-                                : contiguous_homes(p.seq_lengths, r.cp, r.heads_q);
-  if (r.layout == "all_gather") {
+  // Zigzag chunks balance causal work: all_gather keeps two Q chunks per rank as TransformerEngine's
+  // all-gather CP does (references/context_parallel.md); a2a+p2p: after the all-to-all inside a
+  // group of a consecutive ranks, the group holds a chunks from each end of every sequence, so the
+  // ring of groups is balanced the zigzag way.
+  switch (row->tokens) {
+    case TokenSplit::zigzag: p.home = zigzag_homes(p.seq_lengths, r.cp, r.heads_q); break;
+    case TokenSplit::per_sequence: p.home = per_sequence_homes(p.seq_lengths, r.cp, r.heads_q); break;
+    case TokenSplit::contiguous: p.home = contiguous_homes(p.seq_lengths, r.cp, r.heads_q); break;
+  }
+  if (row->exchange == KvExchange::all_gather) {
     build_all_gather(p);
   } else {
     build_ring_of_groups(p, a2a_size, r.window);

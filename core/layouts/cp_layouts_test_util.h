@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 
 namespace cpbench {
 

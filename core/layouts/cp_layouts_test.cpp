@@ -1,7 +1,7 @@
 // cp_layouts_test.cpp — every layout × mask × cp on a varlen batch with odd lengths is a
 // well-formed plan (every allowed pair computed once, every input held); bytes match the
 // layouts' closed forms; rule violations give the stated errors; zigzag balances causal work.
-#include "baselines/cp_layouts.h"
+#include "core/layouts/cp_layouts.h"
 
 #include <gtest/gtest.h>
 
@@ -462,6 +462,60 @@ TEST(CpLayouts, AnExplicitBackwardThatCannotRunIsRejected) {
     x.backward[1].tiles[0].pop_back();
     expect(x, "computed 0 times");
   }
+}
+
+}  // namespace
+}  // namespace cpbench
+
+namespace cpbench {
+namespace {
+
+// Every row of the layout table plans a padded batch, and the plan keeps the row's rules: each
+// sequence a multiple of cp_layout_sequence_multiple (contiguous rows: the total a multiple of
+// cp), a TransformerEngine row maps back from its cp_comm_type, and the data loader's padding of
+// that cp_comm_type is the row's THD chunks per rank.
+TEST(CpLayoutTable, EveryRowPlansByItsRules) {
+  ASSERT_EQ(cp_layout_names().size(), cp_layouts().size());
+  for (const CpLayout& row : cp_layouts()) {
+    SCOPED_TRACE(row.name);
+    EXPECT_EQ(find_cp_layout(row.name), &row);
+    for (int32_t cp : {1, 2, 4}) {
+      if (row.one_rank && cp != 1) continue;
+      CpLayoutRequest r;
+      r.layout = row.name;
+      r.cp = cp;
+      r.seq_lengths = {37, 100, 5};
+      r.heads_q = r.heads_kv = 4;
+      r.head_dim = 8;
+      r.pad = true;
+      r.window = row.window ? 1 : 0;
+      auto plan = plan_cp_layout(r);
+      ASSERT_TRUE(plan.ok()) << "cp " << cp << ": " << plan.error_str();
+      EXPECT_EQ(check_attention_plan(*plan), "");
+      const int64_t m = cp_layout_sequence_multiple(row, cp);
+      int64_t total = 0;
+      for (int64_t L : plan->seq_lengths) {
+        EXPECT_EQ(L % m, 0) << "cp " << cp;
+        total += L;
+      }
+      EXPECT_EQ(total % cp, 0) << "cp " << cp;
+      if (row.tokens == TokenSplit::contiguous) EXPECT_EQ(m, 1);
+    }
+    if (*row.te_comm_type) {
+      EXPECT_EQ(cp_layout_for_comm_type(row.te_comm_type), row.name);
+      ParallelConfig layout;
+      layout.num_gpus = layout.cp = 4;
+      layout.cp_comm_type = row.te_comm_type;
+      EXPECT_EQ(static_cp_pad_multiple(layout), row.thd_chunks * 4);
+      layout.tp = 2;
+      layout.num_gpus = 8;
+      layout.sequence_parallel = true;
+      EXPECT_EQ(static_cp_pad_multiple(layout), row.thd_chunks * 8);
+    }
+  }
+  EXPECT_EQ(find_cp_layout("dcp"), nullptr);
+  EXPECT_EQ(cp_layout_for_comm_type("ring"), "");
+  EXPECT_EQ(cp_layout_for_comm_type(""), "");
 }
 
 }  // namespace

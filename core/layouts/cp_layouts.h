@@ -20,6 +20,45 @@
 
 namespace cpbench {
 
+// A static layout is a row of one table (cp_layouts()): how it splits the tokens and the heads
+// over the CP ranks, and how the ranks exchange K/V. plan_cp_layout, the padding rules, the plan
+// size bound and the names the CLI and specs accept all read the rows; a new layout is a row (and
+// a builder, if it exchanges K/V in a way no row does yet).
+enum class TokenSplit {
+  contiguous,    // the packed batch in cp equal parts (T % cp == 0; padding grows the last sequence)
+  per_sequence,  // every sequence in cp chunks, rank r owns chunk r (L % cp == 0)
+  zigzag,        // every sequence in 2·cp chunks, rank r owns r and 2cp−1−r (L % 2cp == 0)
+};
+enum class HeadSplit {
+  none,    // every rank computes all heads of its tokens
+  all,     // Ulysses: an all-to-all over the cp ranks trades tokens for heads (cp divides the heads)
+  groups,  // USP: Ulysses inside groups of a2a_size ranks (a2a_size divides cp and the heads)
+};
+enum class KvExchange {
+  ring_of_groups,  // groups pass K/V round a ring, stage by stage (a group of one: the plain ring)
+  all_gather,      // one stage: every rank's K/V to every other rank
+};
+struct CpLayout {
+  const char* name;
+  TokenSplit tokens;
+  HeadSplit heads;
+  KvExchange exchange;
+  bool one_rank = false;  // runs on cp = 1 only
+  bool window = false;    // takes LoongTrain's ring window (an inner and an outer ring)
+  // TransformerEngine's cp_comm_type that runs this layout, "" for none; and the chunks per rank
+  // its THD format needs every sequence to split into under static CP (the data loader pads to
+  // thd_chunks·cp): 2 for p2p, all_gather and a2a+p2p, 1 for a2a.
+  const char* te_comm_type = "";
+  int thd_chunks = 0;
+};
+const std::vector<CpLayout>& cp_layouts();
+const CpLayout* find_cp_layout(const std::string& name);  // null when unknown
+
+// The multiple every sequence is padded to for `layout` on cp ranks: 2·cp (zigzag chunks), cp
+// (per-sequence chunks), 1 (contiguous: only the batch's total must divide, by padding the last
+// sequence by fewer than cp tokens).
+int64_t cp_layout_sequence_multiple(const CpLayout& layout, int64_t cp);
+
 struct CpLayoutRequest {
   std::string layout;    // "single" | "ring" | "zigzag" | "all_gather" | "a2a" | "a2a+p2p" | "double_ring"
   int32_t cp = 1;        // ranks
@@ -31,7 +70,8 @@ struct CpLayoutRequest {
   bool pad = false;  // pad sequences to the layout's rule instead of rejecting them
 };
 
-// The plan of `r.layout` on r.cp ranks. Layouts (T = total tokens, L = one sequence's length):
+// The plan of `r.layout` on r.cp ranks, built from its row. The rows (T = total tokens, L = one
+// sequence's length):
 //   single      cp = 1; one tile per sequence.
 //   ring        every sequence in cp equal chunks, rank r owns chunk r of each
 //               (ring-flash-attention's varlen ring); needs L % cp == 0 for every sequence (pad:
