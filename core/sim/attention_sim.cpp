@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "core/sim/layer_cost.h"
+#include "core/sim/streams.h"
 #include "core/sim/trace.h"
 #include "core/workload/mask.h"
 
@@ -162,7 +163,7 @@ struct Lowering {
           const double latency = all_to_all_latency_s(a, r);
           TaskSpec task;
           task.device = r;
-          task.stream = 4;
+          task.stream = attention_stream::all_to_all;
           task.kind = 'm';
           task.duration_s = latency;
           task.collective = id;
@@ -198,7 +199,7 @@ struct Lowering {
       // on that NIC share: their transfers queue on it, each at the NIC's whole rate.
       const bool local = node_of[t.src] == node_of[t.dst];
       task.device = t.src;
-      task.stream = 1;
+      task.stream = attention_stream::transfers;
       task.link = local ? t.src : nic_of[t.src];
       task.kind = 'm';
       // In an all-to-all the latency task paid the message's protocol steps: the wire time alone.
@@ -237,7 +238,7 @@ struct Lowering {
       if (tail_s > 1e-15) {
         // On the sender's stream, so its next transfer waits for this flow to finish.
         tail.device = t.src;
-        tail.stream = 1;
+        tail.stream = attention_stream::transfers;
         tail.kind = 'm';
         tail.duration_s = tail_s;
         tail.sm_share = task.sm_share;  // the send kernel still holds its CTAs; the bytes moved with the NIC part
@@ -259,7 +260,7 @@ struct Lowering {
       if (plan.fused_stages && static_cast<size_t>(r) < tiles.size() && !tiles[r].empty()) {
         TaskSpec task;
         task.device = r;
-        task.stream = 0;
+        task.stream = attention_stream::kernels;
         task.kind = 'c';
         task.duration_s = attention_tiles_s(plan, tiles[r], cost, backward) +
                           attention_merge_s(plan, tiles[r], cost, backward);
@@ -271,7 +272,7 @@ struct Lowering {
         for (const AttnTile* tile : tiles[r]) {
           TaskSpec task;
           task.device = r;
-          task.stream = 0;
+          task.stream = attention_stream::kernels;
           task.kind = 'c';
           task.duration_s = attention_tile_s(plan, *tile, cost, backward) + attention_merge_s(plan, {tile}, cost, backward);
           // Only the first tile waits for the previous wait point; the rest follow stream order.
@@ -292,7 +293,7 @@ struct Lowering {
         // (quadratic in the transfers of a packed batch).
         TaskSpec mark;
         mark.device = r;
-        mark.stream = 2;
+        mark.stream = attention_stream::wait_point;
         mark.kind = 'o';
         mark.deps = std::move(next);
         mark.name = label + " wait point";
@@ -312,7 +313,7 @@ struct Lowering {
     for (int32_t r = 0; r < plan.ranks; ++r) {
       TaskSpec task;
       task.device = r;
-      task.stream = 3;
+      task.stream = attention_stream::host;
       task.kind = 'o';
       task.duration_s = s;
       task.deps = barrier[r];
@@ -585,7 +586,7 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
   for (int32_t r = 0; r < plan.ranks && r < static_cast<int32_t>(sim->compute_busy_s.size()); ++r)
     out.compute_s[r] = sim->compute_busy_s[r];
   for (size_t i = 0; i < low->graph.size(); ++i)
-    if (low->graph.task(static_cast<int>(i)).stream == 0) out.last_kernel_end_s = std::max(out.last_kernel_end_s, sim->end_s[i]);
+    if (low->graph.task(static_cast<int>(i)).stream == attention_stream::kernels) out.last_kernel_end_s = std::max(out.last_kernel_end_s, sim->end_s[i]);
   out.wait_s.assign(plan.ranks, 0.0);
   // Replays each rank's timeline: it reaches a wait point when its tiles of the phase are done
   // (or at the previous wait point's end) and leaves it when its transfers are done.
@@ -604,7 +605,7 @@ Expected<AttentionSimResult> simulate_attention_plan(const AttentionPlan& plan, 
   if (!trace.empty()) {
     std::vector<std::string> names;
     for (int32_t r = 0; r < plan.ranks; ++r) names.push_back("rank " + std::to_string(r));
-    if (auto s = write_chrome_trace(low->graph, *sim, names, trace); !s) return s.errors();
+    if (auto s = write_chrome_trace(low->graph, *sim, names, trace, kAttentionStreamNames); !s) return s.errors();
   }
   return out;
 }

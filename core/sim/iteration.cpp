@@ -11,24 +11,13 @@
 #include "core/sim/layer_cost.h"
 #include "core/sim/memory.h"
 #include "core/sim/pipeline_schedule.h"
+#include "core/sim/streams.h"
 #include "core/sim/trace.h"
 
 namespace cpbench {
 namespace {
 
-// Named streams of a simulated rank (the trace's tracks).
-constexpr int kComputeStream = 0;
-constexpr int kPpFwdStream = 1;  // pipeline sends of activations (append_pipeline_tasks)
-constexpr int kPpBwdStream = 2;  // pipeline sends of gradients
-constexpr int kDpStream = 3;     // data-parallel gradient reduction and parameter all-gather
-constexpr int kTpStream = 4;     // tensor-parallel collectives
-constexpr int kCpStream = 5;     // context-parallel transfers the attention waits for
-constexpr int kHostStream = 6;   // the host issuing kernels the compute stream waits for
-constexpr int kCopyOutStream = 7;  // activation offloading: device to host (a copy engine)
-constexpr int kCopyInStream = 8;   // and back, host to device (the other direction's engine)
-constexpr int kParamGatherStream = 9;  // overlap_param_gather: the previous step's parameter all-gather
-const std::vector<std::string> kStreamNames = {"compute", "pp send fwd", "pp send bwd", "dp",       "tp",
-                                               "cp",      "host",        "copy d2h",    "copy h2d", "dp param gather"};
+
 
 // Per micro-batch and model chunk on one stage: its layers' ops priced (layer_cost.h), forward and
 // backward, the embedding on the first chunk and the output layer on the last.
@@ -248,7 +237,7 @@ class IterationGraph {
     for (int s = 0; s < p_; ++s) {
       ++collective_id_;
       for (size_t r = 0; r < replicas_.lists.size(); ++r) {
-        TaskSpec t{static_cast<int>(r) * p_ + s, kDpStream, 0, {}, collective_id_, -1, "dp barrier", 'm'};
+        TaskSpec t{static_cast<int>(r) * p_ + s, step_stream::dp, 0, {}, collective_id_, -1, "dp barrier", 'm'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == t.device) t.deps.push_back(id);
         grad_tasks_[s].push_back(graph_.add(t));
@@ -272,7 +261,7 @@ class IterationGraph {
         double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? shards : 1);
         // After the stage's last op with its blocking tail (its gradients are complete then, even
         // without a DP reduction to wait for) and the stage's gradient reductions.
-        TaskSpec t{device, kComputeStream, optimizer_s(params), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
+        TaskSpec t{device, step_stream::compute, optimizer_s(params), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
@@ -281,7 +270,7 @@ class IterationGraph {
         } else if (gathers_params_at_end()) {
           const double bytes = param_gather_bytes(s);
           const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
-          TaskSpec ag{device, kDpStream, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
+          TaskSpec ag{device, step_stream::dp, cost_.collective_s(Collective::all_gather, bytes, group), {opt}, -1, -1,
                       "dp param all-gather", 'm'};
           set_contention(cost_, ag, collective_sent_bytes(Collective::all_gather, bytes, group));
           graph_.add(ag);
@@ -334,7 +323,7 @@ class IterationGraph {
 
   Status write_trace(const SimResult& sim, const std::filesystem::path& path) const {
     const auto counters = memory_counters(model_, plan_, replicas_.lists, schedule_, pipelines_, sim);
-    return write_chrome_trace(graph_, sim, names_, path, kStreamNames, counters);
+    return write_chrome_trace(graph_, sim, names_, path, kStepStreamNames, counters);
   }
 
   // The op timeline of two layers of the first non-empty micro-batch, forward then backward (one
@@ -484,11 +473,11 @@ class IterationGraph {
     };
     auto tail = [&](int s, const PipeOp& op) {
       const PassCost& c = pass(s, op);
-      std::vector<OpSegment> segs = {{kTpStream, c.tp_comm_s, 'm', "tp", false},
-                                     {kCpStream, c.cp_wait_s, 'm', "cp wait", false},
-                                     {kDpStream, c.dp_comm_s, 'm', "zero3 param wait", false},
-                                     {kHostStream, c.host_s, 'o', "host", false}};
-      if (!L_.overlap_p2p) segs.push_back({op.forward ? kPpFwdStream : kPpBwdStream, send_s(s, op), 'm', "send", true});
+      std::vector<OpSegment> segs = {{step_stream::tp, c.tp_comm_s, 'm', "tp", false},
+                                     {step_stream::cp, c.cp_wait_s, 'm', "cp wait", false},
+                                     {step_stream::dp, c.dp_comm_s, 'm', "zero3 param wait", false},
+                                     {step_stream::host, c.host_s, 'o', "host", false}};
+      if (!L_.overlap_p2p) segs.push_back({op.forward ? step_stream::pp_send_fwd : step_stream::pp_send_bwd, send_s(s, op), 'm', "send", true});
       return segs;
     };
     PipelineTasks tasks = append_pipeline_tasks(
@@ -534,7 +523,7 @@ class IterationGraph {
         const std::string name = std::to_string(ops[i].micro_batch) + "." + std::to_string(ops[i].chunk);
         if (ops[i].forward && off.offloaded[i]) {
           const double bytes = alpha * layers * micro_batch_layer_bytes(model_, L_, mbs[ops[i].micro_batch]);
-          copied_out[i] = graph_.add(TaskSpec{device, kCopyOutStream, cost_.p2p_s(bytes, Link::pcie),
+          copied_out[i] = graph_.add(TaskSpec{device, step_stream::copy_out, cost_.p2p_s(bytes, Link::pcie),
                                               {tasks.compute[s][i]}, -1, -1, "offload F" + name, 'm'});
           offload_bytes_[device] += 2 * bytes;
           const size_t waits = static_cast<size_t>(off.released_after[i]) + 1;
@@ -543,7 +532,7 @@ class IterationGraph {
           const int out = copied_out[off.forward_of[i]];
           std::vector<int> deps = {out};
           if (off.reload_at[i] >= 1) deps.push_back(tasks.done[s][off.reload_at[i] - 1]);
-          const int in = graph_.add(TaskSpec{device, kCopyInStream, graph_.task(out).duration_s, deps, -1, -1,
+          const int in = graph_.add(TaskSpec{device, step_stream::copy_in, graph_.task(out).duration_s, deps, -1, -1,
                                              "reload B" + name, 'm'});
           graph_.add_dep(tasks.compute[s][i], in);
         }
@@ -569,7 +558,7 @@ class IterationGraph {
       if (first == ops.size()) continue;
       int piece = -1, first_piece = -1;
       for (int k = 0; k < pieces; ++k) {
-        TaskSpec t{device, kParamGatherStream, cost_.collective_s(Collective::all_gather, chunk_bytes / pieces, group), {},
+        TaskSpec t{device, step_stream::param_gather, cost_.collective_s(Collective::all_gather, chunk_bytes / pieces, group), {},
                    -1, -1, "dp param all-gather chunk " + std::to_string(c), 'm'};
         set_contention(cost_, t, collective_sent_bytes(Collective::all_gather, chunk_bytes / pieces, group));
         piece = graph_.add(t);
@@ -649,7 +638,7 @@ class IterationGraph {
       std::vector<int> early_deps = {last > 0 ? tasks.done[s][last - 1] : last_task};
       for (auto [dur, deps] : {std::pair{early, early_deps}, std::pair{total_s - early, std::vector<int>{last_task}}}) {
         if (dur <= 0) continue;
-        TaskSpec t{first_device + s, kDpStream, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
+        TaskSpec t{first_device + s, step_stream::dp, dur, deps, -1, -1, "dp grad chunk " + std::to_string(c), 'm'};
         set_contention(cost_, t, collective_sent_bytes(kind, grad_bytes * dur / total_s, dp));
         grad_tasks_[s].push_back(graph_.add(t));
       }
@@ -672,7 +661,7 @@ class IterationGraph {
     const double bytes = L_.grad_bytes() * zero3_outside_params(s);
     const double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
                            cost_.collective_s(Collective::reduce_scatter, bytes, group);
-    TaskSpec t{first_device + s, kDpStream, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
+    TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
     set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));
   }

@@ -21,11 +21,10 @@
 #include "core/model/model.h"
 #include "core/plan/plan.h"
 #include "core/sim/engine.h"
+#include "core/sim/streams.h"
 
 namespace cpbench {
 
-// The streams of a layer's ops (the trace's tracks of one rank).
-enum class OpStream { compute, tp, cp, dp };
 
 struct LayerOp {
   std::string name;  // "qkv", "attention", "norm1", "tp all-gather", ...
@@ -101,7 +100,6 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops);
 // The task graph price_ops simulates: `copies` copies of `ops` on `device` (streams: compute 0,
 // tp 1, cp 2, dp 3, host 4), the host tasks of kind 'o'.
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device = 0);
-inline const std::vector<std::string> kLayerStreamNames = {"compute", "tp", "cp", "dp", "host"};
 
 // The zero-length op a ZeRO-3 layer ends with: it waits for the next layer's parameters, so its
 // wait is the exposed all-gather (PassCost::dp_comm_s).
