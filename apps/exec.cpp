@@ -151,26 +151,39 @@ Expected<ExecPlan> plan_from_args(const ExecArgs& a, Communicator& comm, const s
   return out;
 }
 
-// The time `runs` executions of the plan are predicted to take here, simulated with `preset`:
-// each round runs its groups' plans side by side on their own ranks, so a round lasts as its
-// slowest group; with `reference`, exec's single-device check follows (each rank computes its
-// group's whole attention: about the kernels of all the group's ranks one after the other). An
-// error naming the estimate and the limit when it is above --time-limit; otherwise rank 0 says it
-// when it is long. Every rank reaches the same verdict (the same simulation).
-Status check_predicted_time(const ExecArgs& a, const ExecPlan& ep, int rank, const std::filesystem::path& preset, int runs,
-                            bool reference) {
+// Every round's groups simulated with `preset`, index-aligned with ExecPlan::rounds.
+using RoundSims = std::vector<std::vector<AttentionSimResult>>;
+Expected<RoundSims> simulate_rounds(const ExecPlan& ep, const std::filesystem::path& preset, bool backward) {
   auto cost = load_cost_model(preset);
   if (!cost) return Error{preset.string(), "", cost.error_str()};
-  double step = 0, check = 0;
+  RoundSims out;
   for (const auto& groups : ep.rounds) {
-    double slowest = 0, slowest_with_check = 0, its_check = 0;
+    out.emplace_back();
     for (const PlanGroup& g : groups) {
-      auto sim = simulate_attention_plan(*g.attention, *cost, a.backward, Link::nvlink);
+      auto sim = simulate_attention_plan(*g.attention, *cost, backward, Link::nvlink);
       if (!sim) return sim.errors();
-      const double kernels = sim->serial_kernel_s();
-      slowest = std::max(slowest, sim->step_time_s);
-      if (sim->step_time_s + kernels > slowest_with_check) {
-        slowest_with_check = sim->step_time_s + kernels;
+      out.back().push_back(std::move(*sim));
+    }
+  }
+  return out;
+}
+
+// The time `runs` executions of the plan are predicted to take here (`sims`, simulated with
+// `preset`): each round runs its groups' plans side by side on their own ranks, so a round lasts
+// as its slowest group; with `reference`, exec's single-device check follows (each rank computes
+// its group's whole attention: about the kernels of all the group's ranks one after the other).
+// An error naming the estimate and the limit when it is above --time-limit; otherwise rank 0 says
+// it when it is long. Every rank reaches the same verdict (the same simulation).
+Status check_predicted_time(const ExecArgs& a, const RoundSims& sims, int rank, const std::filesystem::path& preset,
+                            int runs, bool reference) {
+  double step = 0, check = 0;
+  for (const auto& groups : sims) {
+    double slowest = 0, slowest_with_check = 0, its_check = 0;
+    for (const AttentionSimResult& sim : groups) {
+      const double kernels = sim.serial_kernel_s();
+      slowest = std::max(slowest, sim.step_time_s);
+      if (sim.step_time_s + kernels > slowest_with_check) {
+        slowest_with_check = sim.step_time_s + kernels;
         its_check = kernels;
       }
     }
@@ -180,7 +193,7 @@ Status check_predicted_time(const ExecArgs& a, const ExecPlan& ep, int rank, con
   const double total = runs * step + (reference ? check : 0);
   char what[400];
   std::snprintf(what, sizeof what, "predicted about %.3g s here: %d run%s of the plan%s at %.3g s%s (simulated with %s)",
-                total, runs, runs == 1 ? "" : "s", ep.rounds.size() > 1 ? "s of every round" : "", step,
+                total, runs, runs == 1 ? "" : "s", sims.size() > 1 ? "s of every round" : "", step,
                 reference ? (", the reference check " + std::to_string(static_cast<long long>(std::ceil(check))) + " s").c_str() : "",
                 preset.string().c_str());
   if (total > a.time_limit_s) {
@@ -267,15 +280,17 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   // rank returns 2 alike, and rank 0 says why.
   auto ep = plan_from_args(a, comm, experiments_dir);
   if (!ep) return refuse_input(rank, command, ep.error_str());
-  if (auto s = check_predicted_time(a, *ep, rank, hardware_preset_path("cpu_local", experiments_dir), 1, true); !s)
-    return refuse_input(rank, command, s.error_str());
+  const std::filesystem::path preset = hardware_preset_path("cpu_local", experiments_dir);
+  auto sims = simulate_rounds(*ep, preset, a.backward);
+  if (!sims) return refuse_input(rank, command, sims.error_str());
+  if (auto s = check_predicted_time(a, *sims, rank, preset, 1, true); !s) return refuse_input(rank, command, s.error_str());
   const Plan& plan = ep->planned.plan;
   if (rank == 0) std::fputs(header(a, *ep, comm.size()).c_str(), stdout);
   CpuAttentionKernels kernels;
   double ok = 1;
   std::string reference;
   for (size_t k = 0; k < ep->rounds.size(); ++k) {
-    auto run = execute_plan_round(plan, k, comm, kernels, GroupRunOptions{a.backward, true, a.seed});
+    auto run = execute_plan_round(plan, k, comm, kernels, a.seed, GroupRunOptions{a.backward, true});
     if (!run) fail("rank " + std::to_string(rank) + ", round " + std::to_string(k) + ": " + run.error_str());
     if (!run->idle()) {
       if (!run->run.ok()) ok = 0;
@@ -300,22 +315,31 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
   Communicator& comm = *world;
   const int rank = comm.rank();
   auto ep = plan_from_args(a, comm, experiments_dir);
-  std::filesystem::path preset_file = hardware_preset_path(preset, experiments_dir);
-  auto cost = load_cost_model(preset_file);
-  if (!ep || !cost) return refuse_input(rank, "validate", ep ? cost.error_str() : ep.error_str());
-  if (auto s = check_predicted_time(a, *ep, rank, preset_file, 4, false); !s)  // a warm-up and three timed runs
+  if (!ep) return refuse_input(rank, "validate", ep.error_str());
+  const std::filesystem::path preset_file = hardware_preset_path(preset, experiments_dir);
+  auto sims = simulate_rounds(*ep, preset_file, a.backward);
+  if (!sims) return refuse_input(rank, "validate", sims.error_str());
+  if (auto s = check_predicted_time(a, *sims, rank, preset_file, 4, false); !s)  // a warm-up and three timed runs
     return refuse_input(rank, "validate", s.error_str());
   const Plan& plan = ep->planned.plan;
-  // A warm-up run (page faults, thread start-up), then the best of three; a run is every round.
+  // Every round's group communicators made and inputs drawn once, outside the timed runs (as a job
+  // creates its groups at start-up); a warm-up run (page faults, thread start-up), then the best of three; a
+  // run is every round.
+  std::vector<RoundSeat> seats;
+  for (size_t k = 0; k < ep->rounds.size(); ++k) {
+    auto seat = take_round_seat(plan, k, comm, a.seed);
+    if (!seat) fail("rank " + std::to_string(rank) + ", round " + std::to_string(k) + ": " + seat.error_str());
+    seats.push_back(std::move(*seat));
+  }
   CpuAttentionKernels kernels;
   std::vector<double> best{1e30, 1e30};  // step, this rank's kernel time
   for (int run = 0; run < 4; ++run) {
     if (auto s = comm.barrier(); !s) fail(s.error_str());
     auto t0 = std::chrono::steady_clock::now();
     double kernel_s = 0;
-    for (size_t k = 0; k < ep->rounds.size(); ++k) {
-      auto r = execute_plan_round(plan, k, comm, kernels, GroupRunOptions{a.backward, false, a.seed});
-      if (!r) fail("rank " + std::to_string(rank) + ", round " + std::to_string(k) + ": " + r.error_str());
+    for (const RoundSeat& seat : seats) {
+      auto r = run_round_seat(seat, kernels, GroupRunOptions{a.backward, false});
+      if (!r) fail("rank " + std::to_string(rank) + ", round " + std::to_string(seat.round) + ": " + r.error_str());
       kernel_s += r->run.compute_s;
     }
     std::vector<double> step{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
@@ -329,16 +353,13 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
   // The same rounds simulated: a round lasts as its slowest group; a rank's kernels are its group's.
   double predicted = 0;
   std::vector<double> predicted_kernels(comm.size(), 0.0);
-  for (const auto& groups : ep->rounds) {
+  for (size_t k = 0; k < ep->rounds.size(); ++k) {
     double slowest = 0;
-    for (const PlanGroup& g : groups) {
-      auto sim = simulate_attention_plan(*g.attention, *cost, a.backward, Link::nvlink);
-      if (!sim) {
-        std::cerr << "cpbench validate: " << sim.error_str() << "\n";
-        return 1;
-      }
-      slowest = std::max(slowest, sim->step_time_s);
-      for (int64_t r = 0; r < g.cp; ++r) predicted_kernels[static_cast<size_t>(g.first_rank + r)] += sim->compute_s[r];
+    for (size_t i = 0; i < ep->rounds[k].size(); ++i) {
+      const PlanGroup& g = ep->rounds[k][i];
+      const AttentionSimResult& sim = (*sims)[k][i];
+      slowest = std::max(slowest, sim.step_time_s);
+      for (int64_t r = 0; r < g.cp; ++r) predicted_kernels[static_cast<size_t>(g.first_rank + r)] += sim.compute_s[r];
     }
     predicted += slowest;
   }

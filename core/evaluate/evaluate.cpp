@@ -307,7 +307,8 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
     std::vector<double> wrong_here{0};
     CheckResult mine;
     if (member) {
-      auto run = run_attention_group(a, **sub, kernels, GroupRunOptions{true, true, 1});
+      const OwnedInputs inputs = make_attention_inputs(a, 1);
+      auto run = run_attention_group(a, **sub, kernels, inputs, GroupRunOptions{true, true});
       if (!run) return fail("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + run.error_str());
       result[0] = run->seconds;
       result[1] = run->bytes_match() ? 0 : 1;

@@ -4,6 +4,7 @@
 
 #include "core/experiment/registry.h"
 #include "core/hardware/hardware.h"
+#include "core/layouts/cp_layouts.h"
 #include "core/workload/length_profile.h"
 #include "core/workload/mask.h"
 
@@ -14,12 +15,6 @@ Error flag_error(const std::string& flag, const std::string& why) { return Error
 
 }  // namespace
 
-std::string comm_type_of_layout(const std::string& layout) {
-  if (layout == "zigzag") return "p2p";
-  if (layout == "all_gather" || layout == "a2a" || layout == "a2a+p2p") return layout;
-  return "";
-}
-
 Expected<PointConfig> exec_point(const ExecArgs& a, int ranks, const std::filesystem::path& experiments_dir) {
   PointConfig p;
   p.id = "exec";
@@ -27,8 +22,7 @@ Expected<PointConfig> exec_point(const ExecArgs& a, int ranks, const std::filesy
   if (!cluster) return cluster.errors();
   p.cluster = std::move(*cluster);
   // --gpus-per-node: the ranks a simulated node holds (0: every rank on one node).
-  p.cluster.gpus_per_node = a.gpus_per_node > 0 ? std::min(a.gpus_per_node, ranks) : ranks;
-  p.cluster.nic_bandwidth_Gbps_per_gpu = p.cluster.nics_per_node * p.cluster.nic_bandwidth_Gbps / p.cluster.gpus_per_node;
+  p.cluster.set_gpus_per_node(a.gpus_per_node > 0 ? std::min(a.gpus_per_node, ranks) : ranks);
 
   ModelShape& m = p.model;
   m.name = "exec";
@@ -58,7 +52,8 @@ Expected<PointConfig> exec_point(const ExecArgs& a, int ranks, const std::filesy
   L.dcp_block_tokens = a.block_tokens;
   L.max_seqlen_per_dp_cp_rank = a.max_seqlen_per_rank;
   if (a.dynamic_cp) {
-    L.cp_comm_type = comm_type_of_layout(a.layout);
+    const CpLayout* row = find_cp_layout(a.layout);
+    L.cp_comm_type = row ? row->te_comm_type : "";
     if (L.cp_comm_type.empty())
       return flag_error("--layout", "--dynamic-cp runs its groups as TransformerEngine does: zigzag (cp_comm_type "
                                     "p2p), all_gather, a2a or a2a+p2p; got " + a.layout);

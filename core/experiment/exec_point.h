@@ -43,14 +43,11 @@ struct ExecArgs {
   // with the machine's preset must be predicted to end within this many seconds.
   double time_limit_s = 600;
   // --dynamic-cp: strategy dynamic_cp over the job's ranks (max_seqlen_per_dp_cp_rank =
-  // max_seqlen_per_rank); every round's groups run on their ranks.
+  // max_seqlen_per_rank); every round's groups run on their ranks, as the layout table's
+  // TransformerEngine cp_comm_type of `layout` (CpLayout::te_comm_type: zigzag is p2p's).
   bool dynamic_cp = false;
   int64_t max_seqlen_per_rank = 0;
 };
-
-// The TransformerEngine cp_comm_type that runs `layout` as a Dynamic-CP group's layout (zigzag is
-// p2p's), or "" when none does (ring, double_ring, single, dcp).
-std::string comm_type_of_layout(const std::string& layout);
 
 // The point of `args` on `ranks` ranks (GPUs of the cpu_local preset, --gpus-per-node to a node).
 Expected<PointConfig> exec_point(const ExecArgs& args, int ranks, const std::filesystem::path& experiments_dir);

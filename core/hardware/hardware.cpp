@@ -244,7 +244,7 @@ ClusterSpec parse_hardware(JsonObject& o) {
   }
   o.finish();
 
-  c.nic_bandwidth_Gbps_per_gpu = c.nics_per_node * c.nic_bandwidth_Gbps / c.gpus_per_node;
+  c.set_gpus_per_node(c.gpus_per_node);
   c.sources["nic_bandwidth_Gbps_per_gpu"] =
       "derived: nics_per_node × nic_bandwidth_Gbps / gpus_per_node";
   return c;

@@ -119,6 +119,11 @@ struct ClusterSpec {
   double nvlink_bandwidth_GBps() const { return gpu.nvlink_bandwidth_GBps; }
   double pcie_bandwidth_GBps() const { return gpu.pcie_bandwidth_GBps; }
   int nodes_for(int gpus) const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
+  // Sets gpus_per_node and the NIC share it derives (nic_bandwidth_Gbps_per_gpu).
+  void set_gpus_per_node(int gpus) {
+    gpus_per_node = gpus;
+    nic_bandwidth_Gbps_per_gpu = nics_per_node * nic_bandwidth_Gbps / gpus_per_node;
+  }
   bool operator==(const ClusterSpec&) const = default;
 };
 

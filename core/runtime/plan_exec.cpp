@@ -57,10 +57,9 @@ Expected<std::vector<PlanGroup>> plan_round_groups(const Plan& plan, size_t k) {
 }
 
 Expected<GroupRun> run_attention_group(const AttentionPlan& plan, Communicator& group, AttentionKernels& kernels,
-                                       const GroupRunOptions& options) {
+                                       const OwnedInputs& inputs, const GroupRunOptions& options) {
   if (group.size() != plan.ranks)
     return runtime_error("a plan of " + std::to_string(plan.ranks) + " ranks on a group of " + std::to_string(group.size()));
-  const OwnedInputs inputs = make_attention_inputs(plan, options.seed);
   GroupRun run;
   if (auto s = group.barrier(); !s) return s.errors();
   const auto t0 = std::chrono::steady_clock::now();
@@ -96,8 +95,7 @@ uint64_t group_seed(uint64_t seed, size_t k, int64_t first_rank) {
   return mix.next_u64();
 }
 
-Expected<RoundRun> execute_plan_round(const Plan& plan, size_t k, Communicator& world, AttentionKernels& kernels,
-                                      const GroupRunOptions& options) {
+Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed) {
   // Checked on every rank before any collective: a bad round stops every rank alike.
   if (static_cast<int64_t>(plan.micro_batches.size()) > world.size())
     return runtime_error("the plan has " + std::to_string(plan.micro_batches.size()) + " DP×CP ranks; the job has " +
@@ -105,7 +103,9 @@ Expected<RoundRun> execute_plan_round(const Plan& plan, size_t k, Communicator& 
   auto groups = plan_round_groups(plan, k);
   if (!groups) return groups.errors();
   const int me = world.rank();
-  RoundRun out;
+  RoundSeat seat;
+  seat.round = k;
+  RoundRun& out = seat.place;
   for (size_t i = 0; i < groups->size(); ++i) {
     const PlanGroup& g = (*groups)[i];
     if (me >= g.first_rank && me < g.first_rank + g.cp) {
@@ -117,18 +117,33 @@ Expected<RoundRun> execute_plan_round(const Plan& plan, size_t k, Communicator& 
   const int color = out.idle() ? world.size() + me : static_cast<int>(out.where.first_rank);
   auto sub = world.split(color, me);
   if (!sub) return sub.errors();
-  if (out.idle()) return out;
-  Communicator& comm = **sub;
-  out.group_rank = comm.rank();
-  if (comm.size() != out.where.cp || comm.rank() != me - out.where.first_rank)
+  if (out.idle()) return seat;
+  seat.group = std::move(*sub);
+  out.group_rank = seat.group->rank();
+  if (seat.group->size() != out.where.cp || seat.group->rank() != me - out.where.first_rank)
     return runtime_error("rank " + std::to_string(me) + " of " + group_name(k, out.where) + " became rank " +
-                         std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + " after the split");
-  GroupRunOptions o = options;
-  o.seed = group_seed(options.seed, k, out.where.first_rank);
-  auto run = run_attention_group(*out.where.attention, comm, kernels, o);
-  if (!run) return runtime_error("rank " + std::to_string(me) + " in " + group_name(k, out.where) + ": " + run.error_str());
+                         std::to_string(seat.group->rank()) + " of " + std::to_string(seat.group->size()) +
+                         " after the split");
+  seat.inputs = make_attention_inputs(*out.where.attention, group_seed(seed, k, out.where.first_rank));
+  return seat;
+}
+
+Expected<RoundRun> run_round_seat(const RoundSeat& seat, AttentionKernels& kernels, const GroupRunOptions& options) {
+  RoundRun out = seat.place;
+  if (seat.idle()) return out;
+  auto run = run_attention_group(*out.where.attention, *seat.group, kernels, seat.inputs, options);
+  if (!run)
+    return runtime_error("rank " + std::to_string(out.where.first_rank + out.group_rank) + " in " +
+                         group_name(seat.round, out.where) + ": " + run.error_str());
   out.run = std::move(*run);
   return out;
+}
+
+Expected<RoundRun> execute_plan_round(const Plan& plan, size_t k, Communicator& world, AttentionKernels& kernels,
+                                      uint64_t seed, const GroupRunOptions& options) {
+  auto seat = take_round_seat(plan, k, world, seed);
+  if (!seat) return seat.errors();
+  return run_round_seat(*seat, kernels, options);
 }
 
 }  // namespace cpbench

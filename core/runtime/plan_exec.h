@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,6 @@ Expected<std::vector<PlanGroup>> plan_round_groups(const Plan& plan, size_t k);
 struct GroupRunOptions {
   bool backward = true;
   bool check = true;  // compare every home slice with the reference (validate's timed runs do not)
-  uint64_t seed = 1;  // the inputs (make_attention_inputs)
 };
 
 // One member's run of its group's plan, and how it compares with the plan and the reference.
@@ -58,11 +58,12 @@ struct GroupRun {
   bool ok() const { return bytes_match() && results_match(); }
 };
 
-// Runs `plan` on `group` (plan.ranks ranks, every member calling it): a barrier, the plan forward
-// and, with options.backward, backward on `kernels`, then the check. Every member draws the whole
-// batch's inputs from options.seed and computes the reference itself, so no result travels.
+// Runs `plan` on `group` (plan.ranks ranks, every member calling it) over `inputs` (the whole
+// batch, make_attention_inputs, the same on every member): a barrier, the plan forward and, with
+// options.backward, backward on `kernels`, then the check; every member computes the reference
+// itself, so no result travels.
 Expected<GroupRun> run_attention_group(const AttentionPlan& plan, Communicator& group, AttentionKernels& kernels,
-                                       const GroupRunOptions& options);
+                                       const OwnedInputs& inputs, const GroupRunOptions& options);
 
 // What one rank did in a round.
 struct RoundRun {
@@ -77,12 +78,28 @@ struct RoundRun {
 // the plan put it, so every rank of the group draws the same and two groups draw different data.
 uint64_t group_seed(uint64_t seed, size_t k, int64_t first_rank);
 
-// Runs round k on `world` (every rank calls it; world rank r is DP×CP rank r, ranks beyond the
-// plan's are idle): the round's groups are checked first (an Error there is returned by every rank
-// before any communication, as is a world smaller than the plan), then world.split by group, and
-// each group runs its plan (run_attention_group, inputs from group_seed). An Error after the split
-// is a runtime failure of this rank (a peer timed out, ...).
+// This rank's seat in round k: its group, the group's communicator and inputs (none when idle).
+struct RoundSeat {
+  size_t round = 0;
+  RoundRun place;  // group, where, group_rank; its run empty
+  std::unique_ptr<Communicator> group;
+  OwnedInputs inputs;  // drawn from group_seed(seed, round, first rank)
+  bool idle() const { return place.idle(); }
+};
+
+// Takes this rank's seat in round k of `world` (every rank calls it; world rank r is DP×CP rank r,
+// ranks beyond the plan's are idle): the round's groups are checked first (an Error there is
+// returned by every rank before any communication, as is a world smaller than the plan), then
+// world.split by group, and the group's inputs drawn. A seat runs its round as often as asked
+// (validate times runs without the split and the drawing).
+Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed);
+
+// Runs the seat's group's plan on its inputs (run_attention_group); an idle seat returns its idle
+// place. An Error is a runtime failure of this rank (a peer timed out, ...).
+Expected<RoundRun> run_round_seat(const RoundSeat& seat, AttentionKernels& kernels, const GroupRunOptions& options);
+
+// take_round_seat, then run_round_seat once.
 Expected<RoundRun> execute_plan_round(const Plan& plan, size_t k, Communicator& world, AttentionKernels& kernels,
-                                      const GroupRunOptions& options);
+                                      uint64_t seed, const GroupRunOptions& options);
 
 }  // namespace cpbench

@@ -121,7 +121,7 @@ int expect_plan_rounds_run(const Plan& plan, int ranks, const std::string& what)
     auto st = run_thread_ranks(
         ranks,
         [&](Communicator& world) -> Status {
-          auto run = execute_plan_round(plan, k, world, kernels, GroupRunOptions{true, true, 7});
+          auto run = execute_plan_round(plan, k, world, kernels, 7, GroupRunOptions{true, true});
           if (!run) return run.errors();
           runs[static_cast<size_t>(world.rank())] = *run;
           return ok_status();
@@ -208,7 +208,7 @@ TEST(ExecutedPlans, MalformedRoundsAreRefusedOnEveryRank) {
     auto st = run_thread_ranks(
         4,
         [&](Communicator& world) -> Status {
-          auto r = execute_plan_round(*plan, 0, world, kernels, {});
+          auto r = execute_plan_round(*plan, 0, world, kernels, 1, {});
           return r ? ok_status() : Status(r.errors());
         },
         std::chrono::seconds(20));
@@ -221,7 +221,7 @@ TEST(ExecutedPlans, MalformedRoundsAreRefusedOnEveryRank) {
   auto st = run_thread_ranks(
       2,
       [&](Communicator& world) -> Status {
-        auto r = execute_plan_round(good, 0, world, kernels, {});
+        auto r = execute_plan_round(good, 0, world, kernels, 1, {});
         return r ? ok_status() : Status(r.errors());
       },
       std::chrono::seconds(20));
