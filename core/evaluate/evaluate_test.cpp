@@ -66,12 +66,12 @@ TEST(Backends, UnknownBackendIsAnErrorListingTheKnownOnes) {
 class PlantedKernels final : public AttentionKernels {
  public:
   explicit PlantedKernels(bool wrong) : wrong_(wrong), cpu_(one_thread()) {}
-  kernels::PartialOutput tile_forward(const kernels::TileInput& tile) override { return cpu_.tile_forward(tile); }
-  void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
-                     const float* dout, float* dq, float* dk, float* dv) override {
-    cpu_.tile_backward(tile, out, lse, lse_stride, dout, dq, dk, dv);
+  TensorOps& memory() override { return cpu_.memory(); }
+  void tile_forward(const ForwardCall& call) override { cpu_.tile_forward(call); }
+  void tile_backward(const BackwardCall& call) override {
+    cpu_.tile_backward(call);
     if (wrong_ && !planted_) {
-      dk[0] += 1.0f;
+      call.dk[0] += 1.0f;
       planted_ = true;
     }
   }

@@ -67,6 +67,10 @@ class Communicator {
   virtual int size() const = 0;
   // The rank of `rank` in the world (MPI_COMM_WORLD): error messages name both.
   virtual int world_rank_of(int rank) const = 0;
+  // True when posted messages move only while this rank is inside the library (MPI's rendezvous
+  // protocol): a caller that computes while transfers are pending must test them now and then.
+  // Thread ranks deliver at the send, NCCL on its own stream: they need no host progress.
+  virtual bool needs_host_progress() const { return false; }
 
   // Deadline of every blocking call (waits, collectives). A wait that passes it returns an error
   // naming the peer it waited for; see healthy() for what is left usable afterwards.

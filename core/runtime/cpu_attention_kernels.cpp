@@ -3,13 +3,12 @@
 
 namespace cpbench {
 
-kernels::PartialOutput CpuAttentionKernels::tile_forward(const kernels::TileInput& tile) {
-  return kernels::flash_tile_forward(tile, config_);
+void CpuAttentionKernels::tile_forward(const ForwardCall& c) {
+  kernels::flash_tile_forward(c.tile, c.out, c.lse, c.tile.rows_q, config_);
 }
 
-void CpuAttentionKernels::tile_backward(const kernels::TileInput& tile, const float* out, const float* lse,
-                                        int64_t lse_stride, const float* dout, float* dq, float* dk, float* dv) {
-  kernels::flash_tile_backward(tile, out, lse, lse_stride, dout, dq, dk, dv, config_);
+void CpuAttentionKernels::tile_backward(const BackwardCall& c) {
+  kernels::flash_tile_backward(c.tile, c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk, c.dv, config_);
 }
 
 Expected<ExecutionReport> execute_attention(const AttentionPlan& plan, Communicator& comm, const AttentionInputs& in,

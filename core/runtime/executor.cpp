@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace cpbench {
@@ -20,155 +19,103 @@ constexpr int kRelayTagOffset = 100;
 // collective_exchange: an all-to-all's tag also carries its element size (2 or 4 bytes).
 constexpr int kElementTagStride = 1000;
 
-// A held piece of data: `x` [tokens, heads_units, width] and, for K/V, O/LSE and dK/dV, a second
-// array `y` (V [tokens, heads_units, width]; LSE [heads, tokens]).
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A held piece of data, in the kernels' memory: `x` [tokens, heads_units, width] and, for K/V,
+// O/LSE and dK/dV, a second array `y` (V [tokens, heads_units, width]; LSE [heads, tokens]).
 struct Entry {
   AttnSlice slice;
-  std::vector<float> x, y;
+  FloatBuffer x, y;
 };
 
 struct Shape {
   int32_t heads_div;  // 1 for query-head tensors, g for K/V
   int64_t width;      // d
   bool lse_second;    // y is an LSE [heads, tokens] instead of a second [tokens, heads, d]
+  bool second;        // y exists
 };
 
 Shape shape_of(const AttentionPlan& p, AttnTensor t) {
   switch (t) {
     case AttnTensor::kv:
-    case AttnTensor::dkv: return {p.group(), p.head_dim, false};
-    case AttnTensor::out: return {1, p.head_dim, true};
-    default: return {1, p.head_dim, false};
-  }
-}
-bool has_second(AttnTensor t) { return t == AttnTensor::kv || t == AttnTensor::dkv || t == AttnTensor::out; }
-
-// bf16 of an fp32 value, rounded to nearest even (NaN kept a NaN): what a 16-bit training step
-// puts on the wire. The CPU kernels compute in fp32; only transfers carry the plan's dtype.
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// One transfer's message: x's values, then y's (values, or an fp32 LSE for `out`), each value
-// at plan.wire_bytes(t). Its size is transfer_bytes(plan, transfer) exactly.
-std::vector<std::byte> encode(const AttentionPlan& p, AttnTensor t, const std::vector<float>& x,
-                              const std::vector<float>& y) {
-  const bool lse = shape_of(p, t).lse_second;
-  const size_t vb = static_cast<size_t>(p.wire_bytes(t));
-  std::vector<std::byte> msg(x.size() * vb + y.size() * (lse ? 4 : vb));
-  std::byte* at = msg.data();
-  auto put = [&](const std::vector<float>& a, size_t bytes) {
-    if (a.empty()) return;  // memcpy from an empty vector's null data() is undefined behaviour
-    if (bytes == 4) {
-      std::memcpy(at, a.data(), a.size() * 4);
-    } else {
-      for (size_t i = 0; i < a.size(); ++i) {
-        const uint16_t h = to_bf16(a[i]);
-        std::memcpy(at + 2 * i, &h, 2);
-      }
-    }
-    at += a.size() * bytes;
-  };
-  put(x, vb);
-  put(y, lse ? 4 : vb);
-  return msg;
-}
-
-// A message's floats, decoded from encode's layout into x (`x_values` of them) and y (the rest).
-void decode(const AttentionPlan& p, AttnTensor t, const std::vector<std::byte>& msg, size_t x_values,
-            std::vector<float>& x, std::vector<float>& y) {
-  const bool lse = shape_of(p, t).lse_second;
-  const size_t vb = static_cast<size_t>(p.wire_bytes(t));
-  const size_t y_bytes = msg.size() - x_values * vb;
-  x.resize(x_values);
-  y.resize(y_bytes / (lse ? 4 : vb));
-  const std::byte* at = msg.data();
-  auto get = [&](float* a, size_t n, size_t bytes) {
-    if (n == 0) return;  // an empty part: no pointer to copy to or from
-    if (bytes == 4) {
-      std::memcpy(a, at, n * 4);
-    } else {
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, at + 2 * i, 2);
-        a[i] = from_bf16(h);
-      }
-    }
-    at += n * bytes;
-  };
-  get(x.data(), x.size(), vb);
-  get(y.data(), y.size(), lse ? 4 : vb);
-}
-
-// Copies the rows and heads of `sub` out of `e` (which contains it).
-void extract(const Entry& e, const AttnSlice& sub, const Shape& s, std::vector<float>& x, std::vector<float>* y) {
-  const int64_t eh = e.slice.heads() / s.heads_div, sh = sub.heads() / s.heads_div;
-  const int64_t h0 = (sub.head_begin - e.slice.head_begin) / s.heads_div;
-  const int64_t t0 = sub.tok_begin - e.slice.tok_begin;
-  x.resize(static_cast<size_t>(sub.tokens() * sh * s.width));
-  for (int64_t t = 0; t < sub.tokens(); ++t)
-    std::copy_n(&e.x[((t0 + t) * eh + h0) * s.width], sh * s.width, &x[t * sh * s.width]);
-  if (!y) return;
-  if (s.lse_second) {
-    y->resize(static_cast<size_t>(sh * sub.tokens()));
-    for (int64_t h = 0; h < sh; ++h)
-      std::copy_n(&e.y[(h0 + h) * e.slice.tokens() + t0], sub.tokens(), &(*y)[h * sub.tokens()]);
-  } else {
-    y->resize(x.size());
-    for (int64_t t = 0; t < sub.tokens(); ++t)
-      std::copy_n(&e.y[((t0 + t) * eh + h0) * s.width], sh * s.width, &(*y)[t * sh * s.width]);
+    case AttnTensor::dkv: return {p.group(), p.head_dim, false, true};
+    case AttnTensor::out: return {1, p.head_dim, true, true};
+    default: return {1, p.head_dim, false, false};
   }
 }
 
-// Adds `sub`'s rows (x, y packed like extract's output) into the entry that contains it.
-void accumulate(Entry& e, const AttnSlice& sub, const Shape& s, const float* x, const float* y) {
-  const int64_t eh = e.slice.heads() / s.heads_div, sh = sub.heads() / s.heads_div;
-  const int64_t h0 = (sub.head_begin - e.slice.head_begin) / s.heads_div;
-  const int64_t t0 = sub.tok_begin - e.slice.tok_begin;
-  for (int64_t t = 0; t < sub.tokens(); ++t)
-    for (int64_t i = 0; i < sh * s.width; ++i) {
-      e.x[((t0 + t) * eh + h0) * s.width + i] += x[t * sh * s.width + i];
-      if (y) e.y[((t0 + t) * eh + h0) * s.width + i] += y[t * sh * s.width + i];
-    }
+// Values of x per token of `s`, of x in all, and of y.
+int64_t row_values(const AttnSlice& s, const Shape& sh) { return s.heads() / sh.heads_div * sh.width; }
+int64_t x_values(const AttnSlice& s, const Shape& sh) { return s.tokens() * row_values(s, sh); }
+int64_t y_values(const AttnSlice& s, const Shape& sh) {
+  return !sh.second ? 0 : sh.lse_second ? int64_t{s.heads()} * s.tokens() : x_values(s, sh);
 }
 
-// LSE merge of a partial (o [tokens, heads, d], lse [heads, tokens]) into the rows of `e`.
-void merge_out(Entry& e, const AttnSlice& sub, int64_t d, const float* o, const float* lse) {
-  const int64_t eh = e.slice.heads(), sh = sub.heads();
-  const int64_t h0 = sub.head_begin - e.slice.head_begin, t0 = sub.tok_begin - e.slice.tok_begin;
-  for (int64_t h = 0; h < sh; ++h)
-    for (int64_t t = 0; t < sub.tokens(); ++t) {
-      const float lb = lse[h * sub.tokens() + t];
-      if (lb == kNegInf) continue;
-      float& la = e.y[(h0 + h) * e.slice.tokens() + t0 + t];
-      float* oa = &e.x[((t0 + t) * eh + h0 + h) * d];
-      const float* ob = &o[(t * sh + h) * d];
-      if (la == kNegInf) {
-        std::copy_n(ob, d, oa);
-        la = lb;
-        continue;
-      }
-      const float m = std::max(la, lb);
-      const float wa = std::exp(la - m), wb = std::exp(lb - m), sum = wa + wb;
-      for (int64_t i = 0; i < d; ++i) oa[i] = (wa * oa[i] + wb * ob[i]) / sum;
-      la = m + std::log(sum);
-    }
+// Where `part` (inside e.slice) sits in e: the offset and pitch of its x rows, and of its y rows
+// (LSE: one row of tokens per head).
+struct Place {
+  int64_t x_at, x_pitch, y_at, y_pitch;
+};
+Place place_of(const Entry& e, const AttnSlice& part, const Shape& sh) {
+  const int64_t t0 = part.tok_begin - e.slice.tok_begin, pitch = row_values(e.slice, sh);
+  const int64_t x_at = t0 * pitch + (part.head_begin - e.slice.head_begin) / sh.heads_div * sh.width;
+  if (!sh.lse_second) return {x_at, pitch, x_at, pitch};
+  return {x_at, pitch, (part.head_begin - e.slice.head_begin) * e.slice.tokens() + t0, e.slice.tokens()};
 }
+
+// The block operations of TensorOps on the part of one entry that lies in another.
+class Blocks {
+ public:
+  explicit Blocks(TensorOps& ops) : ops_(ops) {}
+
+  // An entry of zeros for slice s (for out: O = 0 and LSE = −inf).
+  Entry make(const AttnSlice& s, const Shape& sh) {
+    Entry e{s, ops_.floats(x_values(s, sh), 0.f), {}};
+    if (sh.second) e.y = ops_.floats(y_values(s, sh), sh.lse_second ? kNegInf : 0.f);
+    return e;
+  }
+  // to[part] = from[part], both arrays.
+  void copy(const Entry& from, Entry& to, const AttnSlice& part, const Shape& sh) {
+    const Place f = place_of(from, part, sh), t = place_of(to, part, sh);
+    ops_.copy({to.x.data() + t.x_at, t.x_pitch}, {from.x.data() + f.x_at, f.x_pitch}, part.tokens(),
+              row_values(part, sh));
+    if (!sh.second) return;
+    if (sh.lse_second)
+      ops_.copy({to.y.data() + t.y_at, t.y_pitch}, {from.y.data() + f.y_at, f.y_pitch}, part.heads(), part.tokens());
+    else
+      ops_.copy({to.y.data() + t.y_at, t.y_pitch}, {from.y.data() + f.y_at, f.y_pitch}, part.tokens(),
+                row_values(part, sh));
+  }
+  // to[part] += from[part] (gradients: no LSE).
+  void add(const Entry& from, Entry& to, const AttnSlice& part, const Shape& sh) {
+    const Place f = place_of(from, part, sh), t = place_of(to, part, sh);
+    ops_.add({to.x.data() + t.x_at, t.x_pitch}, {from.x.data() + f.x_at, f.x_pitch}, part.tokens(), row_values(part, sh));
+    if (sh.second)
+      ops_.add({to.y.data() + t.y_at, t.y_pitch}, {from.y.data() + f.y_at, f.y_pitch}, part.tokens(),
+               row_values(part, sh));
+  }
+  // LSE merge of a partial output (O and LSE of its whole slice) into the rows of `to` it covers.
+  void merge(const Entry& part, Entry& to, int64_t head_dim) {
+    const Shape sh{1, head_dim, true, true};
+    const Place f = place_of(part, part.slice, sh), t = place_of(to, part.slice, sh);
+    ops_.merge({{to.x.data() + t.x_at, t.x_pitch},
+                {to.y.data() + t.y_at, t.y_pitch},
+                {part.x.data() + f.x_at, f.x_pitch},
+                {part.y.data() + f.y_at, f.y_pitch},
+                part.slice.tokens(),
+                part.slice.heads(),
+                head_dim});
+  }
+
+ private:
+  TensorOps& ops_;
+};
 
 class Rank {
  public:
   Rank(const AttentionPlan& p, Communicator& c, AttentionKernels& k, const AttentionInputs& in)
-      : p_(p), comm_(c), kernels_(k), in_(in), offsets_(packed_offsets(p)), me_(c.rank()) {}
+      : p_(p), comm_(c), kernels_(k), ops_(k.memory()), blocks_(ops_), in_(in), offsets_(packed_offsets(p)),
+        me_(c.rank()) {}
 
   Status forward(ExecutionReport& rep);
   Status backward(ExecutionReport& rep);
@@ -199,111 +146,99 @@ class Rank {
     }
   }
 
-  // Copies `want` out of the entries that hold it, which may be several contiguous pieces (a KV
-  // range gathered from several ranks). False when some token of it is held nowhere.
-  bool assemble(AttnTensor t, const AttnSlice& want, std::vector<float>& x, std::vector<float>* y) {
+  // `want` as an entry of its own, copied out of the entries that hold it, which may be several
+  // contiguous pieces (a KV range gathered from several ranks). False when some token of it is
+  // held nowhere.
+  bool assemble(AttnTensor t, const AttnSlice& want, Entry& out) {
     const Shape sh = shape_of(p_, t);
+    out = blocks_.make(want, sh);
     if (const Entry* e = find(t, want)) {
-      extract(*e, want, sh, x, y);
+      blocks_.copy(*e, out, want, sh);
       return true;
     }
-    const int64_t row = (want.heads() / sh.heads_div) * sh.width;
-    x.assign(static_cast<size_t>(want.tokens() * row), 0.f);
-    if (y) y->assign(sh.lse_second ? static_cast<size_t>(want.heads() * want.tokens()) : x.size(), 0.f);
     std::vector<char> seen(static_cast<size_t>(want.tokens()), 0);
     for_each_piece(t, want, [&](const Entry& e, const AttnSlice& part) {
-      std::vector<float> px, py;
-      extract(e, part, sh, px, y ? &py : nullptr);
-      const int64_t off = part.tok_begin - want.tok_begin;
-      std::copy(px.begin(), px.end(), x.begin() + off * row);
-      if (y && sh.lse_second) {
-        for (int64_t hd = 0; hd < want.heads(); ++hd)
-          std::copy_n(&py[hd * part.tokens()], part.tokens(), &(*y)[hd * want.tokens() + off]);
-      } else if (y) {
-        std::copy(py.begin(), py.end(), y->begin() + off * row);
-      }
-      std::fill_n(seen.begin() + off, part.tokens(), 1);
+      blocks_.copy(e, out, part, sh);
+      std::fill_n(seen.begin() + (part.tok_begin - want.tok_begin), part.tokens(), 1);
     });
     return std::count(seen.begin(), seen.end(), 1) == want.tokens();
   }
 
-  // Adds a tile's gradient (rows of `slice`, packed) into the disjoint slots that cover it.
-  bool spread(AttnTensor t, const AttnSlice& slice, const Shape& sh, const float* x, const float* y) {
-    const int64_t row = (slice.heads() / sh.heads_div) * sh.width;
+  // Adds a tile's gradient (an entry of the tile's slice) into the disjoint slots that cover it.
+  bool spread(AttnTensor t, const Entry& grad) {
+    const Shape sh = shape_of(p_, t);
     int64_t covered = 0;
-    for_each_piece(t, slice, [&](Entry& e, const AttnSlice& part) {
-      const int64_t off = (part.tok_begin - slice.tok_begin) * row;
-      accumulate(e, part, sh, x + off, y ? y + off : nullptr);
+    for_each_piece(t, grad.slice, [&](Entry& e, const AttnSlice& part) {
+      blocks_.add(grad, e, part, sh);
       covered += part.tokens();
     });
-    return covered == slice.tokens();
+    return covered == grad.slice.tokens();
   }
 
-  // An entry of zeros (or, for out, O = 0 and LSE = −inf) for slice s.
+  // A new held entry of zeros (or, for out, O = 0 and LSE = −inf) for slice s.
   Entry& fresh(AttnTensor t, const AttnSlice& s) {
-    const Shape sh = shape_of(p_, t);
-    Entry e{s, std::vector<float>(static_cast<size_t>(s.tokens() * (s.heads() / sh.heads_div) * sh.width), 0.f), {}};
-    if (has_second(t))
-      e.y = sh.lse_second ? std::vector<float>(static_cast<size_t>(s.heads() * s.tokens()), kNegInf)
-                          : std::vector<float>(e.x.size(), 0.f);
-    store(t).push_back(std::move(e));
+    store(t).push_back(blocks_.make(s, shape_of(p_, t)));
     return store(t).back();
   }
-  // Loads a home slice (its tokens and heads) of a global tensor of `heads` heads per token.
+  // Loads a home slice (its tokens and heads) of a global host tensor of `heads` heads per token.
   void load_home(AttnTensor t, const AttnSlice& s, std::span<const float> a, std::span<const float> b, int32_t heads) {
     const Shape sh = shape_of(p_, t);
     Entry& e = fresh(t, s);
-    const int64_t row = heads * sh.width, h0 = s.head_begin / sh.heads_div * sh.width;
-    const int64_t n = s.heads() / sh.heads_div * sh.width;
-    for (int64_t k = 0; k < s.tokens(); ++k) {
-      const int64_t at = (offsets_[s.seq] + s.tok_begin + k) * row + h0;
-      std::copy_n(&a[at], n, &e.x[k * n]);
-      if (!b.empty()) std::copy_n(&b[at], n, &e.y[k * n]);
-    }
+    const int64_t pitch = heads * sh.width, n = row_values(s, sh);
+    const int64_t at = (offsets_[s.seq] + s.tok_begin) * pitch + s.head_begin / sh.heads_div * sh.width;
+    ops_.upload({e.x.data(), n}, {a.data() + at, pitch}, s.tokens(), n);
+    if (!b.empty()) ops_.upload({e.y.data(), n}, {b.data() + at, pitch}, s.tokens(), n);
+  }
+  std::vector<float> to_host(const FloatBuffer& b) {
+    std::vector<float> v(static_cast<size_t>(b.size()));
+    ops_.download(v, b.data());
+    return v;
   }
 
-  // Posts one transfer; `data` keeps the message alive until wait_all.
-  Status post(const AttnTransfer& tr, int tag, std::vector<Request>& reqs, std::vector<std::vector<std::byte>>& data,
-              std::vector<const AttnTransfer*>& incoming) {
+  // ---- messages: one transfer is x's values, then y's (values, or an fp32 LSE for `out`), each
+  // value at plan.wire_bytes(t); transfer_bytes(plan, transfer) in all.
+  Status encode_into(const AttnTransfer& tr, std::byte* at) {
+    const Entry* e = find(tr.tensor, tr.slice);
+    if (!e) return Error{"", "", std::string("rank ") + std::to_string(me_) + " does not hold the " +
+                                     attn_tensor_name(tr.tensor) + " it must send"};
     const Shape sh = shape_of(p_, tr.tensor);
-    if (tr.src == me_) {
-      const Entry* e = find(tr.tensor, tr.slice);
-      if (!e) return Error{"", "", std::string("rank ") + std::to_string(me_) + " does not hold the " +
-                                       attn_tensor_name(tr.tensor) + " it must send"};
-      std::vector<float> x, y;
-      extract(*e, tr.slice, sh, x, has_second(tr.tensor) ? &y : nullptr);
-      data.push_back(encode(p_, tr.tensor, x, y));
-      auto r = comm_.isend(std::span<const std::byte>(data.back()), tr.dst, tag);
-      if (!r) return r.errors();
-      reqs.push_back(std::move(*r));
+    Entry cut;
+    if (!(e->slice == tr.slice)) {
+      cut = blocks_.make(tr.slice, sh);
+      blocks_.copy(*e, cut, tr.slice, sh);
+      e = &cut;
     }
-    if (tr.dst == me_) {
-      data.emplace_back(static_cast<size_t>(transfer_bytes(p_, tr)));
-      auto r = comm_.irecv(std::span<std::byte>(data.back()), tr.src, tag);
-      if (!r) return r.errors();
-      reqs.push_back(std::move(*r));
-      incoming.push_back(&tr);
-    }
+    const int vb = p_.wire_bytes(tr.tensor);
+    const int64_t nx = x_values(tr.slice, sh);
+    ops_.encode(at, e->x.data(), nx, vb);
+    ops_.encode(at + nx * vb, e->y.data(), y_values(tr.slice, sh), sh.lse_second ? 4 : vb);
     return ok_status();
   }
-
-  // A received message of `tr` as an entry of its slice.
-  Entry unpack(const AttnTransfer& tr, const std::vector<std::byte>& msg) const {
+  Entry decode_from(const AttnTransfer& tr, const std::byte* at) {
     const Shape sh = shape_of(p_, tr.tensor);
-    const size_t first = static_cast<size_t>(tr.slice.tokens() * (tr.slice.heads() / sh.heads_div) * sh.width);
-    Entry e{tr.slice, {}, {}};
-    decode(p_, tr.tensor, msg, first, e.x, e.y);
+    Entry e = blocks_.make(tr.slice, sh);
+    const int vb = p_.wire_bytes(tr.tensor);
+    const int64_t nx = x_values(tr.slice, sh);
+    ops_.decode(e.x.data(), at, nx, vb);
+    ops_.decode(e.y.data(), at + nx * vb, y_values(tr.slice, sh), sh.lse_second ? 4 : vb);
     return e;
   }
+  int64_t message_bytes(const AttnTransfer& tr) const { return static_cast<int64_t>(transfer_bytes(p_, tr)); }
 
   // One phase's messages. open() posts every transfer of the list this rank sends or receives,
   // except its relay sends: poll() and close() post those, in list order, once the receive each
   // forwards is done, that receive's bytes being the relay's message. close() waits for all.
   struct Phase {
+    // A received transfer's message: `offset` bytes into buffer `data`.
+    struct Slot {
+      size_t data;
+      int64_t offset;
+    };
     std::vector<Request> reqs;
-    std::vector<std::vector<std::byte>> data;
+    std::vector<ByteBuffer> data;
     std::vector<const AttnTransfer*> incoming;
-    std::vector<size_t> slot, recv_req;                          // per incoming: data and request index
+    std::vector<Slot> slot;        // per incoming
+    std::vector<size_t> recv_req;  // per incoming (point-to-point): its request
     struct Relay {
       const AttnTransfer* tr;
       int tag;
@@ -313,21 +248,54 @@ class Rank {
     size_t next_relay = 0;
     // collective_exchange: the phase's all-to-alls, each one message to and from every peer (an
     // empty one included), as NCCL runs PyTorch's all_to_all_single: grouped send/recv with every
-    // rank. A received message holds the round's transfers from that peer in list order; it is cut
-    // into them once it has arrived. Relay rounds go out once this rank's direct rounds are in.
+    // rank. A received message holds the round's transfers from that peer in list order; each is
+    // a slot in it once it has arrived. Relay rounds go out once this rank's direct rounds are in.
     struct Merged {
       size_t req, data;
       std::vector<const AttnTransfer*> transfers;
     };
     std::vector<Merged> merged;
-    size_t merged_cut = 0;  // merged[0, merged_cut) are cut into ph.incoming already
+    size_t merged_cut = 0;  // merged[0, merged_cut) are slots in ph.incoming already
     std::vector<std::pair<int, std::vector<const AttnTransfer*>>> relay_rounds;  // (tag, list)
     bool relay_rounds_posted = true;
+
+    const std::byte* message(size_t i) const { return data[slot[i].data].data() + slot[i].offset; }
   };
+
+  // Posts one transfer this rank sends or receives.
+  Status post(Phase& ph, const AttnTransfer& tr, int tag) {
+    if (tr.src == me_) {
+      ByteBuffer msg = ops_.bytes(message_bytes(tr));
+      if (auto st = encode_into(tr, msg.data()); !st) return st;
+      ph.data.push_back(std::move(msg));
+      auto r = comm_.isend(std::span<const std::byte>(ph.data.back().span()), tr.dst, tag);
+      if (!r) return r.errors();
+      ph.reqs.push_back(std::move(*r));
+    }
+    if (tr.dst == me_) {
+      ph.data.push_back(ops_.bytes(message_bytes(tr)));
+      auto r = comm_.irecv(ph.data.back().span(), tr.src, tag);
+      if (!r) return r.errors();
+      ph.reqs.push_back(std::move(*r));
+      ph.incoming.push_back(&tr);
+      ph.slot.push_back({ph.data.size() - 1, 0});
+      ph.recv_req.push_back(ph.reqs.size() - 1);
+    }
+    return ok_status();
+  }
+
+  // Runs `post` (which posts sends and receives) as one batch of the communicator (NCCL's group).
+  template <class Post>
+  Status batch(Post post) {
+    if (auto st = comm_.group_start(); !st) return st;
+    Status st = post();
+    Status end = comm_.group_end();
+    return !st ? st : end;
+  }
+
   template <class TagOf>
   Status open(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
     if (p_.collective_exchange) return open_all_to_alls(ph, list, tag_of);
-    ph.data.reserve(2 * list.size());
     const Status posted = batch([&]() -> Status {
       for (const auto& tr : list) {
         if (tr.src != me_ && tr.dst != me_) continue;
@@ -336,11 +304,7 @@ class Rank {
           ph.relays.push_back({&tr, tag});
           continue;
         }
-        if (auto st = post(tr, tag, ph.reqs, ph.data, ph.incoming); !st) return st;
-        if (tr.dst == me_) {
-          ph.slot.push_back(ph.data.size() - 1);
-          ph.recv_req.push_back(ph.reqs.size() - 1);
-        }
+        if (auto st = post(ph, tr, tag); !st) return st;
       }
       return ok_status();
     });
@@ -374,82 +338,62 @@ class Rank {
     return rounds;
   }
   // Posts one all-to-all: to every peer the round's transfers this rank sends it, packed in list
-  // order (payload(tr) gives each one's bytes), and from every peer what it sends this rank.
-  // Runs `post` (which posts sends and receives) as one batch of the communicator (NCCL's group).
-  template <class Post>
-  Status batch(Post post) {
-    if (auto st = comm_.group_start(); !st) return st;
-    Status st = post();
-    Status end = comm_.group_end();
-    return !st ? st : end;
-  }
-
+  // order (payload(tr, at) writes each one's bytes at `at`), and from every peer what it sends
+  // this rank; one batch of the communicator.
   template <class Payload>
   Status post_all_to_all(Phase& ph, int tag, const std::vector<const AttnTransfer*>& round, Payload payload) {
-    return batch([&] { return post_all_to_all_unbatched(ph, tag, round, payload); });
-  }
-  template <class Payload>
-  Status post_all_to_all_unbatched(Phase& ph, int tag, const std::vector<const AttnTransfer*>& round, Payload payload) {
-    for (int32_t peer = 0; peer < p_.ranks; ++peer) {
-      if (peer == me_) continue;
-      std::vector<std::byte> out;
-      Phase::Merged in{0, 0, {}};
-      size_t in_bytes = 0;
-      for (const AttnTransfer* tr : round) {
-        if (tr->src == me_ && tr->dst == peer) {
-          auto bytes = payload(*tr);
-          if (!bytes) return bytes.errors();
-          out.insert(out.end(), bytes->begin(), bytes->end());
+    return batch([&]() -> Status {
+      for (int32_t peer = 0; peer < p_.ranks; ++peer) {
+        if (peer == me_) continue;
+        Phase::Merged in{0, 0, {}};
+        int64_t out_bytes = 0, in_bytes = 0;
+        for (const AttnTransfer* tr : round) {
+          if (tr->src == me_ && tr->dst == peer) out_bytes += message_bytes(*tr);
+          if (tr->dst == me_ && tr->src == peer) {
+            in.transfers.push_back(tr);
+            in_bytes += message_bytes(*tr);
+          }
         }
-        if (tr->dst == me_ && tr->src == peer) {
-          in.transfers.push_back(tr);
-          in_bytes += static_cast<size_t>(transfer_bytes(p_, *tr));
-        }
+        ByteBuffer out = ops_.bytes(out_bytes);
+        int64_t at = 0;
+        for (const AttnTransfer* tr : round)
+          if (tr->src == me_ && tr->dst == peer) {
+            if (auto st = payload(*tr, out.data() + at); !st) return st;
+            at += message_bytes(*tr);
+          }
+        ph.data.push_back(std::move(out));
+        auto r = comm_.isend(std::span<const std::byte>(ph.data.back().span()), peer, tag);
+        if (!r) return r.errors();
+        ph.reqs.push_back(std::move(*r));
+        ph.data.push_back(ops_.bytes(in_bytes));
+        in.data = ph.data.size() - 1;
+        auto q = comm_.irecv(ph.data.back().span(), peer, tag);
+        if (!q) return q.errors();
+        ph.reqs.push_back(std::move(*q));
+        in.req = ph.reqs.size() - 1;
+        ph.merged.push_back(std::move(in));
       }
-      ph.data.push_back(std::move(out));
-      auto r = comm_.isend(std::span<const std::byte>(ph.data.back()), peer, tag);
-      if (!r) return r.errors();
-      ph.reqs.push_back(std::move(*r));
-      ph.data.emplace_back(in_bytes);
-      in.data = ph.data.size() - 1;
-      auto q = comm_.irecv(std::span<std::byte>(ph.data.back()), peer, tag);
-      if (!q) return q.errors();
-      ph.reqs.push_back(std::move(*q));
-      in.req = ph.reqs.size() - 1;
-      ph.merged.push_back(std::move(in));
-    }
-    return ok_status();
+      return ok_status();
+    });
   }
   template <class TagOf>
   Status open_all_to_alls(Phase& ph, const std::vector<AttnTransfer>& list, TagOf tag_of) {
-    ph.data.reserve(4 * static_cast<size_t>(p_.ranks) + 2 * list.size());
     for (const auto& [tag, round] : all_to_all_rounds(list, tag_of, false)) {
-      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr) -> Expected<std::vector<std::byte>> {
-        const Entry* e = find(tr.tensor, tr.slice);
-        if (!e) return Error{"", "", std::string("rank ") + std::to_string(me_) + " does not hold the " +
-                                         attn_tensor_name(tr.tensor) + " it must send"};
-        std::vector<float> x, y;
-        extract(*e, tr.slice, shape_of(p_, tr.tensor), x, has_second(tr.tensor) ? &y : nullptr);
-        return encode(p_, tr.tensor, x, y);
-      });
+      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr, std::byte* at) { return encode_into(tr, at); });
       if (!st) return st;
     }
     ph.relay_rounds = all_to_all_rounds(list, tag_of, true);
     ph.relay_rounds_posted = ph.relay_rounds.empty();
     return ok_status();
   }
-  // Cuts the merged messages not cut yet (all arrived) into their transfers (ph.incoming, ph.slot).
+  // Makes the merged messages not cut yet (all arrived) into slots of their transfers.
   void split_arrived(Phase& ph) {
     for (size_t m = ph.merged_cut; m < ph.merged.size(); ++m) {
-      const Phase::Merged& in = ph.merged[m];
-      size_t at = 0;
-      for (const AttnTransfer* tr : in.transfers) {
-        const size_t n = static_cast<size_t>(transfer_bytes(p_, *tr));
-        const auto begin = ph.data[in.data].begin() + static_cast<std::ptrdiff_t>(at);
-        ph.data.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(n));
-        at += n;
+      int64_t at = 0;
+      for (const AttnTransfer* tr : ph.merged[m].transfers) {
         ph.incoming.push_back(tr);
-        ph.slot.push_back(ph.data.size() - 1);
+        ph.slot.push_back({ph.merged[m].data, at});
+        at += message_bytes(*tr);
       }
     }
     ph.merged_cut = ph.merged.size();
@@ -471,10 +415,12 @@ class Rank {
     split_arrived(ph);
     ph.relay_rounds_posted = true;
     for (const auto& [tag, round] : ph.relay_rounds) {
-      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr) -> Expected<std::vector<std::byte>> {
+      auto st = post_all_to_all(ph, tag, round, [&](const AttnTransfer& tr, std::byte* at) -> Status {
         for (size_t i = 0; i < ph.incoming.size(); ++i)
-          if (!ph.incoming[i]->relay && ph.incoming[i]->tensor == tr.tensor && ph.incoming[i]->slice == tr.slice)
-            return ph.data[ph.slot[i]];
+          if (!ph.incoming[i]->relay && ph.incoming[i]->tensor == tr.tensor && ph.incoming[i]->slice == tr.slice) {
+            ops_.copy_bytes(at, ph.message(i), message_bytes(tr));
+            return ok_status();
+          }
         return Error{"", "", "rank " + std::to_string(me_) + " relays a " + attn_tensor_name(tr.tensor) +
                                  " it does not receive in the phase (a plan error)"};
       });
@@ -495,7 +441,8 @@ class Rank {
         if (!done) return done.errors();
         if (!*done) break;
       }
-      auto r = comm_.isend(std::span<const std::byte>(ph.data[ph.slot[relay.from]]), relay.tr->dst, relay.tag);
+      const std::span<const std::byte> msg(ph.message(relay.from), static_cast<size_t>(message_bytes(*relay.tr)));
+      auto r = comm_.isend(msg, relay.tr->dst, relay.tag);
       if (!r) return r.errors();
       ph.reqs.push_back(std::move(*r));
     }
@@ -515,7 +462,7 @@ class Rank {
     if (auto st = post_relays(ph, true); !st) return st;
     if (auto st = comm_.wait_all(ph.reqs); !st) return st;
     split_arrived(ph);  // collective_exchange: what the last rounds brought
-    rep.wait_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    rep.wait_s += seconds_since(t0);
     return ok_status();
   }
 
@@ -525,49 +472,45 @@ class Rank {
     Phase ph;
     if (auto st = open(ph, list, [tag](const AttnTransfer&) { return tag; }); !st) return st;
     if (auto st = close(ph, rep); !st) return st;
-    for (size_t i = 0; i < ph.incoming.size(); ++i) take(*ph.incoming[i], unpack(*ph.incoming[i], ph.data[ph.slot[i]]));
+    for (size_t i = 0; i < ph.incoming.size(); ++i) take(*ph.incoming[i], decode_from(*ph.incoming[i], ph.message(i)));
     return ok_status();
   }
 
   // Rows of `want` for a kernel: pointers into the held entry when one entry holds all its tokens
   // with exactly its heads (rows [tokens, heads, d] are then contiguous; an LSE row is strided by
-  // the entry's tokens), else copied out of the entries into `xb` / `yb`. Most tiles read a whole
+  // the entry's tokens), else into `held`, assembled from the entries. Most tiles read a whole
   // slice, so most need no copy, as a GPU kernel reads a THD pack in place.
   struct View {
     const float* x = nullptr;
     const float* y = nullptr;
     int64_t y_stride = 0;  // LSE: elements between heads
+    Entry held;
   };
-  bool view(AttnTensor t, const AttnSlice& want, View& v, std::vector<float>& xb, std::vector<float>* yb) {
+  bool view(AttnTensor t, const AttnSlice& want, View& v) {
     const Shape sh = shape_of(p_, t);
     if (const Entry* e = find(t, want); e && e->slice.head_begin == want.head_begin && e->slice.head_end == want.head_end) {
-      const int64_t t0 = want.tok_begin - e->slice.tok_begin, row = (want.heads() / sh.heads_div) * sh.width;
-      v.x = e->x.data() + t0 * row;
-      if (yb) {
-        v.y = sh.lse_second ? e->y.data() + t0 : e->y.data() + t0 * row;
-        v.y_stride = e->slice.tokens();
-      }
+      const Place at = place_of(*e, want, sh);
+      v.x = e->x.data() + at.x_at;
+      if (sh.second) v.y = e->y.data() + at.y_at;
+      v.y_stride = e->slice.tokens();
       return true;
     }
-    if (!assemble(t, want, xb, yb)) return false;
-    v.x = xb.data();
-    if (yb) {
-      v.y = yb->data();
-      v.y_stride = want.tokens();
-    }
+    if (!assemble(t, want, v.held)) return false;
+    v.x = v.held.x.data();
+    v.y = v.held.y.data();
+    v.y_stride = want.tokens();
     return true;
   }
 
-  // A tile's kernel input; the buffers hold what could not be viewed in place.
+  // A tile's kernel input; the views hold what could not be read in place.
   struct TileBuffers {
-    std::vector<float> q, k, v;
+    View q, kv;
     std::vector<kernels::KeyRanges> ranges;
   };
   kernels::TileInput tile_input(const AttnTile& tile, TileBuffers& b, Status& st) {
     kernels::TileInput in;
-    View q, kv;
-    const bool has_q = view(AttnTensor::q, tile.q, q, b.q, nullptr);
-    if (!has_q || !view(AttnTensor::kv, tile.kv, kv, b.k, &b.v)) {
+    const bool has_q = view(AttnTensor::q, tile.q, b.q);
+    if (!has_q || !view(AttnTensor::kv, tile.kv, b.kv)) {
       st = Error{"", "", "rank " + std::to_string(me_) + " computes a tile whose " + (has_q ? "K/V" : "Q") +
                              " it does not hold (a plan error)"};
       return in;
@@ -579,69 +522,106 @@ class Rank {
       b.ranges[t] = {r.begin0, r.end0, r.begin1, r.end1};
     }
     in.dims = {tile.q.heads(), tile.q.heads() / p_.group(), p_.head_dim, 1.0 / std::sqrt(double(p_.head_dim))};
-    in.q = q.x;
+    in.q = b.q.x;
     in.rows_q = tile.q.tokens();
     in.ranges = b.ranges.data();
-    in.k = kv.x;
-    in.v = kv.y;
+    in.k = b.kv.x;
+    in.v = b.kv.y;
     in.rows_k = tile.kv.tokens();
     in.key_begin = tile.kv.tok_begin;
     return in;
   }
 
-  // One tile backward: its dQ, dK, dV partials go into the home or return slots that cover them.
-  Status run_tile_backward(const AttnTile& tile, ExecutionReport& rep) {
-    const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
-    TileBuffers b;
-    Status st = ok_status();
-    auto in = tile_input(tile, b, st);
-    if (!st) return st;
-    std::vector<float> ob, lseb, doutb;
-    View o, dout;
-    if (!view(AttnTensor::out, tile.q, o, ob, &lseb) || !view(AttnTensor::dout, tile.q, dout, doutb, nullptr))
-      return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
-    const size_t q_floats = static_cast<size_t>(tile.q.tokens() * tile.q.heads() * p_.head_dim);
-    const size_t kv_floats = static_cast<size_t>(tile.kv.tokens() * (tile.kv.heads() / p_.group()) * p_.head_dim);
-    std::vector<float> dq(q_floats, 0.f), dk(kv_floats, 0.f), dv(kv_floats, 0.f);
-    auto t0 = Clock::now();
-    kernels_.tile_backward(in, o.x, o.y, o.y_stride, dout.x, dq.data(), dk.data(), dv.data());
-    rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
-    if (!spread(AttnTensor::dq, tile.q, qs, dq.data(), nullptr) ||
-        !spread(AttnTensor::dkv, tile.kv, kvs, dk.data(), dv.data()))
-      return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
-    return ok_status();
-  }
-
-  // Runs a stage's tiles kRowsPerCall query rows at a time and tests the stage's pending transfers
-  // between calls. MPI moves a large (rendezvous) message only while one of its ranks is inside
-  // the library; without these tests a transfer posted before the tiles would only start when they
-  // end, and the overlap the plan schedules (and the simulator prices) would not happen. Query
-  // rows are independent in the forward pass, so the blocks merge into the tile's output as is.
+  // A stage's forward tiles. Without host progress, one stage_forward call; with it (MPI), each
+  // tile kRowsPerCall query rows at a time, testing the stage's pending transfers between calls:
+  // MPI moves a large (rendezvous) message only while one of its ranks is inside the library, so
+  // without these tests a transfer posted before the tiles would only start when they end, and the
+  // overlap the plan schedules (and the simulator prices) would not happen. Query rows are
+  // independent in the forward pass, so the blocks merge into the tile's output as is.
   static constexpr int64_t kRowsPerCall = 256;
 
   Status run_tiles_forward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph) {
-    for (const auto& tile : tiles) {
-      TileBuffers b;
+    const bool progress = comm_.needs_host_progress();
+    const Shape os = shape_of(p_, AttnTensor::out);
+    std::vector<TileBuffers> inputs(tiles.size());
+    std::vector<ForwardCall> calls;
+    std::vector<Entry> partials;     // per call: its rows' O and LSE
+    std::vector<size_t> tile_of;     // per call
+    for (size_t i = 0; i < tiles.size(); ++i) {
       Status st = ok_status();
-      auto in = tile_input(tile, b, st);
+      const kernels::TileInput in = tile_input(tiles[i], inputs[i], st);
       if (!st) return st;
-      Entry* e = find_exact(AttnTensor::out, tile.q);
-      if (!e) e = &fresh(AttnTensor::out, tile.q);
-      const int64_t row_floats = in.dims.heads_q * p_.head_dim;
-      for (int64_t r0 = 0; r0 < in.rows_q; r0 += kRowsPerCall) {
-        kernels::TileInput block = in;
-        block.rows_q = std::min(kRowsPerCall, in.rows_q - r0);
-        block.q = in.q + r0 * row_floats;
-        block.ranges = in.ranges + r0;
-        auto t0 = Clock::now();
-        kernels::PartialOutput part = kernels_.tile_forward(block);
-        rep.compute_s += std::chrono::duration<double>(Clock::now() - t0).count();
-        AttnSlice rows = tile.q;
+      if (!find_exact(AttnTensor::out, tiles[i].q)) fresh(AttnTensor::out, tiles[i].q);
+      const int64_t rows_per_call = progress ? kRowsPerCall : std::max<int64_t>(in.rows_q, 1);
+      for (int64_t r0 = 0; r0 < in.rows_q; r0 += rows_per_call) {
+        ForwardCall c{in};
+        c.tile.rows_q = std::min(rows_per_call, in.rows_q - r0);
+        c.tile.q = in.q + r0 * in.dims.heads_q * p_.head_dim;
+        c.tile.ranges = in.ranges + r0;
+        AttnSlice rows = tiles[i].q;
         rows.tok_begin += r0;
-        rows.tok_end = rows.tok_begin + block.rows_q;
-        merge_out(*e, rows, p_.head_dim, part.out.data(), part.lse.data());
-        if (auto st = poll(ph); !st) return st;
+        rows.tok_end = rows.tok_begin + c.tile.rows_q;
+        partials.push_back(blocks_.make(rows, os));
+        c.out = partials.back().x.data();
+        c.lse = partials.back().y.data();
+        calls.push_back(c);
+        tile_of.push_back(i);
       }
+    }
+    if (!progress) {
+      const auto t0 = Clock::now();
+      kernels_.stage_forward(calls);
+      rep.compute_s += seconds_since(t0);
+    }
+    for (size_t c = 0; c < calls.size(); ++c) {
+      if (progress) {
+        const auto t0 = Clock::now();
+        kernels_.tile_forward(calls[c]);
+        rep.compute_s += seconds_since(t0);
+      }
+      blocks_.merge(partials[c], *find_exact(AttnTensor::out, tiles[tile_of[c]].q), p_.head_dim);
+      if (progress)
+        if (auto st = poll(ph); !st) return st;
+    }
+    return ok_status();
+  }
+
+  // A phase's backward tiles, as the forward's (one stage_backward call, or tile by tile testing
+  // the pending transfers between tiles). Each tile's dQ, dK, dV partials go into the home or
+  // return slots that cover them.
+  Status run_tiles_backward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph) {
+    const bool progress = comm_.needs_host_progress();
+    const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
+    std::vector<TileBuffers> inputs(tiles.size());
+    std::vector<View> outs(tiles.size()), douts(tiles.size());
+    std::vector<Entry> dqs, dkvs;
+    std::vector<BackwardCall> calls;
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      Status st = ok_status();
+      const kernels::TileInput in = tile_input(tiles[i], inputs[i], st);
+      if (!st) return st;
+      if (!view(AttnTensor::out, tiles[i].q, outs[i]) || !view(AttnTensor::dout, tiles[i].q, douts[i]))
+        return Error{"", "", "rank " + std::to_string(me_) + " lacks O or dO for a backward tile"};
+      dqs.push_back(blocks_.make(tiles[i].q, qs));
+      dkvs.push_back(blocks_.make(tiles[i].kv, kvs));
+      calls.push_back({in, outs[i].x, outs[i].y, outs[i].y_stride, douts[i].x, dqs.back().x.data(),
+                       dkvs.back().x.data(), dkvs.back().y.data()});
+    }
+    if (!progress) {
+      const auto t0 = Clock::now();
+      kernels_.stage_backward(calls);
+      rep.compute_s += seconds_since(t0);
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (progress) {
+        const auto t0 = Clock::now();
+        kernels_.tile_backward(calls[i]);
+        rep.compute_s += seconds_since(t0);
+      }
+      if (!spread(AttnTensor::dq, dqs[i]) || !spread(AttnTensor::dkv, dkvs[i]))
+        return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
+      if (progress)
+        if (auto st = poll(ph); !st) return st;
     }
     return ok_status();
   }
@@ -649,6 +629,8 @@ class Rank {
   const AttentionPlan& p_;
   Communicator& comm_;
   AttentionKernels& kernels_;
+  TensorOps& ops_;
+  Blocks blocks_;
   const AttentionInputs& in_;
   std::vector<int64_t> offsets_;
   int32_t me_;
@@ -671,7 +653,7 @@ Status Rank::forward(ExecutionReport& rep) {
       if (auto s = run_tiles_forward(p_.stages[i - 1].tiles[me_], rep, ph); !s) return s;
     if (auto s = close(ph, rep); !s) return s;
     for (size_t j = 0; j < ph.incoming.size(); ++j)
-      store(ph.incoming[j]->tensor).push_back(unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
+      store(ph.incoming[j]->tensor).push_back(decode_from(*ph.incoming[j], ph.message(j)));
   }
   // Partials computed away from home come home; home merges everything it has.
   std::vector<Entry> gathered;
@@ -679,17 +661,17 @@ Status Rank::forward(ExecutionReport& rep) {
                         [&](const AttnTransfer&, Entry msg) { gathered.push_back(std::move(msg)); });
       !s)
     return s;
+  const Shape os = shape_of(p_, AttnTensor::out);
   for (const auto& h : p_.home[me_]) {
-    Entry e{h, std::vector<float>(static_cast<size_t>(h.tokens() * h.heads() * p_.head_dim), 0.f),
-            std::vector<float>(static_cast<size_t>(h.heads() * h.tokens()), kNegInf)};
+    Entry e = blocks_.make(h, os);
     for (const auto& part : store(AttnTensor::out))
-      if (h.contains(part.slice)) merge_out(e, part.slice, p_.head_dim, part.x.data(), part.y.data());
+      if (h.contains(part.slice)) blocks_.merge(part, e, p_.head_dim);
     for (const auto& part : gathered)
-      if (h.contains(part.slice)) merge_out(e, part.slice, p_.head_dim, part.x.data(), part.y.data());
+      if (h.contains(part.slice)) blocks_.merge(part, e, p_.head_dim);
     home_out_.push_back(std::move(e));
   }
   rep.home.clear();
-  for (const auto& e : home_out_) rep.home.push_back({e.slice, e.x, e.y, {}, {}, {}});
+  for (const auto& e : home_out_) rep.home.push_back({e.slice, to_host(e.x), to_host(e.y), {}, {}, {}});
   return ok_status();
 }
 
@@ -715,15 +697,13 @@ Status Rank::backward(ExecutionReport& rep) {
   Status lost = ok_status();
   auto take = [&](const AttnTransfer& tr, Entry msg) {
     if (tr.tensor != AttnTensor::dq && tr.tensor != AttnTensor::dkv) return store(tr.tensor).push_back(std::move(msg));
-    const Shape sh = shape_of(p_, tr.tensor);
     Entry* e = find(tr.tensor, tr.slice);  // the home entries come first in the store
-    if (e) accumulate(*e, tr.slice, sh, msg.x.data(), has_second(tr.tensor) ? msg.y.data() : nullptr);
+    if (e) blocks_.add(msg, *e, tr.slice, shape_of(p_, tr.tensor));
     else if (lost.ok())
       lost = Error{"", "", "rank " + std::to_string(me_) + " received a " + attn_tensor_name(tr.tensor) +
                                " partial from rank " + std::to_string(tr.src) + " that it has no slot for (a plan error)"};
   };
-  // Each phase posts its transfers, runs the backward of its tiles (testing the pending
-  // transfers between tiles, as the forward does), then waits.
+  // Each phase posts its transfers, runs the backward of its tiles, then waits.
   const auto backward_tag = [](const AttnTransfer& tr) {
     return int{tr.tensor == AttnTensor::dq || tr.tensor == AttnTensor::dkv ? kTagBackwardOut : kTagBackwardIn};
   };
@@ -731,12 +711,9 @@ Status Rank::backward(ExecutionReport& rep) {
     Phase ph;
     if (auto s = open(ph, bp.transfers, backward_tag); !s) return s;
     if (static_cast<size_t>(me_) < bp.tiles.size())
-      for (const auto& tile : bp.tiles[me_]) {
-        if (auto s = run_tile_backward(tile, rep); !s) return s;
-        if (auto s = poll(ph); !s) return s;
-      }
+      if (auto s = run_tiles_backward(bp.tiles[me_], rep, ph); !s) return s;
     if (auto s = close(ph, rep); !s) return s;
-    for (size_t j = 0; j < ph.incoming.size(); ++j) take(*ph.incoming[j], unpack(*ph.incoming[j], ph.data[ph.slot[j]]));
+    for (size_t j = 0; j < ph.incoming.size(); ++j) take(*ph.incoming[j], decode_from(*ph.incoming[j], ph.message(j)));
     if (!lost) return lost;
   }
   for (size_t i = 0; i < p_.home[me_].size(); ++i) {
@@ -745,9 +722,9 @@ Status Rank::backward(ExecutionReport& rep) {
     const Entry& dqe = store(AttnTensor::dq)[i];
     const Entry& dkve = store(AttnTensor::dkv)[i];
     if (!(dqe.slice == h) || !(dkve.slice == h)) return Error{"", "", "executor: home gradient entries out of order"};
-    rep.home[i].dq = dqe.x;
-    rep.home[i].dk = dkve.x;
-    rep.home[i].dv = dkve.y;
+    rep.home[i].dq = to_host(dqe.x);
+    rep.home[i].dk = to_host(dkve.x);
+    rep.home[i].dv = to_host(dkve.y);
   }
   return ok_status();
 }

@@ -1,13 +1,14 @@
 // executor.h — runs an AttentionPlan on real ranks: posts each stage's transfers before computing
-// the previous stage's tiles (non-blocking sends and receives overlap the CPU kernel), merges
-// partial outputs with the LSE rule, and runs the derived backward pass.
+// the previous stage's tiles (non-blocking sends and receives overlap the kernels), merges partial
+// outputs with the LSE rule, and runs the derived backward pass.
 // Requires: a Communicator of plan.ranks ranks; every rank passes the same whole batch (inputs are
 // generated from a seed), of which it reads only what it holds. Decides nothing: the plan does.
 // Note: what moves is exactly forward_transfers and the backward_phases of the plan, one message per
 // transfer, so the Communicator's byte counters must equal plan_bytes (tests check it).
-// The walker calls two small interfaces: Communicator (transfers: MPI today, NCCL next) and
-// AttentionKernels (the tile kernels: CPU today, CUDA next); a device backend is one more
-// implementation of each, the plan walk stays the same.
+// The walker calls three small interfaces: Communicator (transfers: MPI and thread ranks today,
+// NCCL next), AttentionKernels (the tile kernels: CPU today, CUDA next) and the TensorOps its
+// kernels address (host memory today, device memory next): it computes addresses and never touches
+// a value, so a device backend is one more implementation of each and the plan walk stays the same.
 #pragma once
 
 #include <span>

@@ -103,14 +103,14 @@ TEST(Executor, LongTilesRunInRowBlocks) {
 // and the results are the CPU backend's, bit for bit.
 class CountingKernels final : public AttentionKernels {
  public:
-  kernels::PartialOutput tile_forward(const kernels::TileInput& tile) override {
+  TensorOps& memory() override { return cpu.memory(); }
+  void tile_forward(const ForwardCall& call) override {
     ++forward;
-    return cpu.tile_forward(tile);
+    cpu.tile_forward(call);
   }
-  void tile_backward(const kernels::TileInput& tile, const float* out, const float* lse, int64_t lse_stride,
-                     const float* dout, float* dq, float* dk, float* dv) override {
+  void tile_backward(const BackwardCall& call) override {
     ++backward;
-    cpu.tile_backward(tile, out, lse, lse_stride, dout, dq, dk, dv);
+    cpu.tile_backward(call);
   }
   CpuAttentionKernels cpu;
   int forward = 0, backward = 0;

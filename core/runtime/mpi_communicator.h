@@ -29,6 +29,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int world_rank_of(int rank) const override;
+  bool needs_host_progress() const override { return true; }
   MPI_Comm comm() const { return comm_; }
 
   // Prints "cpbench: world rank R: <message>" on stderr and MPI_Abort()s every rank with

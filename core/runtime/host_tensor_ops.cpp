@@ -1,0 +1,100 @@
+#include "core/runtime/host_tensor_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace cpbench {
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+FloatBuffer HostTensorOps::floats(int64_t n, float value) {
+  std::shared_ptr<float[]> p(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+  std::fill_n(p.get(), n, value);
+  return {std::move(p), n};
+}
+
+ByteBuffer HostTensorOps::bytes(int64_t n) {
+  return {std::shared_ptr<std::byte[]>(new std::byte[static_cast<size_t>(std::max<int64_t>(n, 1))]), n};
+}
+
+void HostTensorOps::copy(Rows<float> dst, Rows<const float> src, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(src.at + r * src.pitch, width, dst.at + r * dst.pitch);
+}
+
+void HostTensorOps::add(Rows<float> dst, Rows<const float> src, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = dst.at + r * dst.pitch;
+    const float* s = src.at + r * src.pitch;
+    for (int64_t i = 0; i < width; ++i) d[i] += s[i];
+  }
+}
+
+void HostTensorOps::merge(const LseMerge& m) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t d = m.head_dim;
+  for (int64_t h = 0; h < m.heads; ++h)
+    for (int64_t t = 0; t < m.tokens; ++t) {
+      const float lb = m.lse.at[h * m.lse.pitch + t];
+      if (lb == kNegInf) continue;
+      float& la = m.out_lse.at[h * m.out_lse.pitch + t];
+      float* oa = m.out.at + t * m.out.pitch + h * d;
+      const float* ob = m.o.at + t * m.o.pitch + h * d;
+      if (la == kNegInf) {
+        std::copy_n(ob, d, oa);
+        la = lb;
+        continue;
+      }
+      const float mx = std::max(la, lb);
+      const float wa = std::exp(la - mx), wb = std::exp(lb - mx), sum = wa + wb;
+      for (int64_t i = 0; i < d; ++i) oa[i] = (wa * oa[i] + wb * ob[i]) / sum;
+      la = mx + std::log(sum);
+    }
+}
+
+void HostTensorOps::copy_bytes(std::byte* dst, const std::byte* src, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n));
+}
+
+void HostTensorOps::encode(std::byte* dst, const float* src, int64_t n, int value_bytes) {
+  if (n <= 0) return;  // an empty part: no pointer to copy from
+  if (value_bytes == 4) return (void)std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h = to_bf16(src[i]);
+    std::memcpy(dst + 2 * i, &h, 2);
+  }
+}
+
+void HostTensorOps::decode(float* dst, const std::byte* src, int64_t n, int value_bytes) {
+  if (n <= 0) return;
+  if (value_bytes == 4) return (void)std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = from_bf16(h);
+  }
+}
+
+void HostTensorOps::upload(Rows<float> dst, Rows<const float> host, int64_t rows, int64_t width) {
+  copy(dst, host, rows, width);
+}
+
+void HostTensorOps::download(std::span<float> host, const float* src) {
+  std::copy_n(src, host.size(), host.data());
+}
+
+}  // namespace cpbench
