@@ -12,7 +12,7 @@
 #include <map>
 
 #include "core/experiment/registry.h"
-#include "core/strategies/dyncp_solver.h"
+#include "core/strategies/dynamic_cp_solver.h"
 #include "core/strategies/dynamic_cp.h"
 #include "core/strategies/dynamic_cp_dev.h"
 #include "core/strategies/packing.h"
@@ -98,7 +98,7 @@ void BM_DynamicCpSolver(benchmark::State& state) {
     if (!m.ok()) std::abort();
     return *m;
   }();
-  DynCpSolverOptions opt;
+  DynamicCpSolverOptions opt;
   opt.ranks = state.range(0);
   opt.max_seqlen_per_dp_cp_rank = kMaxSeqlenPerRank;
   opt.pp = 8;

@@ -5,7 +5,11 @@
 #include "core/search/search.h"
 #include "core/strategies/attention_bench.h"
 #include "core/strategies/ptdp.h"
-#include "core/strategies/varlen.h"
+#include "core/strategies/dcp.h"
+#include "core/strategies/dynamic_cp.h"
+#include "core/strategies/dynamic_cp_dev.h"
+#include "core/strategies/dynamic_cp_solver.h"
+#include "core/strategies/packing.h"
 
 namespace cpbench {
 

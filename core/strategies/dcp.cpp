@@ -1,5 +1,8 @@
 #include "core/strategies/dcp.h"
 
+#include "core/strategies/packing.h"
+#include "core/strategies/varlen.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -520,6 +523,47 @@ std::string dcp_note(const DcpRequest& r, const DcpResult& d) {
                 static_cast<long long>(d.compute_blocks), d.km1_bytes / 1e6, r.divisions, d.memory_over_mean,
                 d.compute_over_mean);
   return note;
+}
+
+PlanOutcome plan_dcp_training(const StrategyInput& in) {
+  Plan plan;
+  if (auto why = plan_static_cp(in, "dp_balanced", &plan); !why.empty()) return PlanOutcome::infeasible(why);
+  if (auto why = check_decoder_mask(in.batch.mask); !why.empty()) return PlanOutcome::error(why);
+  plan.mask = in.batch.mask;
+  auto cost = CostModel::create(in.cluster);
+  if (!cost) return PlanOutcome::error(cost.error_str());
+  const ParallelConfig& L = plan.layout;
+  std::string note;
+  // One DCP plan per CP group's micro-batch (its copies on the group's ranks share it).
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const AttentionPlan>> made;
+  for (auto& rank : plan.micro_batches)
+    for (size_t k = 0; k < rank.size(); ++k) {
+      PlanMicroBatch& mb = rank[k];
+      if (mb.cp <= 1 || mb.lengths.empty()) continue;
+      mb.pad_to = 1;  // DCP cuts sequences into blocks; nothing is padded
+      auto key = std::make_pair(static_cast<int64_t>(k), mb.first_rank);
+      auto it = made.find(key);
+      if (it == made.end()) {
+        // The planner takes ranks filling nodes in order: the group's members must sit on their
+        // nodes in equal consecutive runs (TP inside a node, CP across, as Megatron orders ranks).
+        const std::vector<int> node = cp_group_nodes(mb, L, in.cluster.gpus_per_node);
+        int64_t per_node = 1;
+        while (per_node < mb.cp && node[per_node] == node[0]) ++per_node;
+        for (int64_t i = 0; i < mb.cp; ++i)
+          if (mb.cp % per_node != 0 || node[i] != i / per_node)
+            return PlanOutcome::infeasible("dcp: the CP group's ranks do not fill nodes in equal consecutive runs");
+        const DcpRequest r = dcp_request(mb.lengths, in.batch.mask, in.model, L, static_cast<int32_t>(mb.cp),
+                                         static_cast<int32_t>(per_node));
+        auto d = plan_dcp(r, *cost);
+        if (!d) return PlanOutcome::error("dcp: " + d.error_str());
+        if (note.empty()) note = dcp_note(r, *d);
+        it = made.emplace(key, std::make_shared<const AttentionPlan>(std::move(d->plan))).first;
+      }
+      mb.attention = it->second;
+    }
+  PlanOutcome out = PlanOutcome::ok(std::move(plan));
+  out.reason = note;
+  return out;
 }
 
 }  // namespace cpbench

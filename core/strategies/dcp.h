@@ -55,6 +55,7 @@
 #include "core/plan/attention_plan.h"
 #include "core/plan/parallel_config.h"
 #include "core/strategies/hypergraph.h"
+#include "core/strategies/strategy.h"
 #include "core/workload/mask.h"
 
 namespace cpbench {
@@ -109,5 +110,12 @@ DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask
 
 // One line for a result's note: blocks, km1, stages, the fullest GPU against the mean.
 std::string dcp_note(const DcpRequest& request, const DcpResult& result);
+
+// ---- the strategy --------------------------------------------------------------------------------
+// DCP end to end (SOSP'25 §7.2): the packing of plan_packing, each CP group's attention placed by
+// DCP's blockwise planner (parallel.dcp_*) instead of a static layout, no sequence padded; every
+// other op runs as Megatron's on the tokens each rank holds (the fullest rank's count:
+// PlanMicroBatch::rank_tokens, from the plan's homes). Needs MPI initialised (Zoltan).
+PlanOutcome plan_dcp_training(const StrategyInput& in);
 
 }  // namespace cpbench

@@ -18,7 +18,7 @@
 #include "core/strategies/dcp_test_cases.h"
 #include "core/strategies/hypergraph.h"
 #include "core/strategies/strategy_test_util.h"
-#include "core/strategies/varlen.h"
+#include "core/strategies/packing.h"
 
 namespace cpbench {
 namespace {

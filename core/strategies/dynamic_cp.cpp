@@ -31,6 +31,8 @@
 //      current size, so every group is an aligned slice; the groups fit because Σ size ≤ ranks.
 #include "core/strategies/dynamic_cp.h"
 
+#include "core/strategies/varlen.h"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -41,7 +43,7 @@ namespace {
 constexpr double kBalanceSlack = 0.05;  // "max − min ≤ 5% of max" (context_parallel.md)
 constexpr double kBucketSlack = 0.10;   // "k equal-work buckets (10% slack)"
 
-using OpenGroup = DynCpOpenGroup;
+using OpenGroup = DynamicCpOpenGroup;
 double sq(int64_t length) { return squared_length(length); }
 
 class RoundBuilder {
@@ -51,7 +53,7 @@ class RoundBuilder {
       : lengths_(lengths), cp_min_(cp_min), ranks_(ranks), largest_pow2_(largest_pow2), max_seqlen_(max_seqlen) {}
 
   // Builds one round from `pending` (sorted); returns the samples left for later rounds, sorted.
-  std::vector<int64_t> build(const std::vector<int64_t>& pending, DynCpRound* round) {
+  std::vector<int64_t> build(const std::vector<int64_t>& pending, DynamicCpRound* round) {
     groups_.clear();
     free_ranks_ = ranks_;
     std::vector<std::vector<int64_t>> buckets = make_buckets(pending);
@@ -212,7 +214,7 @@ class RoundBuilder {
   }
 
   // [C7]
-  void lay_out(DynCpRound* round) const { lay_out_open_groups(groups_, round); }
+  void lay_out(DynamicCpRound* round) const { lay_out_open_groups(groups_, round); }
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
@@ -223,30 +225,30 @@ class RoundBuilder {
 
 }  // namespace
 
-int64_t dyncp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
+int64_t dynamic_cp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank) {
   const int64_t ranks_needed = (length + max_seqlen_per_dp_cp_rank - 1) / max_seqlen_per_dp_cp_rank;
   int64_t cp = 1;
   while (cp < ranks_needed) cp *= 2;
   return cp;
 }
 
-void lay_out_open_groups(const std::vector<DynCpOpenGroup>& open, DynCpRound* round) {
-  std::vector<DynCpGroup> groups;
-  for (const DynCpOpenGroup& og : open) groups.push_back(DynCpGroup{0, og.size, og.seq_ids, og.work});
+void lay_out_open_groups(const std::vector<DynamicCpOpenGroup>& open, DynamicCpRound* round) {
+  std::vector<DynamicCpGroup> groups;
+  for (const DynamicCpOpenGroup& og : open) groups.push_back(DynamicCpGroup{0, og.size, og.seq_ids, og.work});
   lay_out_aligned(std::move(groups), round);
 }
 
-void lay_out_aligned(std::vector<DynCpGroup> groups, DynCpRound* round) {
-  std::stable_sort(groups.begin(), groups.end(), [](const DynCpGroup& a, const DynCpGroup& b) { return a.size > b.size; });
+void lay_out_aligned(std::vector<DynamicCpGroup> groups, DynamicCpRound* round) {
+  std::stable_sort(groups.begin(), groups.end(), [](const DynamicCpGroup& a, const DynamicCpGroup& b) { return a.size > b.size; });
   int64_t next_rank = 0;
-  for (DynCpGroup& g : groups) {
+  for (DynamicCpGroup& g : groups) {
     g.first_rank = next_rank;
     next_rank += g.size;
     round->groups.push_back(std::move(g));
   }
 }
 
-Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpMinSizes> dynamic_cp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
                                         int64_t max_seqlen_per_dp_cp_rank) {
   if (ranks < 1) return Error{"", "", "ranks (dp·cp) must be ≥ 1, got " + std::to_string(ranks)};
   if (max_seqlen_per_dp_cp_rank < 1) {
@@ -260,7 +262,7 @@ Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, 
       return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
                                " tokens; lengths must be ≥ 1"};
     }
-    cp_min[i] = dyncp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
+    cp_min[i] = dynamic_cp_min_cp_size(lengths[i], max_seqlen_per_dp_cp_rank);
     if (cp_min[i] > largest_pow2) {
       return Error{"", "", "sequence " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
                                " tokens and needs CP size " + std::to_string(cp_min[i]) +
@@ -269,12 +271,12 @@ Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, 
                                " ranks has " + std::to_string(largest_pow2)};
     }
   }
-  return DynCpMinSizes{std::move(cp_min), largest_pow2};
+  return DynamicCpMinSizes{std::move(cp_min), largest_pow2};
 }
 
-Expected<DynCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank) {
-  auto sizes = dyncp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
+  auto sizes = dynamic_cp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
   if (!sizes) return sizes.errors();
   const std::vector<int64_t>& cp_min = sizes->cp_min;
   const int64_t largest_pow2 = sizes->largest_pow2;
@@ -283,6 +285,69 @@ Expected<DynCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& len
   std::iota(pending.begin(), pending.end(), int64_t{0});
   builder.sort_pending(&pending);
   return build_rounds(builder, std::move(pending));
+}
+
+Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
+                                        const ParallelConfig& layout, bool round_barrier) {
+  Plan plan;
+  plan.layout = layout;
+  const int64_t pool = layout.dp() * layout.cp;
+  for (size_t k = 0; k < schedule.rounds.size(); ++k)
+    if (auto why = check_dynamic_cp_round(schedule.rounds[k], pool, static_cast<int64_t>(lengths.size())); !why.empty())
+      return Error{"", "", "Dynamic-CP schedule, round " + std::to_string(k) + ": " + why};
+  // A round where every rank is idle is no micro-batch at all (a solver may leave trailing
+  // slots empty); it is dropped rather than run as an empty pipeline pass.
+  DynamicCpSchedule kept;
+  for (const DynamicCpRound& r : schedule.rounds)
+    if (!r.groups.empty()) kept.rounds.push_back(r);
+  const DynamicCpSchedule& schedule_used = kept;
+  plan.layout.cp = 1;  // the CP size is chosen per micro-batch
+  const int64_t sp = layout.sequence_parallel ? layout.tp : 1;
+  const int64_t pad_to = dynamic_cp_pad_multiple(pool, sp);
+  int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
+  plan.pipeline_schedule = varlen_pipeline_schedule(plan.layout, &m);
+  plan.round_barrier = round_barrier;
+  plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
+  for (size_t k = 0; k < schedule_used.rounds.size(); ++k)
+    for (const DynamicCpGroup& g : schedule_used.rounds[k].groups) {
+      PlanMicroBatch mb;
+      for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
+      mb.cp = g.size;
+      mb.first_rank = g.first_rank;
+      // A group of the whole pool when the pool is no power of two (Megatron dev's fallback) splits
+      // its sequences into 2·size chunks: its micro-batch is padded to that multiple instead (a
+      // multiple of both, lcm, was 65,280 tokens per sequence on 255 ranks).
+      mb.pad_to = pad_to % (2 * g.size) == 0 ? pad_to : 2 * g.size * sp;
+      for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) plan.micro_batches[r][k] = mb;
+    }
+  return plan;
+}
+
+// The lengths a Dynamic-CP scheduler places: each padded to dynamic_cp_pad_multiple, as the data loader
+// pads a sample before any scheduler sees it (it may land on any group). Placing the unpadded
+// lengths let padding break the per-rank token cap: on a 256-rank pool a one-rank group of 64
+// sequences of 256 tokens held 64·512 padded tokens, and activations per GPU grew with the pool.
+std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& lengths, const ParallelConfig& L) {
+  const int64_t pad_to = dynamic_cp_pad_multiple(L.dp() * L.cp, L.sequence_parallel ? L.tp : 1);
+  std::vector<int64_t> out(lengths.size());
+  for (size_t i = 0; i < lengths.size(); ++i) out[i] = (lengths[i] + pad_to - 1) / pad_to * pad_to;
+  return out;
+}
+
+PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, bool round_barrier) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = check_varlen_layout(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
+  auto schedule = scheduler(dynamic_cp_scheduled_lengths(in.batch.lengths, L), L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
+  if (!schedule) return PlanOutcome::infeasible(schedule.error_str());
+  auto plan = plan_from_dynamic_cp_schedule(*schedule, in.batch.lengths, L, round_barrier);
+  if (!plan) return PlanOutcome::error(plan.error_str());
+  return finish_varlen_plan(in, std::move(*plan));
+}
+
+
+// Megatron main synchronizes DP×CP after every round (references/context_parallel.md).
+PlanOutcome plan_dynamic_cp(const StrategyInput& in) {
+  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_main, true);
 }
 
 }  // namespace cpbench

@@ -10,31 +10,33 @@
 #include <vector>
 
 #include "core/common/expected.h"
-#include "core/plan/dyncp_schedule.h"
+#include "core/plan/dynamic_cp_schedule.h"
+#include "core/plan/plan.h"
+#include "core/strategies/strategy.h"
 
 namespace cpbench {
 
 // cp_min(L) = max(1, 2^ceil(log2(L / max_seqlen_per_dp_cp_rank))), in exact integer arithmetic.
-int64_t dyncp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);
+int64_t dynamic_cp_min_cp_size(int64_t length, int64_t max_seqlen_per_dp_cp_rank);
 
 // cp_min of every sequence and the largest power of two ≤ ranks, after checking the inputs: an
 // Error for ranks or max_seqlen_per_dp_cp_rank < 1, a length < 1, or a sequence whose cp_min
 // exceeds the largest power-of-two group (naming the sequence, its length and both sizes).
-struct DynCpMinSizes {
+struct DynamicCpMinSizes {
   std::vector<int64_t> cp_min;
   int64_t largest_pow2 = 1;
 };
-Expected<DynCpMinSizes> dyncp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpMinSizes> dynamic_cp_min_cp_sizes(const std::vector<int64_t>& lengths, int64_t ranks,
                                        int64_t max_seqlen_per_dp_cp_rank);
 
 // Gives a round's groups their ranks: sizes descending (ties keep the given order), laid out
 // contiguously from rank 0. With power-of-two sizes every offset is a sum of sizes ≥ the current
 // one, so each group is an aligned slice (first_rank % size == 0); Σ size must be ≤ the ranks.
-void lay_out_aligned(std::vector<DynCpGroup> groups, DynCpRound* round);
+void lay_out_aligned(std::vector<DynamicCpGroup> groups, DynamicCpRound* round);
 
 // A group while Megatron's schedulers (main and dev) fill a round: its CP size, its sequences,
 // Σ L over them, and its per-rank work Σ L² / size.
-struct DynCpOpenGroup {
+struct DynamicCpOpenGroup {
   int64_t size = 1;
   std::vector<int64_t> seq_ids;
   int64_t tokens = 0;
@@ -42,15 +44,15 @@ struct DynCpOpenGroup {
 };
 
 // The round's groups laid out with lay_out_aligned.
-void lay_out_open_groups(const std::vector<DynCpOpenGroup>& open, DynCpRound* round);
+void lay_out_open_groups(const std::vector<DynamicCpOpenGroup>& open, DynamicCpRound* round);
 
 // Rounds until every sequence is placed: builder.build(pending, &round) fills one round and
 // returns the sequences left for later ones (main and dev share this loop).
 template <class RoundBuilder>
-DynCpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
-  DynCpSchedule schedule;
+DynamicCpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) {
+  DynamicCpSchedule schedule;
   while (!pending.empty()) {
-    DynCpRound round;
+    DynamicCpRound round;
     pending = builder.build(pending, &round);
     schedule.rounds.push_back(std::move(round));
   }
@@ -60,7 +62,28 @@ DynCpSchedule build_rounds(RoundBuilder& builder, std::vector<int64_t> pending) 
 inline double squared_length(int64_t length) { return static_cast<double>(length) * static_cast<double>(length); }
 
 // The scheduler. Choices where context_parallel.md is ambiguous are documented in dynamic_cp.cpp.
-Expected<DynCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>& lengths, int64_t ranks,
                                                int64_t max_seqlen_per_dp_cp_rank);
+
+// ---- the Dynamic-CP strategies (this scheduler's; dynamic_cp_dev.h and dynamic_cp_solver.h hold
+// the others) -----------------------------------------------------------------------------------
+// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: round k is micro-batch k of every
+// rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
+// micro-batch. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
+// power-of-two pool, 2·(largest power of two ≤ pool) otherwise: any sample may land on any group
+// (references/context_parallel.md, THD packing). All-idle rounds are dropped. layout.cp is set to
+// 1. A round check_dynamic_cp_round refuses (a scheduler's bug) is an Error naming the round.
+Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
+                                             const ParallelConfig& layout, bool round_barrier);
+
+// The lengths a Dynamic-CP scheduler places: each padded to dynamic_cp_pad_multiple, as the data
+// loader pads a sample before any scheduler sees it.
+std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& lengths, const ParallelConfig& layout);
+
+// A strategy from a scheduler of the (lengths, ranks, max_seqlen_per_dp_cp_rank) signature.
+using DynamicCpScheduler = Expected<DynamicCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
+PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, bool round_barrier);
+
+PlanOutcome plan_dynamic_cp(const StrategyInput& in);  // Megatron main's scheduler, round barriers
 
 }  // namespace cpbench

@@ -44,7 +44,7 @@ namespace {
 
 constexpr double kCapSlack = 0.05;  // Megatron dev: _DYNAMIC_CP_WORKLOAD_CAP_DELTA
 
-using OpenGroup = DynCpOpenGroup;
+using OpenGroup = DynamicCpOpenGroup;
 double sq(int64_t length) { return squared_length(length); }
 
 int log2_of(int64_t pow2) {
@@ -61,12 +61,12 @@ class DevRoundBuilder {
         by_size_(static_cast<size_t>(log2_of(largest_pow2)) + 1) {}
 
   // Builds one round from `pending` (length descending); returns the deferred samples in order.
-  std::vector<int64_t> build(const std::vector<int64_t>& pending, DynCpRound* round) {
+  std::vector<int64_t> build(const std::vector<int64_t>& pending, DynamicCpRound* round) {
     groups_.clear();
     for (std::vector<size_t>& list : by_size_) list.clear();
     free_ranks_ = ranks_;
     current_max_ = 0;
-    cap_ = dyncp_dev_round_cap(lengths_[pending.front()], max_seqlen_);
+    cap_ = dynamic_cp_dev_round_cap(lengths_[pending.front()], max_seqlen_);
     open_group(pending.front(), cp_min_[pending.front()]);  // [D3]
     std::vector<int64_t> deferred;
     for (size_t i = 1; i < pending.size(); ++i) {
@@ -172,7 +172,7 @@ class DevRoundBuilder {
   }
 
   // [D7]
-  void lay_out(DynCpRound* round) const { lay_out_open_groups(groups_, round); }
+  void lay_out(DynamicCpRound* round) const { lay_out_open_groups(groups_, round); }
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
@@ -187,13 +187,13 @@ class DevRoundBuilder {
 
 }  // namespace
 
-double dyncp_dev_round_cap(int64_t tallest_length, int64_t max_seqlen_per_dp_cp_rank) {
+double dynamic_cp_dev_round_cap(int64_t tallest_length, int64_t max_seqlen_per_dp_cp_rank) {
   return (1 + kCapSlack) * static_cast<double>(tallest_length) * static_cast<double>(max_seqlen_per_dp_cp_rank);
 }
 
-Expected<DynCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& lengths, int64_t ranks,
                                               int64_t max_seqlen_per_dp_cp_rank) {
-  auto sizes = dyncp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
+  auto sizes = dynamic_cp_min_cp_sizes(lengths, ranks, max_seqlen_per_dp_cp_rank);
   if (!sizes) return sizes.errors();
   const std::vector<int64_t>& cp_min = sizes->cp_min;
   const int64_t largest_pow2 = sizes->largest_pow2;
@@ -204,6 +204,10 @@ Expected<DynCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& leng
   });
   DevRoundBuilder builder(lengths, cp_min, ranks, largest_pow2, max_seqlen_per_dp_cp_rank);
   return build_rounds(builder, std::move(pending));
+}
+
+PlanOutcome plan_dynamic_cp_dev(const StrategyInput& in) {
+  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_dev, false);
 }
 
 }  // namespace cpbench

@@ -18,12 +18,15 @@ namespace cpbench {
 
 // The per-rank work bound of a round whose longest sequence has `tallest_length` tokens:
 // 1.05 · tallest_length · max_seqlen_per_dp_cp_rank, in the work unit Σ L² / size (see [D1]).
-double dyncp_dev_round_cap(int64_t tallest_length, int64_t max_seqlen_per_dp_cp_rank);
+double dynamic_cp_dev_round_cap(int64_t tallest_length, int64_t max_seqlen_per_dp_cp_rank);
 
 // The scheduler. Every sequence lands in exactly one group of one round; a group's per-rank tokens
-// Σ L / size never exceed max_seqlen_per_dp_cp_rank; DynCpGroup::work is Σ L² / size. Deterministic:
+// Σ L / size never exceed max_seqlen_per_dp_cp_rank; DynamicCpGroup::work is Σ L² / size. Deterministic:
 // sequences of equal length are taken in index order.
-Expected<DynCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& lengths, int64_t ranks,
+Expected<DynamicCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& lengths, int64_t ranks,
                                               int64_t max_seqlen_per_dp_cp_rank);
+
+// The strategy: Megatron dev runs its rounds as the micro-batches of the PP schedule, no extra barrier.
+PlanOutcome plan_dynamic_cp_dev(const StrategyInput& in);
 
 }  // namespace cpbench

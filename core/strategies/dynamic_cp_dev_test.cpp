@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/strategies/dyncp_test_util.h"
+#include "core/strategies/dynamic_cp_test_util.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,10 +20,10 @@ namespace {
 using testing_util::github_batch;
 using testing_util::is_pow2;
 
-void expect_valid(const DynCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
+void expect_valid(const DynamicCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
   std::vector<int64_t> tallest(s.rounds.size(), 0);
   std::vector<double> max_work(s.rounds.size(), 0);
-  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, true, [&](size_t r, const DynCpGroup& g) {
+  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, true, [&](size_t r, const DynamicCpGroup& g) {
     const double work = testing_util::sum_sq_per_rank(g, lengths);
     EXPECT_NEAR(g.work, work, 1e-9 * work);
     for (int64_t id : g.seq_ids) tallest[r] = std::max(tallest[r], lengths[static_cast<size_t>(id)]);
@@ -37,11 +37,11 @@ void expect_valid(const DynCpSchedule& s, const std::vector<int64_t>& lengths, i
 }
 
 // (max − min) / max over ranks of Σ L² / size in each round; idle ranks count as 0.
-std::vector<double> round_imbalance(const DynCpSchedule& s, int64_t ranks) {
+std::vector<double> round_imbalance(const DynamicCpSchedule& s, int64_t ranks) {
   std::vector<double> out;
-  for (const DynCpRound& round : s.rounds) {
+  for (const DynamicCpRound& round : s.rounds) {
     std::vector<double> load(static_cast<size_t>(ranks), 0.0);
-    for (const DynCpGroup& g : round.groups) {
+    for (const DynamicCpGroup& g : round.groups) {
       for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) load[k] = g.work;
     }
     auto [lo, hi] = std::minmax_element(load.begin(), load.end());
@@ -51,9 +51,9 @@ std::vector<double> round_imbalance(const DynCpSchedule& s, int64_t ranks) {
 }
 
 TEST(DynamicCpDev, CapIsTallestTimesTheTokenBudgetPlusFivePercent) {
-  EXPECT_DOUBLE_EQ(dyncp_dev_round_cap(101, 100), 10605.0);
+  EXPECT_DOUBLE_EQ(dynamic_cp_dev_round_cap(101, 100), 10605.0);
   // 131072 tokens at CP 2 fill their ranks: the cap is 1.05 × that sample's own load L² / 2.
-  EXPECT_DOUBLE_EQ(dyncp_dev_round_cap(131072, 65536), 1.05 * 131072.0 * 131072.0 / 2);
+  EXPECT_DOUBLE_EQ(dynamic_cp_dev_round_cap(131072, 65536), 1.05 * 131072.0 * 131072.0 / 2);
 }
 
 TEST(DynamicCpDev, BadInputIsAnErrorNamingTheSequence) {
@@ -87,8 +87,8 @@ TEST(DynamicCpDev, HandDerivedRoundFollowsTheSmallestProjectedMax) {
   expect_valid(*s, lengths, 4, 100);
   ASSERT_EQ(s->rounds.size(), 1u);
   ASSERT_EQ(s->rounds[0].groups.size(), 2u);
-  const DynCpGroup& a = s->rounds[0].groups[0];
-  const DynCpGroup& b = s->rounds[0].groups[1];
+  const DynamicCpGroup& a = s->rounds[0].groups[0];
+  const DynamicCpGroup& b = s->rounds[0].groups[1];
   EXPECT_EQ(a.first_rank, 0);
   EXPECT_EQ(a.size, 2);
   EXPECT_EQ(a.seq_ids, (std::vector<int64_t>{0, 3, 4}));
@@ -177,11 +177,11 @@ TEST(DynamicCpDev, SameInputSamePlan) {
 
 // Σ over rounds of the most-loaded rank's work: a barrier over DP×CP follows each round, so this
 // is the attention critical path of the whole batch (ideal: Σ L² / ranks, no idle rank anywhere).
-double critical_path_work(const DynCpSchedule& s) {
+double critical_path_work(const DynamicCpSchedule& s) {
   double sum = 0;
-  for (const DynCpRound& round : s.rounds) {
+  for (const DynamicCpRound& round : s.rounds) {
     double hi = 0;
-    for (const DynCpGroup& g : round.groups) hi = std::max(hi, g.work);
+    for (const DynamicCpGroup& g : round.groups) hi = std::max(hi, g.work);
     sum += hi;
   }
   return sum;

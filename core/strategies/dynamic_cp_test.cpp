@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/strategies/dyncp_test_util.h"
+#include "core/strategies/dynamic_cp_test_util.h"
 
 namespace cpbench {
 namespace {
@@ -14,8 +14,8 @@ namespace {
 using testing_util::github_batch;
 using testing_util::is_pow2;
 
-void expect_valid(const DynCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
-  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, false, [&](size_t, const DynCpGroup& g) {
+void expect_valid(const DynamicCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
+  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, false, [&](size_t, const DynamicCpGroup& g) {
     const double work = testing_util::sum_sq_per_rank(g, lengths);
     EXPECT_NEAR(g.work, work, 1e-9 * work);
   });
@@ -24,13 +24,13 @@ void expect_valid(const DynCpSchedule& s, const std::vector<int64_t>& lengths, i
 }
 
 TEST(DynamicCp, MinimumCpSizeIsTheNextPowerOfTwoOfTheRankCount) {
-  EXPECT_EQ(dyncp_min_cp_size(1, 65536), 1);
-  EXPECT_EQ(dyncp_min_cp_size(65536, 65536), 1);
-  EXPECT_EQ(dyncp_min_cp_size(65537, 65536), 2);
-  EXPECT_EQ(dyncp_min_cp_size(131072, 65536), 2);
-  EXPECT_EQ(dyncp_min_cp_size(131073, 65536), 4);
-  EXPECT_EQ(dyncp_min_cp_size(3 * 65536, 65536), 4);  // 2^ceil(log2 3) = 4
-  EXPECT_EQ(dyncp_min_cp_size(5 * 65536, 65536), 8);
+  EXPECT_EQ(dynamic_cp_min_cp_size(1, 65536), 1);
+  EXPECT_EQ(dynamic_cp_min_cp_size(65536, 65536), 1);
+  EXPECT_EQ(dynamic_cp_min_cp_size(65537, 65536), 2);
+  EXPECT_EQ(dynamic_cp_min_cp_size(131072, 65536), 2);
+  EXPECT_EQ(dynamic_cp_min_cp_size(131073, 65536), 4);
+  EXPECT_EQ(dynamic_cp_min_cp_size(3 * 65536, 65536), 4);  // 2^ceil(log2 3) = 4
+  EXPECT_EQ(dynamic_cp_min_cp_size(5 * 65536, 65536), 8);
 }
 
 TEST(DynamicCp, SequenceNeedingMoreRanksThanTheLargestGroupIsAnErrorNamingIt) {

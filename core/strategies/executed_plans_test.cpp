@@ -20,7 +20,7 @@
 #include "core/strategies/dcp.h"
 #include "core/strategies/dcp_test_cases.h"
 #include "core/strategies/dynamic_cp.h"
-#include "core/strategies/varlen.h"
+#include "core/strategies/packing.h"
 
 namespace cpbench {
 namespace {
@@ -94,12 +94,12 @@ TEST(ExecutedPlans, DcpUnderEveryMask) {
 }
 
 // The Plan of a Dynamic-CP schedule over `ranks` ranks as the dynamic_cp strategies make it
-// (plan_from_dyncp_schedule, then every group's attention attached as for training), under `mask`.
-Plan dynamic_cp_plan(const DynCpSchedule& schedule, const std::vector<int64_t>& lengths, int ranks, const MaskSpec& mask) {
+// (plan_from_dynamic_cp_schedule, then every group's attention attached as for training), under `mask`.
+Plan dynamic_cp_plan(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths, int ranks, const MaskSpec& mask) {
   ParallelConfig layout;
   layout.num_gpus = ranks;
   layout.max_seqlen_per_dp_cp_rank = 256;
-  auto plan = plan_from_dyncp_schedule(schedule, lengths, layout, true);
+  auto plan = plan_from_dynamic_cp_schedule(schedule, lengths, layout, true);
   EXPECT_TRUE(plan.ok()) << plan.error_str();
   plan->mask = mask;
   ModelShape model;
@@ -151,14 +151,14 @@ TEST(ExecutedPlans, DynamicCpRoundsUnderEveryMask) {
     auto schedule = schedule_dynamic_cp_main(lengths, ranks, 256);
     ASSERT_TRUE(schedule.ok()) << schedule.error_str();
     std::set<int64_t> sizes;
-    for (const DynCpRound& round : schedule->rounds)
+    for (const DynamicCpRound& round : schedule->rounds)
       for (const auto& g : round.groups) sizes.insert(g.size);
     EXPECT_GE(sizes.size(), 2u) << "the schedule on " << ranks << " ranks has one group size only";
     for (const MaskCase& m : every_mask(16, 16)) {
       const Plan plan = dynamic_cp_plan(*schedule, lengths, ranks, m.mask);
       const int groups = expect_plan_rounds_run(plan, ranks, std::string("Dynamic-CP ") + m.name + " on " + std::to_string(ranks));
       size_t planned = 0;
-      for (const DynCpRound& round : schedule->rounds)
+      for (const DynamicCpRound& round : schedule->rounds)
         for (const auto& g : round.groups) planned += g.size > 1 ? 1 : 0;
       EXPECT_EQ(static_cast<size_t>(groups), planned) << m.name << " on " << ranks << " ranks";
     }
@@ -191,7 +191,7 @@ TEST(ExecutedPlans, StaticPackingRoundsRunSideBySide) {
 // wider than the job likewise.
 TEST(ExecutedPlans, MalformedRoundsAreRefusedOnEveryRank) {
   const std::vector<int64_t> lengths{300, 37, 64, 129};
-  DynCpSchedule schedule;
+  DynamicCpSchedule schedule;
   schedule.rounds.resize(1);
   schedule.rounds[0].groups = {{0, 2, {0, 1}, 0}, {2, 2, {2, 3}, 0}};
   Plan good = dynamic_cp_plan(schedule, lengths, 4, MaskSpec{MaskKind::causal});

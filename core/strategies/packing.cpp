@@ -1,6 +1,10 @@
 // packing.cpp — the three packers of packing.h.
 #include "core/strategies/packing.h"
 
+#include "core/layouts/cp_layouts.h"
+#include "core/model/formulas.h"
+#include "core/strategies/varlen.h"
+
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -116,5 +120,51 @@ Expected<std::vector<Pack>> pack_flops_balanced(const std::vector<int64_t>& leng
     if (fits) return packs;
   }
 }
+
+namespace {
+
+PlanOutcome plan_static(const StrategyInput& in, const std::string& packer) {
+  Plan plan;
+  if (auto why = plan_static_cp(in, packer, &plan); !why.empty()) return PlanOutcome::infeasible(why);
+  return finish_varlen_plan(in, std::move(plan));
+}
+
+}  // namespace
+
+std::string plan_static_cp(const StrategyInput& in, const std::string& packer, Plan* plan) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = check_varlen_layout(in.model, L); !why.empty()) return why;
+  const int64_t dp = L.dp(), cp = L.cp;
+  const int64_t capacity = L.max_seqlen_per_dp_cp_rank * cp;
+  Expected<std::vector<Pack>> packs = Error{"", "", "unknown packer '" + packer + "'"};
+  if (packer == "dp_balanced") packs = pack_dp_balanced(in.batch.lengths, capacity, dp);
+  if (packer == "first_fit_decreasing") packs = pack_first_fit_decreasing(in.batch.lengths, capacity, dp);
+  if (packer == "flops_balanced") {
+    // The model's own cost of a sequence: linear FLOPs per token and attention FLOPs per L².
+    const double linear = flops_varlen(in.model, 1, 0, Recompute::none, true);
+    const double quadratic = flops_varlen(in.model, 0, 1, Recompute::none, true);
+    packs = pack_flops_balanced(in.batch.lengths, capacity, dp, linear, quadratic);
+  }
+  if (!packs) return packs.error_str();
+  const int64_t pad_to = static_cp_pad_multiple(L);
+  int64_t m = static_cast<int64_t>(packs->size()) / dp;
+  plan->layout = L;
+  plan->pipeline_schedule = varlen_pipeline_schedule(L, &m);
+  plan->micro_batches.assign(dp * cp, std::vector<PlanMicroBatch>(m));
+  for (size_t i = 0; i < packs->size(); ++i) {
+    const int64_t replica = static_cast<int64_t>(i) % dp, k = static_cast<int64_t>(i) / dp;
+    PlanMicroBatch mb;
+    for (int64_t id : (*packs)[i].seq_ids) mb.lengths.push_back(in.batch.lengths[id]);
+    mb.cp = cp;
+    mb.first_rank = replica * cp;
+    mb.pad_to = pad_to;
+    for (int64_t c = 0; c < cp; ++c) plan->micro_batches[replica * cp + c][k] = mb;
+  }
+  return "";
+}
+
+PlanOutcome plan_packing(const StrategyInput& in) { return plan_static(in, "dp_balanced"); }
+PlanOutcome plan_packing_ffd(const StrategyInput& in) { return plan_static(in, "first_fit_decreasing"); }
+PlanOutcome plan_packing_flops(const StrategyInput& in) { return plan_static(in, "flops_balanced"); }
 
 }  // namespace cpbench

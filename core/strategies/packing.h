@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "core/common/expected.h"
+#include "core/plan/plan.h"
+#include "core/strategies/strategy.h"
 
 namespace cpbench {
 
@@ -39,5 +41,17 @@ Expected<std::vector<Pack>> pack_flops_balanced(const std::vector<int64_t>& leng
 
 // cost(L) summed over a pack, the quantity pack_flops_balanced balances.
 double pack_cost(const Pack& pack, double linear_cost, double quadratic_cost);
+
+// ---- the packing strategies ---------------------------------------------------------------------
+// Packs the batch with `packer` ("dp_balanced" | "first_fit_decreasing" | "flops_balanced") into
+// packs of ≤ max_seqlen_per_dp_cp_rank · cp tokens and deals them round-robin to the DP replicas
+// (round k holds packs k·dp … k·dp + dp − 1, as Megatron's DpBalancedScheduler groups them); every
+// CP rank of a replica holds its pack. Sequences are padded to the layout's rule (2·cp for the
+// p2p / all_gather chunks, cp for a2a; ×tp with sequence parallelism). "" or why not.
+std::string plan_static_cp(const StrategyInput& in, const std::string& packer, Plan* plan);
+
+PlanOutcome plan_packing(const StrategyInput& in);        // Megatron dp_balanced
+PlanOutcome plan_packing_ffd(const StrategyInput& in);    // first-fit decreasing
+PlanOutcome plan_packing_flops(const StrategyInput& in);  // FLOPs-balanced (Σ L, Σ L² costs)
 
 }  // namespace cpbench

@@ -1,6 +1,11 @@
 // varlen_test.cpp — packing and Dynamic-CP plans and their simulation: every sequence once, CP
 // groups held by all their members, per-rank token caps, CP group members starting their shared
 // micro-batch together, and equal results where packing and Dynamic-CP plan the same thing.
+#include "core/strategies/dcp.h"
+#include "core/strategies/dynamic_cp.h"
+#include "core/strategies/dynamic_cp_dev.h"
+#include "core/strategies/dynamic_cp_solver.h"
+#include "core/strategies/packing.h"
 #include "core/strategies/varlen.h"
 #include "core/strategies/strategy_test_util.h"
 
@@ -100,7 +105,7 @@ TEST_F(VarlenTest, StaticCpPlansHoldEverySequenceOnceOnWholeReplicas) {
 TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   auto schedule = schedule_dynamic_cp_main(batch_.lengths, 8, layout_.max_seqlen_per_dp_cp_rank);
   ASSERT_TRUE(schedule.ok()) << schedule.error_str();
-  auto made = plan_from_dyncp_schedule(*schedule, batch_.lengths, layout_, true);
+  auto made = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, true);
   ASSERT_TRUE(made.ok()) << made.error_str();
   const Plan& plan = *made;
   EXPECT_EQ(plan.layout.cp, 1);
@@ -119,11 +124,11 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
 
 // A schedule with an invalid round (a scheduler's bug) is an error naming the round, not a plan.
 TEST_F(VarlenTest, DynamicCpPlanRefusesAnInvalidRound) {
-  DynCpSchedule schedule;
+  DynamicCpSchedule schedule;
   schedule.rounds.resize(2);
   schedule.rounds[0].groups = {{0, 2, {0}, 0}};
   schedule.rounds[1].groups = {{0, 2, {1}, 0}, {1, 2, {2}, 0}};
-  auto plan = plan_from_dyncp_schedule(schedule, batch_.lengths, layout_, true);
+  auto plan = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, true);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.error_str().find("round 1: group 1 (ranks [1, 3)) overlaps group 0 (ranks [0, 2)) at rank 1"),
             std::string::npos)

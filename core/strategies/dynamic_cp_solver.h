@@ -1,10 +1,10 @@
-// dyncp_solver.h — the Dynamic-CP blog's solver (NVIDIA draft PR, not merged) as a planner: a FLOPs
+// dynamic_cp_solver.h — the Dynamic-CP blog's solver (NVIDIA draft PR, not merged) as a planner: a FLOPs
 // cost model per sequence, a search over the micro-batch count m, and a FLOPs-balanced packing of
 // the global batch into m rounds of aligned power-of-two CP groups over one stage's DP×CP ranks.
 // Requires: lengths ≥ 1 token; every cp_min(L) ≤ the largest power of two ≤ ranks; a model with
 // hidden, ffn_hidden, heads, kv_heads ≥ 1 and heads % kv_heads == 0 (else an Error naming why).
 // Note: costs are FLOPs of one transformer layer (no hardware rates, no CP communication term — the
-// reference has none); the output reuses dynamic_cp.h's DynCpSchedule. Choices are in the .cpp.
+// reference has none); the output reuses dynamic_cp.h's DynamicCpSchedule. Choices are in the .cpp.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace cpbench {
 // gemm = 2·s·h²; attention forward 2·2·s²·h·0.5 (causal); QKV gemm·(1 + 2/groups), groups =
 // heads / kv_heads; out-projection gemm; MLP 2·s·h·(2·ffn if gated else ffn) + 2·s·ffn·h;
 // backward = 2.77 × attention + 2.7 × the rest; full recompute adds one forward.
-struct DynCpSequenceFlops {
+struct DynamicCpSequenceFlops {
   double attention_forward = 0;  // the s² term
   double linear_forward = 0;     // QKV + out-projection + MLP
   double forward = 0;            // attention_forward + linear_forward
@@ -30,9 +30,9 @@ struct DynCpSequenceFlops {
 };
 
 // REQUIRES: length ≥ 1 and a model that solve_dynamic_cp accepts (kv_heads ≥ 1).
-DynCpSequenceFlops dyncp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute);
+DynamicCpSequenceFlops dynamic_cp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute);
 
-struct DynCpSolverOptions {
+struct DynamicCpSolverOptions {
   int64_t ranks = 1;                      // DP×CP ranks of one pipeline stage (the pool)
   int64_t max_seqlen_per_dp_cp_rank = 1;  // memory bound per rank (tokens): the memory check
   int64_t pp = 1, vp = 1;                 // pipeline stages and virtual chunks, for the bubble term
@@ -40,8 +40,8 @@ struct DynCpSolverOptions {
   int max_microbatch_factor = 6;          // m searched over pp × {k0 … k0 + this − 1} (see .cpp [S1])
 };
 
-struct DynCpSolverResult {
-  DynCpSchedule schedule;     // exactly micro_batches rounds; DynCpGroup.work = Σ cost / size (FLOPs/layer)
+struct DynamicCpSolverResult {
+  DynamicCpSchedule schedule;     // exactly micro_batches rounds; DynamicCpGroup.work = Σ cost / size (FLOPs/layer)
   int64_t micro_batches = 0;
   // max over ranks of Σ its per-round cost + (pp − 1) / vp × its heaviest round: one stage's
   // step in per-layer FLOPs, fill and drain included. Divide by a rank's achieved FLOP/s for
@@ -49,7 +49,11 @@ struct DynCpSolverResult {
   double predicted_time_units = 0;
 };
 
-Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
-                                           const DynCpSolverOptions& opt);
+Expected<DynamicCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
+                                           const DynamicCpSolverOptions& opt);
+
+// The strategy: the solver searches its own micro-batch count (PP × {1..6}) with its FLOPs model and
+// bubble term.
+PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in);
 
 }  // namespace cpbench

@@ -1,13 +1,13 @@
-// dyncp_solver_test.cpp — the Dynamic-CP blog's solver: the per-sequence FLOPs formula on hand-computed
+// dynamic_cp_solver_test.cpp — the Dynamic-CP blog's solver: the per-sequence FLOPs formula on hand-computed
 // Llama-13B numbers, errors naming the sequence, small exact cases, and on the blog's batch shape
 // (2048 dynamic_cp_github sequences, 64 ranks, 65536 tokens per rank, PP 8): every sequence once,
 // aligned non-overlapping power-of-two groups, per-rank tokens bound, m ∈ 8·{1..6} with m rounds,
 // work = Σ cost / size, the predicted step, balance across ranks, determinism and planning time.
-#include "core/strategies/dyncp_solver.h"
+#include "core/strategies/dynamic_cp_solver.h"
 
 #include <gtest/gtest.h>
 
-#include "core/strategies/dyncp_test_util.h"
+#include "core/strategies/dynamic_cp_test_util.h"
 
 #include <algorithm>
 #include <chrono>
@@ -35,8 +35,8 @@ ModelShape llama13b() {
 
 using testing_util::github_batch;
 
-DynCpSolverOptions blog_options() {
-  DynCpSolverOptions o;
+DynamicCpSolverOptions blog_options() {
+  DynamicCpSolverOptions o;
   o.ranks = 64;
   o.max_seqlen_per_dp_cp_rank = 65536;
   o.pp = 8;
@@ -45,15 +45,15 @@ DynCpSolverOptions blog_options() {
 }
 
 // Checks the schedule's contract and returns each rank's Σ per-rank cost over all rounds.
-std::vector<double> expect_valid(const DynCpSolverResult& r, const std::vector<int64_t>& lengths, const ModelShape& model,
-                                 const DynCpSolverOptions& opt) {
+std::vector<double> expect_valid(const DynamicCpSolverResult& r, const std::vector<int64_t>& lengths, const ModelShape& model,
+                                 const DynamicCpSolverOptions& opt) {
   std::vector<double> rank_cost(static_cast<size_t>(opt.ranks), 0.0);
   EXPECT_EQ(static_cast<int64_t>(r.schedule.rounds.size()), r.micro_batches);
   testing_util::expect_valid_schedule(r.schedule, lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank, false,
-                                      [&](size_t, const DynCpGroup& g) {
+                                      [&](size_t, const DynamicCpGroup& g) {
                                         double cost = 0;
                                         for (int64_t id : g.seq_ids)
-                                          cost += dyncp_sequence_flops(lengths[static_cast<size_t>(id)], model,
+                                          cost += dynamic_cp_sequence_flops(lengths[static_cast<size_t>(id)], model,
                                                                      opt.full_recompute).total();
                                         EXPECT_NEAR(g.work, cost / static_cast<double>(g.size), 1e-9 * g.work);
                                         for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k)
@@ -62,39 +62,39 @@ std::vector<double> expect_valid(const DynCpSolverResult& r, const std::vector<i
   return rank_cost;
 }
 
-TEST(DynCpSolver, SequenceFlopsMatchTheBlogFormulaForLlama13B) {
+TEST(DynamicCpSolver, SequenceFlopsMatchTheBlogFormulaForLlama13B) {
   // s = 4096, h = 5120, ffn = 13824, MHA (groups 1), gated MLP, computed by hand:
   // gemm = 2·4096·5120² = 214,748,364,800; attention = 2·2·4096²·5120·0.5 = 171,798,691,840;
   // QKV = 3·gemm = 644,245,094,400; out = gemm; MLP = 2·s·h·2·ffn + 2·s·ffn·h = 6·s·h·ffn =
   // 1,739,461,754,880; linear = 2,598,455,214,080; forward = 2,770,253,905,920;
   // backward = 2.77·attention + 2.7·linear = 475,882,376,396.8 + 7,015,829,078,016.
-  const DynCpSequenceFlops f = dyncp_sequence_flops(4096, llama13b(), false);
+  const DynamicCpSequenceFlops f = dynamic_cp_sequence_flops(4096, llama13b(), false);
   EXPECT_DOUBLE_EQ(f.attention_forward, 171798691840.0);
   EXPECT_DOUBLE_EQ(f.linear_forward, 2598455214080.0);
   EXPECT_DOUBLE_EQ(f.forward, 2770253905920.0);
   EXPECT_DOUBLE_EQ(f.backward, 7491711454412.8);
   EXPECT_DOUBLE_EQ(f.recompute, 0.0);
   EXPECT_DOUBLE_EQ(f.total(), 10261965360332.8);
-  const DynCpSequenceFlops r = dyncp_sequence_flops(4096, llama13b(), true);
+  const DynamicCpSequenceFlops r = dynamic_cp_sequence_flops(4096, llama13b(), true);
   EXPECT_DOUBLE_EQ(r.recompute, 2770253905920.0);  // full recompute adds one forward
   EXPECT_DOUBLE_EQ(r.total(), 13032219266252.8);
 }
 
-TEST(DynCpSolver, GqaScalesOnlyTheKvProjectionsAndAnUngatedMlpHasTwoMatrices) {
+TEST(DynamicCpSolver, GqaScalesOnlyTheKvProjectionsAndAnUngatedMlpHasTwoMatrices) {
   ModelShape m = llama13b();
   m.kv_heads = 8;        // groups = 5: QKV = gemm·(1 + 2/5) = 300,647,710,720
   m.gated_mlp = false;   // MLP = 4·s·h·ffn = 1,159,641,169,920
-  const DynCpSequenceFlops f = dyncp_sequence_flops(4096, m, false);
+  const DynamicCpSequenceFlops f = dynamic_cp_sequence_flops(4096, m, false);
   EXPECT_DOUBLE_EQ(f.linear_forward, 300647710720.0 + 214748364800.0 + 1159641169920.0);
   EXPECT_DOUBLE_EQ(f.attention_forward, 171798691840.0);  // the s² term does not depend on groups
   // Attention grows as s², the rest as s: doubling s multiplies them by 4 and 2.
-  const DynCpSequenceFlops d = dyncp_sequence_flops(8192, m, false);
+  const DynamicCpSequenceFlops d = dynamic_cp_sequence_flops(8192, m, false);
   EXPECT_DOUBLE_EQ(d.attention_forward, 4 * f.attention_forward);
   EXPECT_DOUBLE_EQ(d.linear_forward, 2 * f.linear_forward);
 }
 
-TEST(DynCpSolver, InvalidInputIsAnErrorNamingTheProblem) {
-  DynCpSolverOptions o;
+TEST(DynamicCpSolver, InvalidInputIsAnErrorNamingTheProblem) {
+  DynamicCpSolverOptions o;
   o.ranks = 4;
   o.max_seqlen_per_dp_cp_rank = 65536;
   auto too_long = solve_dynamic_cp({1000, 300000}, llama13b(), o);
@@ -115,10 +115,10 @@ TEST(DynCpSolver, InvalidInputIsAnErrorNamingTheProblem) {
             std::string::npos);
 }
 
-TEST(DynCpSolver, NoFeasibleMicroBatchCountIsAnErrorNamingTheSequence) {
+TEST(DynamicCpSolver, NoFeasibleMicroBatchCountIsAnErrorNamingTheSequence) {
   // One rank of 100 tokens, three sequences of 60: m_lo = ⌈180 / 100⌉ = 2, only m = 2 is tried,
   // and the third sequence fits in neither bucket.
-  DynCpSolverOptions o;
+  DynamicCpSolverOptions o;
   o.ranks = 1;
   o.max_seqlen_per_dp_cp_rank = 100;
   o.max_microbatch_factor = 1;
@@ -134,8 +134,8 @@ TEST(DynCpSolver, NoFeasibleMicroBatchCountIsAnErrorNamingTheSequence) {
   EXPECT_EQ(ok->micro_batches, 3);
 }
 
-TEST(DynCpSolver, EqualShortSequencesGetOneRankEachInOneRound) {
-  DynCpSolverOptions o;
+TEST(DynamicCpSolver, EqualShortSequencesGetOneRankEachInOneRound) {
+  DynamicCpSolverOptions o;
   o.ranks = 4;
   o.max_seqlen_per_dp_cp_rank = 65536;
   const std::vector<int64_t> lengths{100, 100, 100, 100};
@@ -150,26 +150,26 @@ TEST(DynCpSolver, EqualShortSequencesGetOneRankEachInOneRound) {
     EXPECT_EQ(r->schedule.rounds[0].groups[g].size, 1);
     EXPECT_EQ(r->schedule.rounds[0].groups[g].seq_ids, std::vector<int64_t>{g});
   }
-  EXPECT_DOUBLE_EQ(r->predicted_time_units, dyncp_sequence_flops(100, llama13b(), false).total());
+  EXPECT_DOUBLE_EQ(r->predicted_time_units, dynamic_cp_sequence_flops(100, llama13b(), false).total());
   expect_valid(*r, lengths, llama13b(), o);
 }
 
-TEST(DynCpSolver, LongSampleGetsContextParallelismEvenWhenItFitsOneRank) {
+TEST(DynamicCpSolver, LongSampleGetsContextParallelismEvenWhenItFitsOneRank) {
   // 8 ranks; one 60K-token sequence among 63 of 1K. It fits one rank's memory (cp_min = 1), but
   // its forward FLOPs are far above 1.3 × the mean bucket target, so it gets a power-of-two CP
   // size that brings its per-rank forward under 1.3 × target (or the cap of 8 ranks).
-  DynCpSolverOptions o;
+  DynamicCpSolverOptions o;
   o.ranks = 8;
   o.max_seqlen_per_dp_cp_rank = 65536;
   std::vector<int64_t> lengths(64, 1000);
   lengths[0] = 60000;
-  ASSERT_EQ(dyncp_min_cp_size(60000, 65536), 1);
+  ASSERT_EQ(dynamic_cp_min_cp_size(60000, 65536), 1);
   auto r = solve_dynamic_cp(lengths, llama13b(), o);
   ASSERT_TRUE(r.ok()) << r.error_str();
   expect_valid(*r, lengths, llama13b(), o);
   int64_t cp = 0;
-  for (const DynCpRound& round : r->schedule.rounds) {
-    for (const DynCpGroup& g : round.groups) {
+  for (const DynamicCpRound& round : r->schedule.rounds) {
+    for (const DynamicCpGroup& g : round.groups) {
       if (std::find(g.seq_ids.begin(), g.seq_ids.end(), 0) != g.seq_ids.end()) cp = g.size;
     }
   }
@@ -181,11 +181,11 @@ TEST(DynCpSolver, LongSampleGetsContextParallelismEvenWhenItFitsOneRank) {
   expect_valid(*forced, lengths, llama13b(), o);
 }
 
-TEST(DynCpSolver, ShortSequenceWithNoRoomOnAnyRankJoinsACpGroupWithRoom) {
+TEST(DynamicCpSolver, ShortSequenceWithNoRoomOnAnyRankJoinsACpGroupWithRoom) {
   // 2 ranks of 100 tokens, m = 2 (m_lo = ⌈370 / 200⌉ = 2, one candidate): sequence 0 (150 tokens)
   // needs CP 2 and takes round 0; the two 90s fill round 1; the 40 fits no size-1 slot (90 + 40 >
   // 100) but fits the CP group (150 + 40 ≤ 2 · 100), so it runs there at CP 2.
-  DynCpSolverOptions o;
+  DynamicCpSolverOptions o;
   o.ranks = 2;
   o.max_seqlen_per_dp_cp_rank = 100;
   o.max_microbatch_factor = 1;
@@ -203,21 +203,21 @@ TEST(DynCpSolver, ShortSequenceWithNoRoomOnAnyRankJoinsACpGroupWithRoom) {
 }
 
 // Each rank's per-round cost, [rank][round] (0 where the rank idles in that round).
-std::vector<std::vector<double>> round_costs(const DynCpSolverResult& r, int64_t ranks) {
+std::vector<std::vector<double>> round_costs(const DynamicCpSolverResult& r, int64_t ranks) {
   std::vector<std::vector<double>> cost(static_cast<size_t>(ranks), std::vector<double>(r.schedule.rounds.size(), 0.0));
   for (size_t i = 0; i < r.schedule.rounds.size(); ++i) {
-    for (const DynCpGroup& g : r.schedule.rounds[i].groups) {
+    for (const DynamicCpGroup& g : r.schedule.rounds[i].groups) {
       for (int64_t k = g.first_rank; k < g.first_rank + g.size; ++k) cost[static_cast<size_t>(k)][i] = g.work;
     }
   }
   return cost;
 }
 
-TEST(DynCpSolver, PredictedStepIsTheBusiestRanksRoundsPlusTheFillPacedByItsHeaviestRound) {
+TEST(DynamicCpSolver, PredictedStepIsTheBusiestRanksRoundsPlusTheFillPacedByItsHeaviestRound) {
   // PP 4 with 2 virtual chunks: predicted = max over ranks of Σ its rounds + 3/2 · its heaviest
   // round; m ∈ 4·{1..6}.
   const std::vector<int64_t> lengths = github_batch(7, 256);
-  DynCpSolverOptions o;
+  DynamicCpSolverOptions o;
   o.ranks = 16;
   o.max_seqlen_per_dp_cp_rank = 65536;
   o.pp = 4;
@@ -236,7 +236,7 @@ TEST(DynCpSolver, PredictedStepIsTheBusiestRanksRoundsPlusTheFillPacedByItsHeavi
   EXPECT_NEAR(r->predicted_time_units, predicted, 1e-9 * predicted);
 }
 
-TEST(DynCpSolver, EachRanksMicroBatchesComeOutEvenSoNoneStallsThePipeline) {
+TEST(DynamicCpSolver, EachRanksMicroBatchesComeOutEvenSoNoneStallsThePipeline) {
   // 1F1B's fill and drain are paced by a rank's heaviest micro-batch, so the solver packs each
   // rank's buckets evenly by FLOPs. A sample is at most 1.3 × the bucket target (else it is long
   // and gets CP), which bounds the heaviest round near 1.3 × the mean: measured 1.25–1.30 on
@@ -247,13 +247,13 @@ TEST(DynCpSolver, EachRanksMicroBatchesComeOutEvenSoNoneStallsThePipeline) {
     auto profile = load_length_profile(std::string(CPBENCH_SOURCE_DIR "/experiments/datasets/") + dataset + ".json");
     ASSERT_TRUE(profile.ok()) << profile.error_str();
     const std::vector<int64_t> lengths = sample_lengths(*profile, 1, 2048, 256, 131072);
-    DynCpSolverOptions o = blog_options();
+    DynamicCpSolverOptions o = blog_options();
     o.ranks = ranks;
     auto r = solve_dynamic_cp(lengths, llama13b(), o);
     ASSERT_TRUE(r.ok()) << r.error_str();
     expect_valid(*r, lengths, llama13b(), o);
     SCOPED_TRACE(dataset);
-    for (const DynCpRound& round : r->schedule.rounds) EXPECT_FALSE(round.groups.empty());
+    for (const DynamicCpRound& round : r->schedule.rounds) EXPECT_FALSE(round.groups.empty());
     for (const std::vector<double>& rounds : round_costs(*r, ranks)) {
       const double mean = std::accumulate(rounds.begin(), rounds.end(), 0.0) / static_cast<double>(rounds.size());
       EXPECT_LE(*std::max_element(rounds.begin(), rounds.end()), 1.35 * mean);
@@ -261,10 +261,10 @@ TEST(DynCpSolver, EachRanksMicroBatchesComeOutEvenSoNoneStallsThePipeline) {
   }
 }
 
-TEST(DynCpSolver, BlogBatchIsAValidBalancedScheduleOfPpTimesKRounds) {
+TEST(DynamicCpSolver, BlogBatchIsAValidBalancedScheduleOfPpTimesKRounds) {
   const std::vector<int64_t> lengths = github_batch(1, 2048);
   const ModelShape model = llama13b();
-  const DynCpSolverOptions o = blog_options();
+  const DynamicCpSolverOptions o = blog_options();
   const auto start = std::chrono::steady_clock::now();
   auto r = solve_dynamic_cp(lengths, model, o);
   const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -282,17 +282,17 @@ TEST(DynCpSolver, BlogBatchIsAValidBalancedScheduleOfPpTimesKRounds) {
   EXPECT_GE(r->predicted_time_units, busiest * (m + 7) / m * (1 - 1e-9));  // equal rounds at best
 
   int64_t cp_groups = 0;
-  for (const DynCpRound& round : r->schedule.rounds) {
-    for (const DynCpGroup& g : round.groups) cp_groups += g.size > 1 ? 1 : 0;
+  for (const DynamicCpRound& round : r->schedule.rounds) {
+    for (const DynamicCpGroup& g : round.groups) cp_groups += g.size > 1 ? 1 : 0;
   }
   EXPECT_GT(cp_groups, 0);  // 2.4% of the draws are 131072 tokens and need CP ≥ 2
 
   // Per-round view: Σ over rounds of the busiest rank, over the mean rank's total — the step if
   // every round ended in a barrier (Megatron main) instead of flowing through the pipeline.
   double barrier_sum = 0;
-  for (const DynCpRound& round : r->schedule.rounds) {
+  for (const DynamicCpRound& round : r->schedule.rounds) {
     double busiest_in_round = 0;
-    for (const DynCpGroup& g : round.groups) busiest_in_round = std::max(busiest_in_round, g.work);
+    for (const DynamicCpGroup& g : round.groups) busiest_in_round = std::max(busiest_in_round, g.work);
     barrier_sum += busiest_in_round;
   }
   const double imbalance = busiest / mean;

@@ -1,4 +1,4 @@
-// dyncp_memory_test.cpp — what issue 14 asks of every Dynamic-CP planner: at fixed work (one seeded
+// dynamic_cp_memory_test.cpp — what issue 14 asks of every Dynamic-CP planner: at fixed work (one seeded
 // batch), adding ranks to the DP×CP pool never turns a plan that fits into one that does not, and
 // never needs more activation memory per GPU than fewer ranks did — at every pool size, power of
 // two or not (2·lcm(pool, 2^k) padding made 250-, 500- and 1000-rank pools run out of memory, and
@@ -13,8 +13,10 @@
 
 #include "core/sim/memory.h"
 #include "core/strategies/dynamic_cp_dev.h"
-#include "core/strategies/dyncp_test_util.h"
-#include "core/strategies/varlen.h"
+#include "core/strategies/dynamic_cp_test_util.h"
+#include "core/strategies/dynamic_cp.h"
+#include "core/strategies/dynamic_cp_solver.h"
+#include "core/strategies/packing.h"
 
 namespace cpbench {
 namespace {
@@ -28,7 +30,7 @@ std::vector<int64_t> sampled_pools() {
   return {pools.begin(), pools.end()};
 }
 
-class DynCpMemory : public ::testing::TestWithParam<const char*> {
+class DynamicCpMemory : public ::testing::TestWithParam<const char*> {
  protected:
   static void SetUpTestSuite() {
     cluster_ = new ClusterSpec(*load_hardware(CPBENCH_SOURCE_DIR "/experiments/hardware/h100_dgx.json"));
@@ -37,10 +39,10 @@ class DynCpMemory : public ::testing::TestWithParam<const char*> {
   static ClusterSpec* cluster_;
   static ModelShape* model_;
 };
-ClusterSpec* DynCpMemory::cluster_ = nullptr;
-ModelShape* DynCpMemory::model_ = nullptr;
+ClusterSpec* DynamicCpMemory::cluster_ = nullptr;
+ModelShape* DynamicCpMemory::model_ = nullptr;
 
-TEST_P(DynCpMemory, ActivationsPerGpuNeverGrowWhenRanksAreAdded) {
+TEST_P(DynamicCpMemory, ActivationsPerGpuNeverGrowWhenRanksAreAdded) {
   const std::string name = GetParam();
   const StrategyFn plan = std::string(name) == "dynamic_cp" ? plan_dynamic_cp
                           : std::string(name) == "dynamic_cp_dev" ? plan_dynamic_cp_dev
@@ -63,8 +65,8 @@ TEST_P(DynCpMemory, ActivationsPerGpuNeverGrowWhenRanksAreAdded) {
     if (name == "dynamic_cp_dev" && pool > 64 && (pool & (pool - 1)) != 0) {
       auto s = schedule_dynamic_cp_dev(batch.lengths, pool, p.max_seqlen_per_dp_cp_rank);
       bool full_group = false;
-      for (const DynCpRound& r : s ? s->rounds : std::vector<DynCpRound>{})
-        for (const DynCpGroup& g : r.groups) full_group |= g.size == pool;
+      for (const DynamicCpRound& r : s ? s->rounds : std::vector<DynamicCpRound>{})
+        for (const DynamicCpGroup& g : r.groups) full_group |= g.size == pool;
       if (full_group) continue;
     }
     PlanOutcome out = plan(StrategyInput{*cluster_, *model_, p, batch});
@@ -91,7 +93,7 @@ TEST_P(DynCpMemory, ActivationsPerGpuNeverGrowWhenRanksAreAdded) {
               static_cast<long long>(last_pool), last);
 }
 
-INSTANTIATE_TEST_SUITE_P(Planners, DynCpMemory, ::testing::Values("dynamic_cp", "dynamic_cp_dev", "dynamic_cp_solver"));
+INSTANTIATE_TEST_SUITE_P(Planners, DynamicCpMemory, ::testing::Values("dynamic_cp", "dynamic_cp_dev", "dynamic_cp_solver"));
 
 }  // namespace
 }  // namespace cpbench

@@ -1,4 +1,4 @@
-// dyncp_solver.cpp — the Dynamic-CP blog's solver as references/context_parallel.md describes it
+// dynamic_cp_solver.cpp — the Dynamic-CP blog's solver as references/context_parallel.md describes it
 // ("The blog's solver (NVIDIA draft PR, not merged)"), written from that description; no code is
 // copied. For each candidate micro-batch count m the batch is planned into m rounds; the m with the
 // least predicted step wins (ties: the smaller m).
@@ -11,7 +11,7 @@
 //      The cost model has no per-micro-batch overhead (GEMM efficiency, launch, P2P latency), so
 //      with pp > 1 the largest feasible m usually wins; the reference's memory check (70 GiB) is
 //      the tokens-per-rank bound here.
-// [S2] Units: a sample's cost is dyncp_sequence_flops(L).total() (one layer; the layer count is a
+// [S2] Units: a sample's cost is dynamic_cp_sequence_flops(L).total() (one layer; the layer count is a
 //      common factor). A sample split over c ranks costs cost / c on each: the reference has no CP
 //      communication term, so CP looks free to this solver; the simulator prices it.
 // [S3] Bucket target: W / (ranks · m), W = Σ cost. "Long" compares forward FLOPs with the same
@@ -41,7 +41,9 @@
 //      Σ per-round cost + (pp − 1) / vp × its heaviest round — 1F1B's (interleaved when vp > 1)
 //      fill and drain are paced by the heaviest micro-batch. With equal rounds this is the
 //      reference's W·(m·vp + pp − 1) / (m·vp) comparison of bucket sizes.
-#include "core/strategies/dyncp_solver.h"
+#include "core/strategies/dynamic_cp_solver.h"
+
+#include "core/strategies/varlen.h"
 
 #include <algorithm>
 #include <limits>
@@ -75,7 +77,7 @@ struct Group {
 };
 
 struct Candidate {
-  DynCpSchedule schedule;
+  DynamicCpSchedule schedule;
   double predicted = 0;
 };
 
@@ -111,7 +113,7 @@ class RankTree {
 // Plans the batch for one micro-batch count m ([S3]–[S6]).
 class RoundPlanner {
  public:
-  RoundPlanner(const std::vector<Sample>& by_cost, const DynCpSolverOptions& opt, int64_t largest_pow2,
+  RoundPlanner(const std::vector<Sample>& by_cost, const DynamicCpSolverOptions& opt, int64_t largest_pow2,
                double total_forward)
       : by_cost_(by_cost), opt_(opt), largest_pow2_(largest_pow2), total_forward_(total_forward) {}
 
@@ -157,11 +159,11 @@ class RoundPlanner {
     out.schedule.rounds.resize(static_cast<size_t>(m));
     for (const Group& g : groups_) {
       out.schedule.rounds[static_cast<size_t>(g.round)].groups.push_back(
-          DynCpGroup{g.first_rank, g.size, g.seq_ids, g.work});
+          DynamicCpGroup{g.first_rank, g.size, g.seq_ids, g.work});
     }
-    for (DynCpRound& r : out.schedule.rounds) {
+    for (DynamicCpRound& r : out.schedule.rounds) {
       std::sort(r.groups.begin(), r.groups.end(),
-                [](const DynCpGroup& a, const DynCpGroup& b) { return a.first_rank < b.first_rank; });
+                [](const DynamicCpGroup& a, const DynamicCpGroup& b) { return a.first_rank < b.first_rank; });
     }
     out.predicted = 0;  // [S6]
     for (int64_t k = 0; k < ranks; ++k) {
@@ -388,7 +390,7 @@ class RoundPlanner {
   }
 
   const std::vector<Sample>& by_cost_;
-  const DynCpSolverOptions& opt_;
+  const DynamicCpSolverOptions& opt_;
   int64_t largest_pow2_;
   double total_forward_;
   int64_t m_ = 0;
@@ -404,7 +406,7 @@ class RoundPlanner {
   std::vector<Group> groups_;
 };
 
-Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model, const DynCpSolverOptions& opt) {
+Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model, const DynamicCpSolverOptions& opt) {
   auto positive = [](int64_t v, const std::string& name) -> Status {
     if (v >= 1) return ok_status();
     return Error{"", "", name + " must be ≥ 1, got " + std::to_string(v)};
@@ -431,7 +433,7 @@ Status check_inputs(const std::vector<int64_t>& lengths, const ModelShape& model
 
 }  // namespace
 
-DynCpSequenceFlops dyncp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute) {
+DynamicCpSequenceFlops dynamic_cp_sequence_flops(int64_t length, const ModelShape& model, bool full_recompute) {
   const double s = static_cast<double>(length);
   const double h = static_cast<double>(model.hidden);
   const double ffn = static_cast<double>(model.ffn_hidden);
@@ -440,7 +442,7 @@ DynCpSequenceFlops dyncp_sequence_flops(int64_t length, const ModelShape& model,
   const double qkv = gemm * (1 + 2 / groups);  // "gemm + 2·gemm/groups", as written
   const double out_proj = gemm;
   const double mlp = 2 * s * h * (model.gated_mlp ? 2 * ffn : ffn) + 2 * s * ffn * h;
-  DynCpSequenceFlops f;
+  DynamicCpSequenceFlops f;
   f.attention_forward = 2 * 2 * s * s * h * 0.5;  // causal: half of the s×s scores
   f.linear_forward = qkv + out_proj + mlp;
   f.forward = f.attention_forward + f.linear_forward;
@@ -449,11 +451,11 @@ DynCpSequenceFlops dyncp_sequence_flops(int64_t length, const ModelShape& model,
   return f;
 }
 
-Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
-                                           const DynCpSolverOptions& opt) {
+Expected<DynamicCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths, const ModelShape& model,
+                                           const DynamicCpSolverOptions& opt) {
   Status valid = check_inputs(lengths, model, opt);
   if (!valid.ok()) return valid.errors();
-  auto sizes = dyncp_min_cp_sizes(lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank);
+  auto sizes = dynamic_cp_min_cp_sizes(lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank);
   if (!sizes) return sizes.errors();
   const int64_t largest_pow2 = sizes->largest_pow2;
   std::vector<Sample> samples(lengths.size());
@@ -465,7 +467,7 @@ Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths
     s.id = static_cast<int64_t>(i);
     s.length = L;
     s.cp_min = sizes->cp_min[i];
-    const DynCpSequenceFlops f = dyncp_sequence_flops(L, model, opt.full_recompute);
+    const DynamicCpSequenceFlops f = dynamic_cp_sequence_flops(L, model, opt.full_recompute);
     s.cost = f.total();
     s.forward = f.forward;
     total_forward += s.forward;
@@ -478,7 +480,7 @@ Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths
   const int64_t m_lo = (total_tokens + per_round - 1) / per_round;
   const int64_t k0 = std::max<int64_t>(1, (m_lo + opt.pp - 1) / opt.pp);
   RoundPlanner planner(samples, opt, largest_pow2, total_forward);
-  Expected<DynCpSolverResult> best = Error{"", "", ""};
+  Expected<DynamicCpSolverResult> best = Error{"", "", ""};
   std::string last_reason, tried;
   for (int64_t k = k0; k < k0 + opt.max_microbatch_factor; ++k) {
     const int64_t m = opt.pp * k;
@@ -489,7 +491,7 @@ Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths
       continue;
     }
     if (!best.ok() || c->predicted < best->predicted_time_units) {
-      best = DynCpSolverResult{std::move(c->schedule), m, c->predicted};
+      best = DynamicCpSolverResult{std::move(c->schedule), m, c->predicted};
     }
   }
   if (!best.ok()) {
@@ -497,6 +499,22 @@ Expected<DynCpSolverResult> solve_dynamic_cp(const std::vector<int64_t>& lengths
                              " ranks: " + last_reason + "; raise max_microbatch_factor or ranks"};
   }
   return best;
+}
+
+PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in) {
+  const ParallelConfig& L = in.parallel;
+  if (auto why = check_varlen_layout(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
+  DynamicCpSolverOptions opt;
+  opt.ranks = L.dp() * L.cp;
+  opt.max_seqlen_per_dp_cp_rank = L.max_seqlen_per_dp_cp_rank;
+  opt.pp = L.pp;
+  opt.vp = L.vp;
+  opt.full_recompute = L.recompute == "full";
+  auto solved = solve_dynamic_cp(dynamic_cp_scheduled_lengths(in.batch.lengths, L), in.model, opt);
+  if (!solved) return PlanOutcome::infeasible(solved.error_str());
+  auto plan = plan_from_dynamic_cp_schedule(solved->schedule, in.batch.lengths, L, false);
+  if (!plan) return PlanOutcome::error(plan.error_str());
+  return finish_varlen_plan(in, std::move(*plan));
 }
 
 }  // namespace cpbench

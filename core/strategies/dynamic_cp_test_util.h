@@ -1,4 +1,4 @@
-// dyncp_test_util.h — what the Dynamic-CP planner tests share (main, dev, solver): the seeded
+// dynamic_cp_test_util.h — what the Dynamic-CP planner tests share (main, dev, solver): the seeded
 // dynamic_cp_github batches they plan, and the schedule properties issue 5 asks of every planner.
 // Requires: GoogleTest (included by the tests only). Note: planner-specific checks (work formula,
 // caps, idle ranks) stay in each test; this header checks what all planners promise.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "core/plan/dyncp_schedule.h"
+#include "core/plan/dynamic_cp_schedule.h"
 #include "core/strategies/dynamic_cp.h"
 #include "core/workload/length_profile.h"
 #include "core/workload/sampling.h"
@@ -31,13 +31,13 @@ inline bool is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 // has sequences, each with size ≥ its cp_min; per-rank tokens Σ L / size ≤ max_seqlen. Calls
 // `per_group(round, group)` for the caller's own checks. Returns the ranks used per round.
 template <typename PerGroup>
-std::vector<int64_t> expect_valid_schedule(const DynCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks,
+std::vector<int64_t> expect_valid_schedule(const DynamicCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks,
                                            int64_t max_seqlen, bool full_group_allowed, PerGroup per_group) {
   std::vector<int> seen(lengths.size(), 0);
   std::vector<int64_t> used(s.rounds.size(), 0);
   for (size_t r = 0; r < s.rounds.size(); ++r) {
     std::vector<int> owner(static_cast<size_t>(ranks), 0);
-    for (const DynCpGroup& g : s.rounds[r].groups) {
+    for (const DynamicCpGroup& g : s.rounds[r].groups) {
       SCOPED_TRACE("round " + std::to_string(r) + " group at " + std::to_string(g.first_rank));
       if (!is_pow2(g.size)) {
         EXPECT_TRUE(full_group_allowed && g.size == ranks && s.rounds[r].groups.size() == 1u) << "size " << g.size;
@@ -55,7 +55,7 @@ std::vector<int64_t> expect_valid_schedule(const DynCpSchedule& s, const std::ve
         ++seen[static_cast<size_t>(id)];
         const int64_t L = lengths[static_cast<size_t>(id)];
         tokens += L;
-        EXPECT_GE(g.size, dyncp_min_cp_size(L, max_seqlen));
+        EXPECT_GE(g.size, dynamic_cp_min_cp_size(L, max_seqlen));
       }
       EXPECT_LE(tokens, max_seqlen * g.size);  // per-rank tokens Σ L / size ≤ max
       per_group(r, g);
@@ -66,7 +66,7 @@ std::vector<int64_t> expect_valid_schedule(const DynCpSchedule& s, const std::ve
 }
 
 // Σ L² / size of a group: the work measure of Megatron's main and dev schedulers.
-inline double sum_sq_per_rank(const DynCpGroup& g, const std::vector<int64_t>& lengths) {
+inline double sum_sq_per_rank(const DynamicCpGroup& g, const std::vector<int64_t>& lengths) {
   double sum_sq = 0;
   for (int64_t id : g.seq_ids) {
     const double L = static_cast<double>(lengths[static_cast<size_t>(id)]);
@@ -84,7 +84,7 @@ void for_each_sampled_setting(F f) {
     const std::vector<int64_t> lengths = github_batch(seed, 2048);
     for (int64_t ranks : {4, 8, 64, 512, 6, 12, 24})
       for (int64_t max_seqlen : {65536, 16384}) {
-        if (dyncp_min_cp_size(131072, max_seqlen) > ranks) continue;
+        if (dynamic_cp_min_cp_size(131072, max_seqlen) > ranks) continue;
         SCOPED_TRACE("seed " + std::to_string(seed) + " ranks " + std::to_string(ranks) + " max " +
                      std::to_string(max_seqlen));
         f(lengths, ranks, max_seqlen);
@@ -93,7 +93,7 @@ void for_each_sampled_setting(F f) {
 }
 
 // Two schedules place every sequence in the same group of the same round.
-inline void expect_same_schedule(const DynCpSchedule& x, const DynCpSchedule& y) {
+inline void expect_same_schedule(const DynamicCpSchedule& x, const DynamicCpSchedule& y) {
   ASSERT_EQ(x.rounds.size(), y.rounds.size());
   for (size_t r = 0; r < x.rounds.size(); ++r) {
     ASSERT_EQ(x.rounds[r].groups.size(), y.rounds[r].groups.size());

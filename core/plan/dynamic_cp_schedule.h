@@ -1,7 +1,7 @@
-// dyncp_schedule.h — a Dynamic-CP schedule: rounds (micro-batches over the DP×CP ranks), each a set
+// dynamic_cp_schedule.h — a Dynamic-CP schedule: rounds (micro-batches over the DP×CP ranks), each a set
 // of CP groups on aligned slices of the ranks holding some of the batch's sequences. Planners
 // (core/strategies) produce it; the simulator's plan and the runtime's executor consume it.
-// Requires: nothing beyond the standard library. Note: check_dyncp_round is the one validity check
+// Requires: nothing beyond the standard library. Note: check_dynamic_cp_round is the one validity check
 // every consumer runs before acting on a round.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 namespace cpbench {
 
-struct DynCpGroup {
+struct DynamicCpGroup {
   int64_t first_rank = 0;
   int64_t size = 1;               // CP size of every sequence in the group
   std::vector<int64_t> seq_ids;   // indices into the caller's lengths, in order of placement
@@ -20,28 +20,28 @@ struct DynCpGroup {
 
 // One micro-batch round over all dp·cp ranks; a barrier over DP×CP follows it. Groups do not
 // overlap; ranks outside every group are idle in this round.
-struct DynCpRound {
-  std::vector<DynCpGroup> groups;
+struct DynamicCpRound {
+  std::vector<DynamicCpGroup> groups;
 };
 
-struct DynCpSchedule {
-  std::vector<DynCpRound> rounds;
+struct DynamicCpSchedule {
+  std::vector<DynamicCpRound> rounds;
 };
 
 // "" when `round` can run on `world_ranks` ranks over `sequences` sequences: every group has
 // size ≥ 1 and lies inside [0, world_ranks), no rank is in two groups, every group has at least
 // one sequence, every sequence id is in range and in at most one group. Otherwise what is wrong,
 // naming the group(s), their ranks and the sequence.
-std::string check_dyncp_round(const DynCpRound& round, int64_t world_ranks, int64_t sequences);
+std::string check_dynamic_cp_round(const DynamicCpRound& round, int64_t world_ranks, int64_t sequences);
 
 // What every sequence of a Dynamic-CP batch is padded to a multiple of: any sample may land on any
 // group of the pool, and groups are power-of-two slices, so 2·(the largest power of two ≤ pool) —
 // 2·pool for a power-of-two pool (references/context_parallel.md: 2·dp·cp) — times the
 // sequence-parallel size (tp with SP, else 1). Not the pool itself when it is no power of two: no
 // group has that size, and 2·lcm(pool, 2^k) padded every sequence to 32,000 tokens at 250 ranks.
-int64_t dyncp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
+int64_t dynamic_cp_pad_multiple(int64_t pool, int64_t sequence_parallel_size);
 
 // "group i (ranks [a, b))", as every message about a round names a group.
-std::string dyncp_group_name(size_t index, const DynCpGroup& group);
+std::string dynamic_cp_group_name(size_t index, const DynamicCpGroup& group);
 
 }  // namespace cpbench
