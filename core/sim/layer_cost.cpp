@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/model/formulas.h"
+#include "core/model/model_flops.h"
 
 namespace cpbench {
 namespace {
@@ -194,6 +195,271 @@ AttentionOps attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape
   return out;
 }
 
+// One transformer layer of one micro-batch on one TP rank, lowered to ops. The recipes — forward()
+// and backward() — read as the layer runs; the pieces they call are named below them: Megatron's
+// tensor-parallel linears (column- and row-parallel, forward and backward, with or without
+// TransformerEngine's ring-exchange overlap), the attention core, ZeRO-3's parameter gathers and
+// gradient reduce-scatter, and activation recomputation.
+class LayerLowering {
+ public:
+  LayerLowering(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout, const PlanMicroBatch& mb,
+                const AttentionCost* attention)
+      : cost_(cost), m_(m), layout_(layout), mb_(mb), attention_(attention), recompute_(parse_recompute(layout.recompute)),
+        t_(layout.tp), T_(mb.rank_tokens()), h_(m.hidden), qkv_{T_, (h_ + 2 * m.kv_dim()) / t_, h_},
+        proj_{T_, h_, h_ / t_}, fc1_{T_, (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t_, h_}, fc2_{T_, h_, m.ffn_hidden / t_},
+        tp_(tp_group(cost, layout)), sp_(layout.sequence_parallel), a_bytes_(kAct * static_cast<double>(T_) * h_),
+        overlap_(sp_ && layout.tp_comm_overlap && tp_.size > 1), tp_network_(tp_.ranks_per_node < tp_.size),
+        chunks_(overlap_ ? t_ : 1), zero3_(layout.zero3 && layout.dp() * layout.cp > 1),
+        cp_overlap_(layout.cp_comm_overlap && attention && mb.cp > 1),
+        layer_params_(static_cast<double>(param_count(m, 0).per_layer) / t_),
+        shards_(placement(layout.dp() * layout.cp, t_, cost.cluster().gpus_per_node)) {
+    // Element-wise traffic (bytes): each norm reads x and writes y; the MLP activation (bias + GeLU
+    // reads and writes ffn/t per token; SwiGLU reads two halves); each fused bias-dropout-residual
+    // add reads x and the residual, writes, and writes a 1-byte mask. With sequence parallelism the
+    // norms and residual adds see T/t tokens. Without Megatron's fusions (elementwise_fusion false)
+    // the bias add, the activation and the bias, dropout and residual adds are separate kernels:
+    // the MLP activation reads and writes its tensor twice (bias add, GeLU; bias-free SwiGLU:
+    // activation 2 passes + product 3, against 3 fused) in 2 kernels, each bias-dropout-add becomes
+    // add (2 passes) + dropout (2.5) + add (3) = 7.5 in 3 kernels. Backward reads the saved input
+    // and the incoming gradient and writes the input gradient: 1.5× the forward's traffic.
+    const bool fused = layout.elementwise_fusion;
+    const double norm_tokens = sp_ ? static_cast<double>(T_) / t_ : T_;
+    norm_bytes_ = kAct * 2 * norm_tokens * h_;
+    act_bytes_ = kAct * (m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4)) * static_cast<double>(T_) * m.ffn_hidden / t_;
+    bda_bytes_ = kAct * (fused ? 3.5 : 7.5) * norm_tokens * h_;
+    act_kernels_ = fused ? 1 : 2;
+    bda_kernels_ = fused ? 1 : 3;
+  }
+
+  // Norm, QKV, attention, projection, bias-dropout-add; norm, FC1, activation, FC2,
+  // bias-dropout-add — under ZeRO-3 with the next layer's parameters gathered beside it.
+  OpList forward() const {
+    OpBuilder f(cost_);
+    const int n1 = f.elementwise("norm1", norm_bytes_, {});
+    const int gather = prefetch_next_layer(f, n1);
+    const auto [q, kv] = qkv_forward(f, n1);
+    const int a = attention_ops(f, cost_, m_, layout_, mb_, attention_, false, q, "", kv).done;
+    const int b1 = f.elementwise("bias-dropout-add1", bda_bytes_, {row_forward(f, "proj", proj_, a)}, bda_kernels_);
+    const int n2 = f.elementwise("norm2", norm_bytes_, {b1});
+    const int f1 = column_forward(f, "fc1", fc1_, n2);
+    const int act = f.elementwise("activation", act_bytes_, {f1}, act_kernels_);
+    const int b2 = f.elementwise("bias-dropout-add2", bda_bytes_, {row_forward(f, "fc2", fc2_, act), b1}, bda_kernels_);
+    wait_for_gather(f, gather, b2);
+    return f.take();
+  }
+
+  // The forward's ops in reverse, each linear's dgrad and wgrad, after the recomputation the
+  // layout asks for; under ZeRO-3 the gradients reduce-scattered at the end.
+  OpList backward(const OpList& forward) const {
+    OpBuilder bw(cost_);
+    const int start = recompute_ == Recompute::full ? recompute_layer(bw, forward) : -1;
+    const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes_, {start}, bda_kernels_);
+    const int gather = layout_.zero3_reshard_after_forward ? prefetch_next_layer(bw, b2) : -1;
+    const int f2 = row_backward(bw, "fc2", fc2_, recompute_for_wgrad(bw, "activation", act_bytes_, b2, act_kernels_));
+    const int act = bw.elementwise("activation bwd", 1.5 * act_bytes_, {f2}, act_kernels_);
+    const int f1 = column_backward(bw, "fc1", fc1_, recompute_for_wgrad(bw, "norm2", norm_bytes_, act, 1));
+    const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes_, {f1});
+    const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes_, {n2, b2}, bda_kernels_);
+    int pr = row_backward(bw, "proj", proj_, b1);
+    if (recompute_ == Recompute::selective) pr = recompute_attention(bw, pr);
+    // The attention's transfers start with its kernels, once the projection's backward is done
+    // (autograd runs the linear's dgrad and wgrad, then the attention's backward): a stall of the
+    // attention plan cannot hide behind the projection's weight gradient.
+    const AttentionOps a = attention_ops(bw, cost_, m_, layout_, mb_, attention_, true, pr, "", bw.last());
+    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes_, {qkv_backward(bw, a)});
+    if (zero3_) reduce_scatter_gradients(bw, n1);
+    wait_for_gather(bw, gather, n1);
+    return bw.take();
+  }
+
+ private:
+  // ---- the QKV projection ------------------------------------------------------------------------
+  // (Q, K/V): with cp_comm_overlap (Kwai's CP) the K and V columns first, so the CP all-gather of
+  // K/V (the attention's wait) runs beside the Q GEMM; else one QKV GEMM the wait follows (K/V -1).
+  std::pair<int, int> qkv_forward(OpBuilder& b, int in) const {
+    if (!cp_overlap_) return {column_forward(b, "qkv", qkv_, in), -1};
+    const int kv = column_forward(b, "qkv (k, v)", Gemm{T_, 2 * m_.kv_dim() / t_, h_}, in);
+    return {b.gemm("qkv (q)", fwd(cost_, Gemm{T_, h_ / t_, h_}), {kv}), kv};
+  }
+  // With cp_comm_overlap, the Q columns' backward runs while dK/dV go home (the reduce-scatter of
+  // the all-gathered K/V's gradients); else the QKV backward waits for them.
+  int qkv_backward(OpBuilder& b, const AttentionOps& a) const {
+    if (cp_overlap_ && a.done != a.kernels) {
+      const Gemm kv_part{T_, 2 * m_.kv_dim() / t_, h_};
+      return column_backward(b, "qkv (q)", Gemm{T_, h_ / t_, h_}, recompute_for_wgrad(b, "norm1", norm_bytes_, a.kernels, 1),
+                             "qkv (k, v)", &kv_part, a.done);
+    }
+    return column_backward(b, "qkv", qkv_, recompute_for_wgrad(b, "norm1", norm_bytes_, a.done, 1));
+  }
+
+  // ---- tensor-parallel linears ---------------------------------------------------------------------
+  // TP collectives of activations [T, h] (16-bit). Megatron's f (before the column-parallel GEMMs)
+  // and g (after the row-parallel ones): without SP, f is the identity forward and an all-reduce
+  // backward, g an all-reduce forward and the identity backward; with SP, f all-gathers forward
+  // and reduce-scatters backward, g the reverse.
+  int f_forward(OpBuilder& b, int in) const {
+    return sp_ ? b.tp("tp all-gather", Collective::all_gather, a_bytes_, tp_, {in}) : in;
+  }
+  int g_forward(OpBuilder& b, int in) const {
+    return b.tp(sp_ ? "tp reduce-scatter" : "tp all-reduce", sp_ ? Collective::reduce_scatter : Collective::all_reduce,
+                a_bytes_, tp_, {in});
+  }
+  int g_backward(OpBuilder& b, int in) const {
+    return sp_ ? b.tp("tp all-gather", Collective::all_gather, a_bytes_, tp_, {in}) : in;
+  }
+
+  // tp_comm_overlap (TransformerEngine userbuffers, ring exchange): a GEMM over the all-gathered
+  // [T, ·] input runs as tp chunk GEMMs of T/tp rows, chunk i once the ring step bringing it has
+  // arrived (chunk 0 is local); a GEMM whose output is reduce-scattered runs as tp chunk GEMMs,
+  // each partial sent on to the next rank (added to what arrived) as soon as it is computed. The
+  // ring steps move a_bytes/tp each, tp − 1 of them: the bytes of the blocking collectives.
+  // TransformerEngine issues the chunk GEMMs round-robin on up to three compute streams
+  // (NVTE_COMM_OVERLAP_MAX_STREAMS = 3, transformer_engine/common/comm_gemm_overlap; the GEMMs of
+  // CommOverlapP2PBase run on _stream_compute[i % 3]), so a chunk whose data is there runs beside
+  // the previous ones and their waves share the SMs: a chunk costs its share of one GEMM over
+  // that many chunks' rows, plus its own launch.
+  static constexpr int64_t kTeComputeStreams = 3;
+  using GemmTime = double (*)(const CostModel&, const Gemm&);
+  double chunk_s(GemmTime time, const Gemm& g) const {
+    const int64_t rows = (g.m + chunks_ - 1) / chunks_, together = std::min(chunks_, kTeComputeStreams);
+    const double launch = cost_.params().kernel_overhead_us * 1e-6;
+    return (time(cost_, Gemm{together * rows, g.n, g.k}) - launch) / static_cast<double>(together) + launch;
+  }
+  // All-gather + GEMM; returns the last chunk GEMM, `arrived` the last ring step (-1 without).
+  int all_gather_gemm(OpBuilder& b, const std::string& name, const Gemm& g, GemmTime time, int in, int* arrived) const {
+    int step = -1, gemm = -1;
+    for (int64_t i = 0; i < chunks_; ++i) {
+      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {i == 0 ? in : step});
+      if (i + 1 < chunks_) step = b.tp_step("tp ring all-gather step", a_bytes_ / t_, tp_network_, {i == 0 ? in : step});
+    }
+    if (arrived) *arrived = step;
+    return gemm;
+  }
+  // GEMM + reduce-scatter; returns the op completing this rank's reduced chunk.
+  int gemm_reduce_scatter(OpBuilder& b, const std::string& name, const Gemm& g, GemmTime time, int in) const {
+    int step = -1, gemm = -1;
+    for (int64_t i = 0; i < chunks_; ++i) {
+      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {in});
+      if (i + 1 < chunks_) step = b.tp_step("tp ring reduce-scatter step", a_bytes_ / t_, tp_network_, {gemm, step});
+    }
+    return step >= 0 ? step : gemm;
+  }
+
+  // Forward GEMMs fed by f (column-parallel: QKV, FC1), and feeding g (row-parallel: proj, FC2).
+  int column_forward(OpBuilder& b, const std::string& name, const Gemm& g, int in) const {
+    return overlap_ ? all_gather_gemm(b, name, g, fwd, in, nullptr) : b.gemm(name, fwd(cost_, g), {f_forward(b, in)});
+  }
+  int row_forward(OpBuilder& b, const std::string& name, const Gemm& g, int in) const {
+    return overlap_ ? gemm_reduce_scatter(b, name, g, fwd, in) : g_forward(b, b.gemm(name, fwd(cost_, g), {in}));
+  }
+
+  // Backward of a column-parallel GEMM (QKV, FC1) fed by f: with SP, Megatron all-gathers the
+  // input again for the weight gradient (issued before the dgrad GEMM, beside it) and
+  // reduce-scatters dX beside the wgrad GEMM; without SP the all-reduce of dX runs beside wgrad
+  // with async_tensor_model_parallel_allreduce, else after the whole backward of the linear
+  // (Megatron-LM of 2021). Returns the op producing dX.
+  // With `late` (cp_comm_overlap's backward, Kwai's CP): `g` is the part of the output columns
+  // whose gradient is ready (Q) and `late_g` the part whose gradient arrives with `late` (dK/dV
+  // coming home): g's weight gradient — and without tp_comm_overlap its dgrad, which dX
+  // accumulates — run before `late`, late_g's after it, and dX is reduced once, as one GEMM's.
+  int column_backward(OpBuilder& b, const std::string& name, const Gemm& g, int grad, const std::string& late_name = "",
+                      const Gemm* late_g = nullptr, int late = -1) const {
+    const int regather =
+        sp_ && tp_.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes_, tp_, {grad}) : -1;
+    if (overlap_) {  // dgrad chunks feeding the ring reduce-scatter; wgrad beside, on the re-gathered input
+      if (late_g) {
+        b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+        const int reduced = gemm_reduce_scatter(b, name + "+" + late_name + " dgrad", Gemm{g.m, g.n + late_g->n, g.k}, dgrad, late);
+        b.gemm(late_name + " wgrad", wgrad(cost_, *late_g), {late, regather});
+        return reduced;
+      }
+      const int reduced = gemm_reduce_scatter(b, name + " dgrad", g, dgrad, grad);
+      b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+      return reduced;
+    }
+    int d = b.gemm(name + " dgrad", dgrad(cost_, g), {grad});
+    if (late_g) {
+      b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+      d = b.gemm(late_name + " dgrad", dgrad(cost_, *late_g), {d, late});
+    }
+    const bool beside = sp_ || layout_.async_tensor_model_parallel_allreduce;
+    int reduced = beside ? b.tp(sp_ ? "tp reduce-scatter" : "tp all-reduce",
+                                sp_ ? Collective::reduce_scatter : Collective::all_reduce, a_bytes_, tp_, {d})
+                         : -1;
+    const int w = late_g ? b.gemm(late_name + " wgrad", wgrad(cost_, *late_g), {late, regather})
+                         : b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+    if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes_, tp_, {d, w});
+    return reduced == d || reduced < 0 ? d : reduced;
+  }
+  // Backward of a row-parallel GEMM (proj, FC2), its output gradient all-gathered by g's backward
+  // (`grad` is the op before the gather); the wgrad needs the whole gathered gradient.
+  int row_backward(OpBuilder& b, const std::string& name, const Gemm& g, int grad) const {
+    if (overlap_) {
+      int arrived = -1;
+      const int d = all_gather_gemm(b, name + " dgrad", g, dgrad, grad, &arrived);
+      b.gemm(name + " wgrad", wgrad(cost_, g), {d, arrived});
+      return d;
+    }
+    const int gathered = g_backward(b, grad);
+    const int d = b.gemm(name + " dgrad", dgrad(cost_, g), {gathered});
+    b.gemm(name + " wgrad", wgrad(cost_, g), {gathered});
+    return d;
+  }
+
+  // ---- ZeRO-3 ---------------------------------------------------------------------------------------
+  // The layer's parameters (this TP rank's share, 16-bit) live sharded over the DP×CP ranks. Each
+  // layer copy all-gathers the NEXT layer's parameters once its first kernel ran (FSDP's forward
+  // prefetch, one layer ahead) and ends with a zero-length op waiting for them, so a gather slower
+  // than the layer's compute is exposed; the first layer of a chunk is taken as prefetched during
+  // the op before. Backward: the same gather with reshard_after_forward, and the layer's gradients
+  // reduce-scattered once its backward is done.
+  int prefetch_next_layer(OpBuilder& b, int after) const {
+    return zero3_ ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * layer_params_, shards_, {after})
+                  : -1;
+  }
+  void wait_for_gather(OpBuilder& b, int gather, int last) const {
+    if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
+  }
+  void reduce_scatter_gradients(OpBuilder& b, int after) const {
+    b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
+  }
+
+  // ---- recomputation ----------------------------------------------------------------------------------
+  // Full: the layer's forward again, under ZeRO-3 on the parameters the backward gathered (no
+  // gather of its own).
+  int recompute_layer(OpBuilder& b, const OpList& forward) const {
+    return b.append(without_zero3_ops(forward), "recompute ", -1);
+  }
+  // Balanced checkpointing (Kwai's GEMM-last): the element-wise output a weight gradient reads —
+  // the MLP activation's for FC2, each norm's for FC1 and QKV — recomputed right before it.
+  int recompute_for_wgrad(OpBuilder& b, const std::string& name, double bytes, int in, int kernels) const {
+    return recompute_ == Recompute::balanced ? b.elementwise("recompute " + name, bytes, {in}, kernels) : in;
+  }
+  // Selective (Korthikanti et al.): only the attention core's forward, right before its backward.
+  int recompute_attention(OpBuilder& b, int in) const {
+    return attention_ops(b, cost_, m_, layout_, mb_, attention_, false, in, "recompute ").done;
+  }
+
+  const CostModel& cost_;
+  const ModelShape& m_;
+  const ParallelConfig& layout_;
+  const PlanMicroBatch& mb_;
+  const AttentionCost* attention_;
+  const Recompute recompute_;
+  const int64_t t_, T_, h_;
+  const Gemm qkv_, proj_, fc1_, fc2_;
+  const GroupPlacement tp_;
+  const bool sp_;
+  const double a_bytes_;  // an activation [T, h], 16-bit: what a TP collective moves
+  const bool overlap_, tp_network_;
+  const int64_t chunks_;
+  const bool zero3_, cp_overlap_;
+  const double layer_params_;
+  const GroupPlacement shards_;
+  double norm_bytes_ = 0, act_bytes_ = 0, bda_bytes_ = 0;
+  int act_kernels_ = 1, bda_kernels_ = 1;
+};
+
 }  // namespace
 
 PassCost& PassCost::operator+=(const PassCost& o) {
@@ -234,227 +500,10 @@ GroupPlacement placement(int64_t size, int64_t stride, int64_t gpus_per_node) {
 LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention) {
   if (mb.lengths.empty()) return {};  // an idle slot
-  const int64_t t = layout.tp;
-  const int64_t T = mb.rank_tokens();
-  const int64_t h = m.hidden;
-  const int64_t qkv_n = (h + 2 * m.kv_dim()) / t;
-  const int64_t ffn_n = (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t;
-  const Gemm qkv{T, qkv_n, h}, proj{T, h, h / t}, fc1{T, ffn_n, h}, fc2{T, h, m.ffn_hidden / t};
-
-  // Element-wise traffic (bytes): each norm reads x and writes y; the MLP activation (bias + GeLU
-  // reads and writes ffn/t per token; SwiGLU reads two halves); each fused bias-dropout-residual
-  // add reads x and the residual, writes, and writes a 1-byte mask. With sequence parallelism the
-  // norms and residual adds see T/t tokens. Without Megatron's fusions (elementwise_fusion false)
-  // the bias add, the activation and the bias, dropout and residual adds are separate kernels:
-  // the MLP activation reads and writes its tensor twice (bias add, GeLU; bias-free SwiGLU:
-  // activation 2 passes + product 3, against 3 fused) in 2 kernels, each bias-dropout-add becomes
-  // add (2 passes) + dropout (2.5) + add (3) = 7.5 in 3 kernels. Backward reads the saved input
-  // and the incoming gradient and writes the input gradient: 1.5× the forward's traffic.
-  const bool fused = layout.elementwise_fusion;
-  const double norm_tokens = layout.sequence_parallel ? static_cast<double>(T) / t : T;
-  const double norm_bytes = kAct * 2 * norm_tokens * h;
-  const double act_bytes = kAct * (m.gated_mlp ? (fused ? 3 : 5) : (fused ? 2 : 4)) * static_cast<double>(T) * m.ffn_hidden / t;
-  const double bda_bytes = kAct * (fused ? 3.5 : 7.5) * norm_tokens * h;
-  const int act_kernels = fused ? 1 : 2, bda_kernels = fused ? 1 : 3;
-
-  // TP collectives of activations [T, h] (16-bit). Megatron's f (before the column-parallel GEMMs)
-  // and g (after the row-parallel ones): without SP, f is the identity forward and an all-reduce
-  // backward, g an all-reduce forward and the identity backward; with SP, f all-gathers forward
-  // and reduce-scatters backward, g the reverse.
-  const double a_bytes = kAct * static_cast<double>(T) * h;
-  const GroupPlacement tp = tp_group(cost, layout);
-  const bool sp = layout.sequence_parallel;
-  auto f_fwd = [&](OpBuilder& b, int in) { return sp ? b.tp("tp all-gather", Collective::all_gather, a_bytes, tp, {in}) : in; };
-  auto g_fwd = [&](OpBuilder& b, int in) {
-    return b.tp(sp ? "tp reduce-scatter" : "tp all-reduce", sp ? Collective::reduce_scatter : Collective::all_reduce,
-                a_bytes, tp, {in});
-  };
-  auto g_bwd = [&](OpBuilder& b, int in) { return sp ? b.tp("tp all-gather", Collective::all_gather, a_bytes, tp, {in}) : in; };
-
-  // tp_comm_overlap (TransformerEngine userbuffers, ring exchange): a GEMM over the all-gathered
-  // [T, ·] input runs as tp chunk GEMMs of T/tp rows, chunk i once the ring step bringing it has
-  // arrived (chunk 0 is local); a GEMM whose output is reduce-scattered runs as tp chunk GEMMs,
-  // each partial sent on to the next rank (added to what arrived) as soon as it is computed. The
-  // ring steps move a_bytes/tp each, tp − 1 of them: the bytes of the blocking collectives.
-  const bool overlap = sp && layout.tp_comm_overlap && tp.size > 1;
-  const bool tp_network = tp.ranks_per_node < tp.size;
-  // TransformerEngine issues the chunk GEMMs round-robin on up to three compute streams
-  // (NVTE_COMM_OVERLAP_MAX_STREAMS = 3, transformer_engine/common/comm_gemm_overlap; the GEMMs of
-  // CommOverlapP2PBase run on _stream_compute[i % 3]), so a chunk whose data is there runs beside
-  // the previous ones and their waves share the SMs: a chunk costs its share of one GEMM over
-  // that many chunks' rows, plus its own launch.
-  constexpr int64_t kTeComputeStreams = 3;
-  const int64_t chunks = overlap ? t : 1;
-  using ChunkTime = double (*)(const CostModel&, const Gemm&);
-  auto chunk_s = [&](ChunkTime time, const Gemm& g) {
-    const int64_t rows = (g.m + chunks - 1) / chunks, together = std::min(chunks, kTeComputeStreams);
-    const double launch = cost.params().kernel_overhead_us * 1e-6;
-    return (time(cost, Gemm{together * rows, g.n, g.k}) - launch) / static_cast<double>(together) + launch;
-  };
-  // All-gather + GEMM; returns the last chunk GEMM, `arrived` the last ring step (-1 without).
-  auto ag_gemm = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in, int* arrived) {
-    int step = -1, gemm = -1;
-    for (int64_t i = 0; i < chunks; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {i == 0 ? in : step});
-      if (i + 1 < chunks) step = b.tp_step("tp ring all-gather step", a_bytes / t, tp_network, {i == 0 ? in : step});
-    }
-    if (arrived) *arrived = step;
-    return gemm;
-  };
-  // GEMM + reduce-scatter; returns the op completing this rank's reduced chunk.
-  auto gemm_rs = [&](OpBuilder& b, const std::string& name, const Gemm& g, ChunkTime time, int in) {
-    int step = -1, gemm = -1;
-    for (int64_t i = 0; i < chunks; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {in});
-      if (i + 1 < chunks) step = b.tp_step("tp ring reduce-scatter step", a_bytes / t, tp_network, {gemm, step});
-    }
-    return step >= 0 ? step : gemm;
-  };
-  // Forward GEMMs fed by f, and feeding g.
-  auto column_fwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int in) {
-    return overlap ? ag_gemm(b, name, g, fwd, in, nullptr) : b.gemm(name, fwd(cost, g), {f_fwd(b, in)});
-  };
-  auto row_fwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int in) {
-    return overlap ? gemm_rs(b, name, g, fwd, in) : g_fwd(b, b.gemm(name, fwd(cost, g), {in}));
-  };
-
-  // Forward: norm, f, QKV, attention, projection, g, bias-dropout-add; norm, f, FC1, activation,
-  // FC2, g, bias-dropout-add.
-  // ZeRO-3: the layer's parameters (this TP rank's share, 16-bit) live sharded over the DP×CP
-  // ranks. Each layer copy all-gathers the NEXT layer's parameters once its first kernel ran
-  // (FSDP's forward prefetch, one layer ahead) and ends with a zero-length op waiting for them, so
-  // a gather slower than the layer's compute is exposed; the first layer of a chunk is taken as
-  // prefetched during the op before. Backward: the same gather with reshard_after_forward, and the
-  // layer's gradients reduce-scattered once its backward is done.
-  const bool zero3 = layout.zero3 && layout.dp() * layout.cp > 1;
-  const bool cp_overlap = layout.cp_comm_overlap && attention && mb.cp > 1;
-  const double layer_params = static_cast<double>(param_count(m, 0).per_layer) / t;
-  const GroupPlacement shards = placement(layout.dp() * layout.cp, t, cost.cluster().gpus_per_node);
-  auto prefetch_next = [&](OpBuilder& b, int after) {
-    return zero3 ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * layer_params, shards, {after}) : -1;
-  };
-  auto wait_for = [&](OpBuilder& b, int gather, int last) {
-    if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
-  };
-
-  OpBuilder f(cost);
-  {
-    const int n1 = f.elementwise("norm1", norm_bytes, {});
-    const int gather = prefetch_next(f, n1);
-    // cp_comm_overlap (Kwai's CP): the K and V columns first, so the CP all-gather of K/V (the
-    // attention's wait) runs beside the Q GEMM; else one QKV GEMM the wait follows.
-    int q = -1, kv = -1;
-    if (cp_overlap) {
-      kv = column_fwd(f, "qkv (k, v)", Gemm{T, 2 * m.kv_dim() / t, h}, n1);
-      q = f.gemm("qkv (q)", fwd(cost, Gemm{T, h / t, h}), {kv});
-    } else {
-      q = column_fwd(f, "qkv", qkv, n1);
-    }
-    const int a = attention_ops(f, cost, m, layout, mb, attention, false, q, "", kv).done;
-    const int b1 = f.elementwise("bias-dropout-add1", bda_bytes, {row_fwd(f, "proj", proj, a)}, bda_kernels);
-    const int n2 = f.elementwise("norm2", norm_bytes, {b1});
-    const int f1 = column_fwd(f, "fc1", fc1, n2);
-    const int act = f.elementwise("activation", act_bytes, {f1}, act_kernels);
-    const int b2 = f.elementwise("bias-dropout-add2", bda_bytes, {row_fwd(f, "fc2", fc2, act), b1}, bda_kernels);
-    wait_for(f, gather, b2);
-  }
+  const LayerLowering layer(cost, m, layout, mb, attention);
   LayerOps out;
-  out.forward = f.take();
-
-  // Backward of a column-parallel GEMM (QKV, FC1) fed by f: with SP, Megatron all-gathers the
-  // input again for the weight gradient (issued before the dgrad GEMM, beside it) and
-  // reduce-scatters dX beside the wgrad GEMM; without SP the all-reduce of dX runs beside wgrad
-  // with async_tensor_model_parallel_allreduce, else after the whole backward of the linear
-  // (Megatron-LM of 2021). Returns the op producing dX.
-  // With `late` (cp_comm_overlap's backward, Kwai's CP): `g` is the part of the output columns
-  // whose gradient is ready (Q) and `late_g` the part whose gradient arrives with `late` (dK/dV
-  // coming home): g's weight gradient — and without tp_comm_overlap its dgrad, which dX
-  // accumulates — run before `late`, late_g's after it, and dX is reduced once, as one GEMM's.
-  auto column_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad,
-                        const std::string& late_name = "", const Gemm* late_g = nullptr, int late = -1) {
-    const int regather = sp && tp.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes, tp, {grad}) : -1;
-    if (overlap) {  // dgrad chunks feeding the ring reduce-scatter; wgrad beside, on the re-gathered input
-      if (late_g) {
-        b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
-        const int reduced = gemm_rs(b, name + "+" + late_name + " dgrad", Gemm{g.m, g.n + late_g->n, g.k}, dgrad, late);
-        b.gemm(late_name + " wgrad", wgrad(cost, *late_g), {late, regather});
-        return reduced;
-      }
-      const int reduced = gemm_rs(b, name + " dgrad", g, dgrad, grad);
-      b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
-      return reduced;
-    }
-    int d = b.gemm(name + " dgrad", dgrad(cost, g), {grad});
-    if (late_g) {
-      b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
-      d = b.gemm(late_name + " dgrad", dgrad(cost, *late_g), {d, late});
-    }
-    const bool beside = sp || layout.async_tensor_model_parallel_allreduce;
-    int reduced = beside ? b.tp(sp ? "tp reduce-scatter" : "tp all-reduce",
-                                sp ? Collective::reduce_scatter : Collective::all_reduce, a_bytes, tp, {d})
-                         : -1;
-    const int w = late_g ? b.gemm(late_name + " wgrad", wgrad(cost, *late_g), {late, regather})
-                         : b.gemm(name + " wgrad", wgrad(cost, g), {grad, regather});
-    if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes, tp, {d, w});
-    return reduced == d || reduced < 0 ? d : reduced;
-  };
-  // Backward of a row-parallel GEMM (proj, FC2), its output gradient all-gathered by g's backward
-  // (`grad` is the op before the gather); the wgrad needs the whole gathered gradient.
-  auto row_bwd = [&](OpBuilder& b, const std::string& name, const Gemm& g, int grad) {
-    if (overlap) {
-      int arrived = -1;
-      const int d = ag_gemm(b, name + " dgrad", g, dgrad, grad, &arrived);
-      b.gemm(name + " wgrad", wgrad(cost, g), {d, arrived});
-      return d;
-    }
-    const int gathered = g_bwd(b, grad);
-    const int d = b.gemm(name + " dgrad", dgrad(cost, g), {gathered});
-    b.gemm(name + " wgrad", wgrad(cost, g), {gathered});
-    return d;
-  };
-
-  OpBuilder bw(cost);
-  int start = -1;
-  // The layer's forward again; under ZeRO-3 on the parameters the backward gathered (no gather of
-  // its own).
-  if (layout.recompute == "full") start = bw.append(without_zero3_ops(out.forward), "recompute ", -1);
-  // Balanced checkpointing (Kwai's GEMM-last): the element-wise outputs a weight gradient reads —
-  // the MLP activation's for FC2, each norm's for FC1 and QKV — are recomputed right before it.
-  const bool balanced = layout.recompute == "balanced";
-  auto recomputed = [&](const std::string& name, double bytes, int in, int kernels) {
-    return balanced ? bw.elementwise("recompute " + name, bytes, {in}, kernels) : in;
-  };
-  {
-    const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes, {start}, bda_kernels);
-    const int gather = layout.zero3_reshard_after_forward ? prefetch_next(bw, b2) : -1;
-    const int f2 = row_bwd(bw, "fc2", fc2, recomputed("activation", act_bytes, b2, act_kernels));
-    const int act = bw.elementwise("activation bwd", 1.5 * act_bytes, {f2}, act_kernels);
-    const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes,
-                                  {column_bwd(bw, "fc1", fc1, recomputed("norm2", norm_bytes, act, 1))});
-    const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes, {n2, b2}, bda_kernels);
-    int pr = row_bwd(bw, "proj", proj, b1);
-    // Selective recomputation (Korthikanti et al.): only the attention core's forward, right before
-    // its backward.
-    if (layout.recompute == "selective") pr = attention_ops(bw, cost, m, layout, mb, attention, false, pr, "recompute ").done;
-    // Its transfers start with its kernels, once the projection's backward is done (autograd runs
-    // the linear's dgrad and wgrad, then the attention's backward): a stall of the attention plan
-    // cannot hide behind the projection's weight gradient.
-    const AttentionOps a = attention_ops(bw, cost, m, layout, mb, attention, true, pr, "", bw.last());
-    // cp_comm_overlap (Kwai's CP): the Q columns' backward runs while dK/dV go home (the
-    // reduce-scatter of the all-gathered K/V's gradients); else the QKV backward waits for them.
-    int qkv_dx = -1;
-    if (cp_overlap && a.done != a.kernels) {
-      const Gemm kv_part{T, 2 * m.kv_dim() / t, h};
-      qkv_dx = column_bwd(bw, "qkv (q)", Gemm{T, h / t, h}, recomputed("norm1", norm_bytes, a.kernels, 1), "qkv (k, v)",
-                          &kv_part, a.done);
-    } else {
-      qkv_dx = column_bwd(bw, "qkv", qkv, recomputed("norm1", norm_bytes, a.done, 1));
-    }
-    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes, {qkv_dx});
-    if (zero3) bw.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout.grad_bytes() * layer_params, shards, {n1});
-    wait_for(bw, gather, n1);
-  }
-  out.backward = bw.take();
+  out.forward = layer.forward();
+  out.backward = layer.backward(out.forward);
   return out;
 }
 
