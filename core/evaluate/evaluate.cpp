@@ -346,12 +346,14 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   return out;
 }
 
+Evaluation reconfigure_sim(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan);
+
 }  // namespace
 
 const std::vector<Backend>& backends() {
   static const std::vector<Backend> table = {
       {"sim", "the cluster model: memory, then the iteration's discrete-event simulation", false, false, false,
-       evaluate_sim},
+       evaluate_sim, reconfigure_sim},
       {"cpu",
        "the plans' CP attention executed on this job's ranks (MPI processes) with CPU kernels, checked against the "
        "reference, measured beside predicted",
@@ -400,13 +402,22 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
 
 Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan,
                                     const std::string& backend) {
+  const Backend* b = find_backend(backend);
+  if (!b) return evaluate(EvalInput{cluster, model, {}, "", {}, {}, 0}, Plan{}, backend);  // the unknown-backend error
+  if (b->reconfigure) return b->reconfigure(cluster, model, plan);
+  return {"infeasible",
+          "the " + backend + " backend does not execute re-shards inside a run; `mpirun -np N cpbench reshard --from t,p,d --to t,p,d --model " +
+              model.name + "` executes this change with real tensors",
+          {},
+          {}};
+}
+
+namespace {
+
+// The sim backend's price of a layout change: the cluster's node size and its stack's
+// ReconfigurationCosts.
+Evaluation reconfigure_sim(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan) {
   Evaluation e;
-  if (backend != "sim") {
-    e.status = "infeasible";
-    e.reason = "the " + backend + " backend does not execute re-shards inside a run; `mpirun -np N cpbench reshard --from t,p,d --to t,p,d --model " +
-               model.name + "` executes this change with real tensors";
-    return e;
-  }
   if (!cluster.reconfiguration.present) {
     e.status = "error";
     e.reason = "stack " + cluster.stack + " has no \"reconfiguration\" constants (state_store_GBps, restart_s)";
@@ -430,6 +441,8 @@ Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape
                {"reshard_critical_bytes", c.critical_bytes}};
   return e;
 }
+
+}  // namespace
 
 std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   const ParallelConfig& L = plan.layout;

@@ -76,6 +76,8 @@ struct Backend {
   bool executes;             // runs the plan and measures it, beside the model's prediction
   bool needs_devices;        // needs GPUs
   Evaluation (*evaluate)(const EvalInput&, const Plan&);
+  // Prices (or runs) a change of a running job's layout; null when the backend cannot inside a run.
+  Evaluation (*reconfigure)(const ClusterSpec&, const ModelShape&, const ReconfigurationPlan&) = nullptr;
 };
 const std::vector<Backend>& backends();
 const Backend* find_backend(const std::string& name);  // null when unknown
@@ -95,8 +97,9 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan);
 // the cluster's node size and its stack's ReconfigurationCosts: metrics reconfigure_time_s (and
 // its parts) and the plan's bytes. A plan that leaves target state without a source is
 // "infeasible" (it needs a checkpoint); a stack without reconfiguration constants is an "error".
-// The cpu backend does not execute re-shards inside a run (`mpirun … cpbench reshard` does, with
-// real tensors): "infeasible", saying so.
+// Dispatched through the backend's row (Backend::reconfigure); a backend without one — the cpu
+// backend does not execute re-shards inside a run (`mpirun … cpbench reshard` does, with real
+// tensors) — gives "infeasible", saying so; an unknown backend is an "error".
 Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan,
                                     const std::string& backend = "sim");
 

@@ -275,20 +275,28 @@ void apply_te_a2a_sequence_loop(AttentionPlan& plan, const ParallelConfig& paral
   plan.host_ops_per_sequence_bwd = 5 * kTeThdA2aCallsPerSequence;  // out, dout; dq, dk, dv
 }
 
+AttentionShape tp_rank_attention(const std::vector<int64_t>& lengths, const MaskSpec& mask, const ModelShape& model,
+                                 const ParallelConfig& layout) {
+  AttentionShape a;
+  a.seq_lengths = lengths;
+  a.mask = mask;
+  a.heads_q = static_cast<int32_t>(model.heads / layout.tp);
+  a.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
+  a.head_dim = static_cast<int32_t>(model.head_dim());
+  return a;
+}
+
 Expected<AttentionPlan> plan_micro_batch_attention(const PlanMicroBatch& mb, const ModelShape& model,
                                                    const ParallelConfig& layout, const MaskSpec& mask) {
   CpLayoutRequest req;
   req.layout = mb.cp > 1 ? cp_layout_for_comm_type(layout.cp_comm_type) : "single";
   if (req.layout.empty()) return layout_error("unknown cp_comm_type '" + layout.cp_comm_type + "'");
   req.cp = static_cast<int32_t>(mb.cp);
-  req.seq_lengths = mb.padded_lengths();
   // Decoder language models: a sparse mask is computed over its causal envelope (TransformerEngine
   // cannot skip the masked work), so the tiles are the causal ones.
   const bool sparse = mask.kind != MaskKind::causal && mask.kind != MaskKind::full;
-  req.mask = sparse ? MaskSpec{.kind = MaskKind::causal} : mask;
-  req.heads_q = static_cast<int32_t>(model.heads / layout.tp);
-  req.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
-  req.head_dim = static_cast<int32_t>(model.head_dim());
+  static_cast<AttentionShape&>(req) =
+      tp_rank_attention(mb.padded_lengths(), sparse ? MaskSpec{.kind = MaskKind::causal} : mask, model, layout);
   req.pad = true;
   auto plan = plan_cp_layout(req);
   if (!plan) return plan;
@@ -405,13 +413,9 @@ Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r) {
   if (auto e = check_request(r)) return *e;
 
   AttentionPlan p;
+  static_cast<AttentionShape&>(p) = r;
   p.layout = r.layout;
   p.ranks = r.cp;
-  p.seq_lengths = r.seq_lengths;
-  p.mask = r.mask;
-  p.heads_q = r.heads_q;
-  p.heads_kv = r.heads_kv;
-  p.head_dim = r.head_dim;
 
   if (row->one_rank && r.cp != 1) return layout_error(r.layout + " needs cp = 1, got cp = " + std::to_string(r.cp));
   // TransformerEngine splits every sequence into 2·cp chunks under static CP, a2a+p2p included

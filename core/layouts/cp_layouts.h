@@ -59,14 +59,16 @@ const CpLayout* find_cp_layout(const std::string& name);  // null when unknown
 // sequence by fewer than cp tokens).
 int64_t cp_layout_sequence_multiple(const CpLayout& layout, int64_t cp);
 
-struct CpLayoutRequest {
+// The AttentionShape of `lengths` under `mask` on one TP rank of `layout` (heads and KV heads ÷ tp).
+AttentionShape tp_rank_attention(const std::vector<int64_t>& lengths, const MaskSpec& mask, const ModelShape& model,
+                                 const ParallelConfig& layout);
+
+// The shape (seq_lengths, mask, heads_q, heads_kv, head_dim), and how to lay it out.
+struct CpLayoutRequest : AttentionShape {
   std::string layout;    // "single" | "ring" | "zigzag" | "all_gather" | "a2a" | "a2a+p2p" | "double_ring"
   int32_t cp = 1;        // ranks
   int32_t a2a_size = 0;  // a2a+p2p, double_ring: the inner all-to-all group size (divides cp); 0 = auto
   int32_t window = 0;    // double_ring: groups per inner ring (divides cp / a2a_size)
-  std::vector<int64_t> seq_lengths;
-  MaskSpec mask;
-  int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
   bool pad = false;  // pad sequences to the layout's rule instead of rejecting them
 };
 

@@ -72,12 +72,19 @@ struct AttnBackwardPhase {
   bool operator==(const AttnBackwardPhase&) const = default;
 };
 
-struct AttentionPlan {
-  std::string layout;                  // a cp_layouts name ("zigzag", "double_ring", …) or "dcp"
-  int32_t ranks = 1;
-  std::vector<int64_t> seq_lengths;    // the micro-batch's sequences, in tokens (padded lengths)
+// The attention of one micro-batch on one TP rank: its sequences, the mask, the heads and head dim
+// the rank holds. Every plan builder's request carries it (CpLayoutRequest, DcpRequest) and every
+// AttentionPlan starts from it, so the header is set in one assignment.
+struct AttentionShape {
+  std::vector<int64_t> seq_lengths;  // the micro-batch's sequences, in tokens (padded lengths)
   MaskSpec mask;
   int32_t heads_q = 1, heads_kv = 1, head_dim = 1;
+  bool operator==(const AttentionShape&) const = default;
+};
+
+struct AttentionPlan : AttentionShape {
+  std::string layout;                  // a cp_layouts name ("zigzag", "double_ring", …) or "dcp"
+  int32_t ranks = 1;
   // Bytes of one value on the wire: 4 (fp32) or 2 (bf16/fp16 training). LSE rows stay fp32, as
   // FlashAttention and TransformerEngine keep them. The executor sends exactly this.
   int32_t value_bytes = 4;

@@ -184,6 +184,14 @@ TEST(Reconfigure, LostStateWithoutAReplicaIsReportedNotPriced) {
   const Evaluation ok = evaluate_reconfiguration(cluster, m, *plan_reconfiguration(m, q, StateStore::parallel), "sim");
   EXPECT_EQ(ok.status, "ok") << ok.reason;
   EXPECT_GT(ok.metrics.at("reconfigure_time_s"), kCosts.restart_s);
+  // Through the backend table: the cpu backend has no re-shard inside a run and says where one
+  // runs; an unknown backend is an error listing the known ones.
+  const Evaluation cpu = evaluate_reconfiguration(cluster, m, *plan_reconfiguration(m, q, StateStore::parallel), "cpu");
+  EXPECT_EQ(cpu.status, "infeasible");
+  EXPECT_NE(cpu.reason.find("cpbench reshard"), std::string::npos) << cpu.reason;
+  const Evaluation unknown = evaluate_reconfiguration(cluster, m, *plan, "gpu?");
+  EXPECT_EQ(unknown.status, "error");
+  EXPECT_NE(unknown.reason.find("unknown backend 'gpu?'"), std::string::npos) << unknown.reason;
 }
 
 TEST(Reconfigure, StrategiesAreRegisteredByName) {

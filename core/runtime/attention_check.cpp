@@ -10,15 +10,18 @@
 namespace cpbench {
 namespace {
 
-kernels::VarlenBatch varlen_batch(const AttentionPlan& p) {
+// The plan's batch; a sequence not in `sequences` (when given) has every row masked out.
+kernels::VarlenBatch varlen_batch(const AttentionPlan& p, const std::vector<char>* sequences) {
   kernels::VarlenBatch b;
   b.dims = {p.heads_q, p.heads_kv, p.head_dim, 0.0};
-  for (int64_t L : p.seq_lengths) {
+  for (size_t s = 0; s < p.seq_lengths.size(); ++s) {
+    const int64_t L = p.seq_lengths[s];
+    const bool computed = !sequences || (*sequences)[s];
     b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + L);
     b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + L);
     for (int64_t q = 0; q < L; ++q) {
       KeyRanges r = mask_row(p.mask, L, q);
-      b.row_ranges.push_back({r.begin0, r.end0, r.begin1, r.end1});
+      b.row_ranges.push_back(computed ? kernels::KeyRanges{r.begin0, r.end0, r.begin1, r.end1} : kernels::KeyRanges{});
     }
   }
   return b;
@@ -43,8 +46,16 @@ OwnedInputs make_attention_inputs(const AttentionPlan& p, uint64_t seed) {
   return in;
 }
 
-ReferenceAttention reference_attention(const AttentionPlan& p, const OwnedInputs& in, bool backward) {
-  kernels::VarlenBatch b = varlen_batch(p);
+std::vector<char> home_sequences(const AttentionPlan& p, int rank) {
+  std::vector<char> held(p.seq_lengths.size(), 0);
+  for (const AttnSlice& s : p.home[static_cast<size_t>(rank)]) held[static_cast<size_t>(s.seq)] = 1;
+  return held;
+}
+
+ReferenceAttention reference_attention(const AttentionPlan& p, const OwnedInputs& in, bool backward,
+                                       const std::vector<char>* sequences) {
+  if (sequences && sequences->size() != p.seq_lengths.size()) sequences = nullptr;  // not this plan's: all
+  kernels::VarlenBatch b = varlen_batch(p, sequences);
   double pairs = 0;
   for (const auto& r : b.row_ranges) pairs += static_cast<double>((r.e0 - r.b0) + (r.e1 - r.b1));
   ReferenceAttention ref;

@@ -26,7 +26,14 @@ struct ReferenceAttention {
   std::string kind;                         // "naive (double accumulation)" or "cpu kernel, one rank"
 };
 inline constexpr double kNaiveLimitPairs = 1e7;  // allowed pairs × heads: about a second of naive work
-ReferenceAttention reference_attention(const AttentionPlan& plan, const OwnedInputs& in, bool backward);
+// With `sequences` (one flag per sequence of the plan), only those are computed — the rows of the
+// others are masked out and stay O = 0, LSE = −inf, gradients 0 — so a rank checking its home
+// slices pays for the sequences it holds, not the whole batch (sequences never attend to each
+// other, so the ones computed are exact).
+ReferenceAttention reference_attention(const AttentionPlan& plan, const OwnedInputs& in, bool backward,
+                                       const std::vector<char>* sequences = nullptr);
+// The sequences `rank`'s home slices belong to, as reference_attention takes them.
+std::vector<char> home_sequences(const AttentionPlan& plan, int rank);
 
 // fp32 kernels against a double-accumulated reference (kernels/cpu tests use the same).
 struct Tolerance {

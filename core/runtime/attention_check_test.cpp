@@ -1,5 +1,6 @@
 // attention_check_test.cpp — the comparison every executed-plan test relies on must fail on what
-// it exists to catch: a wrong value, a NaN in any result, a result of the wrong size.
+// it exists to catch: a wrong value, a NaN in any result, a result of the wrong size; and the
+// reference restricted to a rank's sequences equals the whole one there.
 #include "core/runtime/attention_check.h"
 #include "core/runtime/cpu_attention_kernels.h"
 
@@ -85,6 +86,27 @@ TEST_F(AttentionCheck, AResultOfTheWrongSizeFailsAndNamesIt) {
   EXPECT_NE(c.where.find("dK"), std::string::npos) << c.where;
   home_[0].lse.clear();
   EXPECT_TRUE(std::isinf(check_home(plan_, home_[0], ref_, false).worst));
+}
+
+TEST_F(AttentionCheck, AReferenceOfSomeSequencesEqualsTheWholeOneThere) {
+  const std::vector<char> second_only{0, 1};
+  const ReferenceAttention part = reference_attention(plan_, in_, true, &second_only);
+  const int64_t first_rows = 37, hq = 4, hkv = 2, d = 8, T = 57;
+  // Sequence 1 bit for bit; sequence 0 not computed (O and gradients 0, LSE −inf).
+  for (int64_t i = 0; i < T * hq * d; ++i) {
+    const bool second = i >= first_rows * hq * d;
+    ASSERT_EQ(part.out[i], second ? ref_.out[i] : 0.f) << i;
+    ASSERT_EQ(part.dq[i], second ? ref_.dq[i] : 0.f) << i;
+  }
+  for (int64_t i = 0; i < T * hkv * d; ++i) {
+    const bool second = i >= first_rows * hkv * d;
+    ASSERT_EQ(part.dk[i], second ? ref_.dk[i] : 0.f) << i;
+    ASSERT_EQ(part.dv[i], second ? ref_.dv[i] : 0.f) << i;
+  }
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t t = 0; t < T; ++t)
+      ASSERT_EQ(part.lse[h * T + t], t >= first_rows ? ref_.lse[h * T + t] : -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(home_sequences(plan_, 0), (std::vector<char>{1, 1}));
 }
 
 }  // namespace

@@ -74,7 +74,9 @@ Expected<GroupRun> run_attention_group(const AttentionPlan& plan, Communicator& 
   run.plan_bytes_sent = predicted.sent[static_cast<size_t>(group.rank())];
   run.plan_bytes_received = predicted.received[static_cast<size_t>(group.rank())];
   if (!options.check) return run;
-  const ReferenceAttention ref = reference_attention(plan, inputs, options.backward);
+  // This member's sequences only: each member checks its own home slices.
+  const std::vector<char> mine = home_sequences(plan, group.rank());
+  const ReferenceAttention ref = reference_attention(plan, inputs, options.backward, &mine);
   run.reference_kind = ref.kind;
   for (const HomeResult& h : rep->home) {
     const CheckResult c = check_home(plan, h, ref, options.backward);

@@ -46,16 +46,13 @@ PlanOutcome plan_cp_attention(const StrategyInput& in) {
   r.cp = static_cast<int32_t>(in.parallel.cp);
   r.a2a_size = static_cast<int32_t>(in.parallel.attention_a2a_size);
   r.window = static_cast<int32_t>(in.parallel.attention_ring_window);
-  r.seq_lengths = in.batch.lengths;
   // A static layout's tiles are the causal mask's. As shipped it cannot skip a sparse mask's work:
   // each tile is computed whole with the mask applied inside (the causal envelope). With
   // attention_sparse_kernel its kernels skip the mask's empty key blocks (DCP §7's TransformerEngine
-  // on DCP's masked kernels); the transfers stay the layout's.
+  // on DCP's masked kernels); the transfers stay the layout's. (tp is 1: check_bench_layout.)
   const bool sparse = in.batch.mask.kind != MaskKind::causal && in.batch.mask.kind != MaskKind::full;
-  r.mask = sparse ? MaskSpec{MaskKind::causal} : in.batch.mask;
-  r.heads_q = static_cast<int32_t>(in.model.heads);
-  r.heads_kv = static_cast<int32_t>(in.model.kv_heads);
-  r.head_dim = static_cast<int32_t>(in.model.hidden / in.model.heads);
+  static_cast<AttentionShape&>(r) =
+      tp_rank_attention(in.batch.lengths, sparse ? MaskSpec{MaskKind::causal} : in.batch.mask, in.model, in.parallel);
   r.pad = true;
   // The layouts that split every sequence pad each (2·cp chunks, or cp for the ring); Ulysses pads
   // only the batch's last sequence to a multiple of cp (under cp tokens: left out of pad_to); a

@@ -1,5 +1,6 @@
 #include "core/strategies/dcp.h"
 
+#include "core/layouts/cp_layouts.h"
 #include "core/strategies/packing.h"
 #include "core/strategies/varlen.h"
 
@@ -459,13 +460,9 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
   out.compute_blocks = static_cast<int64_t>(work.size());
   // 4. The plan.
   AttentionPlan& p = out.plan;
+  static_cast<AttentionShape&>(p) = r;
   p.layout = "dcp";
   p.ranks = r.ranks;
-  p.seq_lengths = r.seq_lengths;
-  p.mask = r.mask;
-  p.heads_q = r.heads_q;
-  p.heads_kv = r.heads_kv;
-  p.head_dim = r.head_dim;
   p.value_bytes = r.value_bytes;
   p.fused_stages = r.fused_stages;  // one blockwise kernel call per stage and device
   p.collective_exchange = r.all_to_all;
@@ -495,11 +492,7 @@ Expected<DcpResult> plan_dcp(const DcpRequest& r, const CostModel& cost) {
 DcpRequest dcp_request(const std::vector<int64_t>& lengths, const MaskSpec& mask, const ModelShape& model,
                        const ParallelConfig& layout, int32_t ranks, int32_t ranks_per_node) {
   DcpRequest r;
-  r.seq_lengths = lengths;
-  r.mask = mask;
-  r.heads_q = static_cast<int32_t>(model.heads / layout.tp);
-  r.heads_kv = static_cast<int32_t>(model.kv_heads / layout.tp);
-  r.head_dim = static_cast<int32_t>(model.head_dim());
+  static_cast<AttentionShape&>(r) = tp_rank_attention(lengths, mask, model, layout);
   r.value_bytes = layout.attention_values();
   r.fused_stages = !layout.attention_per_tile;
   r.ranks = ranks;

@@ -60,10 +60,10 @@
 
 namespace cpbench {
 
-struct DcpRequest {
-  std::vector<int64_t> seq_lengths;
-  MaskSpec mask;
-  int32_t heads_q = 1, heads_kv = 1, head_dim = 128;
+// The shape (seq_lengths, mask, heads_q, heads_kv, head_dim; head_dim 128 unless set), and how to
+// place it.
+struct DcpRequest : AttentionShape {
+  DcpRequest() { head_dim = 128; }
   int32_t value_bytes = 2;  // 16-bit values on the wire (LSE fp32)
   int32_t ranks = 1;
   int32_t gpus_per_node = 1;  // ranks fill nodes in order
