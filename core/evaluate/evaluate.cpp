@@ -377,11 +377,19 @@ const std::vector<std::string>& backend_names() {
   return names;
 }
 
-Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend) {
-  if (const Backend* b = find_backend(backend)) return b->evaluate(in, plan);
+namespace {
+
+Evaluation unknown_backend(const std::string& backend) {
   std::string known;
   for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
   return {"error", "unknown backend '" + backend + "' (known: " + known + ")", {}, {}};
+}
+
+}  // namespace
+
+Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& backend) {
+  if (const Backend* b = find_backend(backend)) return b->evaluate(in, plan);
+  return unknown_backend(backend);
 }
 
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
@@ -403,7 +411,7 @@ Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
 Evaluation evaluate_reconfiguration(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan,
                                     const std::string& backend) {
   const Backend* b = find_backend(backend);
-  if (!b) return evaluate(EvalInput{cluster, model, {}, "", {}, {}, 0}, Plan{}, backend);  // the unknown-backend error
+  if (!b) return unknown_backend(backend);
   if (b->reconfigure) return b->reconfigure(cluster, model, plan);
   return {"infeasible",
           "the " + backend + " backend does not execute re-shards inside a run; `mpirun -np N cpbench reshard --from t,p,d --to t,p,d --model " +

@@ -568,29 +568,16 @@ class Rank {
         tile_of.push_back(i);
       }
     }
-    if (!progress) {
-      const auto t0 = Clock::now();
-      kernels_.stage_forward(calls);
-      rep.compute_s += seconds_since(t0);
-    }
-    for (size_t c = 0; c < calls.size(); ++c) {
-      if (progress) {
-        const auto t0 = Clock::now();
-        kernels_.tile_forward(calls[c]);
-        rep.compute_s += seconds_since(t0);
-      }
+    return run_calls(calls, &AttentionKernels::stage_forward, &AttentionKernels::tile_forward, ph, rep, [&](size_t c) {
       blocks_.merge(partials[c], *find_exact(AttnTensor::out, tiles[tile_of[c]].q), p_.head_dim);
-      if (progress)
-        if (auto st = poll(ph); !st) return st;
-    }
-    return ok_status();
+      return ok_status();
+    });
   }
 
   // A phase's backward tiles, as the forward's (one stage_backward call, or tile by tile testing
   // the pending transfers between tiles). Each tile's dQ, dK, dV partials go into the home or
   // return slots that cover them.
   Status run_tiles_backward(const std::vector<AttnTile>& tiles, ExecutionReport& rep, Phase& ph) {
-    const bool progress = comm_.needs_host_progress();
     const Shape qs = shape_of(p_, AttnTensor::q), kvs = shape_of(p_, AttnTensor::kv);
     std::vector<TileBuffers> inputs(tiles.size());
     std::vector<View> outs(tiles.size()), douts(tiles.size());
@@ -607,19 +594,32 @@ class Rank {
       calls.push_back({in, outs[i].x, outs[i].y, outs[i].y_stride, douts[i].x, dqs.back().x.data(),
                        dkvs.back().x.data(), dkvs.back().y.data()});
     }
+    return run_calls(calls, &AttentionKernels::stage_backward, &AttentionKernels::tile_backward, ph, rep, [&](size_t i) {
+      if (!spread(AttnTensor::dq, dqs[i]) || !spread(AttnTensor::dkv, dkvs[i]))
+        return Status(Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"});
+      return ok_status();
+    });
+  }
+
+  // Runs a stage's kernel calls: all at once (`stage`) when the Communicator needs no host
+  // progress, else one by one (`tile`), testing the phase's pending transfers after each.
+  // `take(c)` takes call c's result, in call order either way.
+  template <class Call, class Take>
+  Status run_calls(const std::vector<Call>& calls, void (AttentionKernels::*stage)(std::span<const Call>),
+                   void (AttentionKernels::*tile)(const Call&), Phase& ph, ExecutionReport& rep, Take take) {
+    const bool progress = comm_.needs_host_progress();
     if (!progress) {
       const auto t0 = Clock::now();
-      kernels_.stage_backward(calls);
+      (kernels_.*stage)(calls);
       rep.compute_s += seconds_since(t0);
     }
-    for (size_t i = 0; i < calls.size(); ++i) {
+    for (size_t c = 0; c < calls.size(); ++c) {
       if (progress) {
         const auto t0 = Clock::now();
-        kernels_.tile_backward(calls[i]);
+        (kernels_.*tile)(calls[c]);
         rep.compute_s += seconds_since(t0);
       }
-      if (!spread(AttnTensor::dq, dqs[i]) || !spread(AttnTensor::dkv, dkvs[i]))
-        return Error{"", "", "rank " + std::to_string(me_) + ": a backward tile's gradient has no home or return slot"};
+      if (auto st = take(c); !st) return st;
       if (progress)
         if (auto st = poll(ph); !st) return st;
     }
