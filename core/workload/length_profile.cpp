@@ -1,5 +1,7 @@
 #include "core/workload/length_profile.h"
 
+#include "core/workload/lengths_file.h"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -10,51 +12,26 @@ namespace cpbench {
 
 namespace {
 
-// Longest sequence any profile may describe: far above every context length in use (2^30 tokens).
-constexpr int64_t kMaxTokens = int64_t{1} << 30;
+constexpr int64_t kMaxTokens = kMaxLengthTokens;
 
 const std::vector<std::string> kKinds = {"fixed", "lognormal", "pareto", "mixture", "empirical"};
+const std::vector<std::string> kOrders = {"resample", "shuffle", "file"};
 
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r");
-  return s.substr(b, e - b + 1);
-}
-
-// A file of one length per line becomes one bin per distinct value, ascending.
-std::vector<LengthBin> read_lengths_file(JsonObject& o, const std::filesystem::path& base_dir) {
-  std::string rel = o.string("lengths_file");
-  if (rel.empty()) return {};
-  std::filesystem::path path = base_dir / rel;
-  std::ifstream in(path);
-  if (!in) {
-    o.error("lengths_file", "cannot open \"" + path.string() + "\"");
-    return {};
+// A lengths file (lengths_file.h) becomes one bin per distinct value, ascending; its lengths in
+// file order are kept for a profile that replays them.
+void lengths_from_file(JsonObject& o, const std::filesystem::path& base_dir, LengthDistribution& d) {
+  const std::string rel = o.string("lengths_file");
+  const std::string column = o.string_or("column", "");
+  if (rel.empty()) return;
+  auto file = read_lengths_file(base_dir / rel, column);
+  if (!file) {
+    o.diag().add(file.errors());
+    return;
   }
   std::map<int64_t, double> counts;
-  std::string line;
-  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
-    std::string t = trim(line);
-    if (t.empty() || t[0] == '#') continue;
-    int64_t v = 0;
-    bool ok = t.find_first_not_of("0123456789") == std::string::npos && t.size() <= 10;
-    if (ok) v = std::stoll(t);
-    if (!ok || v < 1 || v > kMaxTokens) {
-      o.diag().add(Errors{{Error{path.string(), "",
-                                 "line " + std::to_string(line_no) + ": expected a length in tokens in [1, " +
-                                     std::to_string(kMaxTokens) + "], got \"" + t + "\""}}});
-      continue;
-    }
-    counts[v] += 1;
-  }
-  if (counts.empty()) {
-    o.error("lengths_file", "\"" + path.string() + "\" holds no lengths");
-    return {};
-  }
-  std::vector<LengthBin> bins;
-  for (const auto& [v, c] : counts) bins.push_back({v, v, c});
-  return bins;
+  for (int64_t v : file->lengths) counts[v] += 1;
+  for (const auto& [v, c] : counts) d.bins.push_back({v, v, c});
+  d.sequence = std::move(file->lengths);
 }
 
 std::vector<LengthBin> read_bins(JsonObject& o) {
@@ -178,8 +155,14 @@ LengthDistribution parse_length_distribution(JsonObject& o, const std::filesyste
     } else if (has_bins) {
       d.bins = read_bins(o);
     } else {
-      d.bins = read_lengths_file(o, base_dir);
+      lengths_from_file(o, base_dir, d);
     }
+    const std::string order = o.choice_or("order", "resample", kOrders);
+    d.order = order == "shuffle" ? LengthOrder::shuffle : order == "file" ? LengthOrder::file : LengthOrder::resample;
+    if (d.order != LengthOrder::resample && !has_file)
+      o.error("order", "\"" + order + "\" replays the lengths of a \"lengths_file\"; bins can only be resampled");
+    if (d.order != LengthOrder::resample && !allow_mixture)
+      o.error("order", "a mixture component is drawn by weight: its lengths can only be resampled");
   }
   return d;
 }
@@ -203,12 +186,19 @@ LengthProfile parse_length_profile(JsonObject& o, const std::filesystem::path& b
       }
     }
   }
-  p.min_length = o.integer("min_length_tokens", 1, kMaxTokens);
-  p.max_length = o.integer("max_length_tokens", 1, kMaxTokens);
+  p.distribution = parse_length_distribution(o, base_dir, true);
+  const std::vector<LengthBin>& bins = p.distribution.bins;
+  if (p.distribution.kind == LengthKind::empirical) {
+    // Measured lengths bound themselves: the clamp defaults to their range.
+    p.min_length = o.integer_or("min_length_tokens", bins.empty() ? 1 : bins.front().lo_tokens, 1, kMaxTokens);
+    p.max_length = o.integer_or("max_length_tokens", bins.empty() ? 1 : bins.back().hi_tokens, 1, kMaxTokens);
+  } else {
+    p.min_length = o.integer("min_length_tokens", 1, kMaxTokens);
+    p.max_length = o.integer("max_length_tokens", 1, kMaxTokens);
+  }
   if (o.diag().ok() && p.min_length > p.max_length)
     o.error("max_length_tokens", "expected max_length_tokens ≥ min_length_tokens (" +
                                      std::to_string(p.min_length) + "), got " + std::to_string(p.max_length));
-  p.distribution = parse_length_distribution(o, base_dir, true);
   o.finish();
   return p;
 }

@@ -18,6 +18,9 @@ namespace cpbench {
 
 enum class LengthKind { fixed, lognormal, pareto, mixture, empirical };
 
+// How an empirical profile read from a file gives its lengths (see "order" below).
+enum class LengthOrder { resample, shuffle, file };
+
 // "fixed", "lognormal", ... as written in the JSON "kind" key.
 const char* length_kind_name(LengthKind kind);
 
@@ -40,8 +43,13 @@ struct LengthBin {
 //   mixture:    "components": [{"weight": w, "label": "…" (optional), "kind": …, …}, …]; a
 //               component is any kind but mixture; weights need not sum to 1 (they are normalised).
 //   empirical:  exactly one of "bins": [[lo_tokens, hi_tokens, count], …] (ascending, disjoint) or
-//               "lengths_file": a text file of one length per line ('#' comments and blank lines
-//               allowed), relative to the folder of the JSON file; it becomes one bin per value.
+//               "lengths_file": a user's lengths (lengths_file.h: one per line, CSV with a header,
+//               JSON lines, or a folder of them; "column" names the column or field), relative to
+//               the folder of the JSON file; it becomes one bin per value. "order" (file only):
+//               "resample" (default: each length drawn by count, with replacement), "shuffle" (the
+//               file's lengths without replacement, in an order drawn by the seed, each pass a new
+//               one: an epoch of a shuffling data loader) or "file" (as written, from the top,
+//               again from the top at the end). min/max_length_tokens default to the bins' range.
 struct LengthDistribution {
   LengthKind kind = LengthKind::fixed;
   int64_t length_tokens = 0;           // fixed
@@ -53,6 +61,8 @@ struct LengthDistribution {
   std::vector<std::string> labels;     // mixture: one per component, "" when not given
   std::vector<LengthDistribution> components;  // mixture
   std::vector<LengthBin> bins;         // empirical
+  LengthOrder order = LengthOrder::resample;  // empirical from a file
+  std::vector<int64_t> sequence;       // empirical from a file: its lengths in file order
 };
 
 struct LengthProfile {
@@ -66,7 +76,7 @@ struct LengthProfile {
 };
 
 // Reads a profile object: "name", "description", "provenance", "assumptions" (all optional here),
-// "min_length_tokens", "max_length_tokens" (required), "kind" and the kind's keys. Calls
+// "min_length_tokens", "max_length_tokens" (required unless empirical), "kind" and the kind's keys. Calls
 // o.finish(). `base_dir` resolves "lengths_file"; errors in that file name the file and line.
 LengthProfile parse_length_profile(JsonObject& o, const std::filesystem::path& base_dir);
 

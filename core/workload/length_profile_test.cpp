@@ -151,9 +151,12 @@ TEST_F(LengthProfileTest, BadValueNamesFileAndPointer) {
 
 TEST_F(LengthProfileTest, LengthsFileErrorsNameThatFileAndLine) {
   fs::path lengths = write("bad.txt", "100\n200\nabc\n");
-  expect_error(preset("w", R"("kind": "empirical", "lengths_file": "bad.txt")"), "", "line 3", lengths);
-  expect_error(preset("w2", R"("kind": "empirical", "lengths_file": "missing.txt")"), "/lengths_file",
-               "cannot open");
+  expect_error(preset("w", R"("kind": "empirical", "lengths_file": "bad.txt")"), "", "got \"abc\"",
+               lengths.string() + ":3");
+  expect_error(preset("w2", R"("kind": "empirical", "lengths_file": "missing.txt")"), "", "no such lengths file",
+               dir_ / "missing.txt");
+  expect_error(preset("w3", R"("kind": "empirical", "bins": [[1, 2, 1]], "order": "shuffle")"), "/order",
+               "bins can only be resampled");
 }
 
 TEST_F(LengthProfileTest, PresetNeedsProvenanceAndAssumptions) {

@@ -52,6 +52,7 @@ double LengthSampler::draw(const LengthDistribution& d) {
     case LengthKind::pareto: return d.scale_tokens * std::pow(rng_.uniform_open01(), -1.0 / d.alpha);
     case LengthKind::mixture: return d.components.empty() ? 0.0 : draw(d.components[pick(d)]);
     case LengthKind::empirical: {
+      if (d.order != LengthOrder::resample && !d.sequence.empty()) return static_cast<double>(replay(d));
       if (d.bins.empty()) return 0;
       const LengthBin& b = d.bins[pick(d)];
       uint64_t width = static_cast<uint64_t>(b.hi_tokens - b.lo_tokens + 1);
@@ -59,6 +60,22 @@ double LengthSampler::draw(const LengthDistribution& d) {
     }
   }
   return 0;
+}
+
+// The file's next length: in file order, or in an order drawn at the start of each pass (Fisher–Yates
+// with this sampler's stream).
+int64_t LengthSampler::replay(const LengthDistribution& d) {
+  if (cursor_ == 0) {
+    if (order_.size() != d.sequence.size()) {
+      order_.resize(d.sequence.size());
+      for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+    }
+    if (d.order == LengthOrder::shuffle)
+      for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[rng_.uniform_below(i)]);
+  }
+  const int64_t v = d.sequence[order_[cursor_]];
+  cursor_ = (cursor_ + 1) % order_.size();
+  return v;
 }
 
 int64_t LengthSampler::next() {

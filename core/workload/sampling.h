@@ -19,7 +19,9 @@ namespace cpbench {
 
 // Draws one length at a time. Each draw consumes: fixed 0 uniforms; lognormal 2 (Box–Muller);
 // pareto 1 (inverse CDF, x_m·U^(−1/alpha)); empirical 2 (a bin by count, then an integer inside
-// it); mixture 1 (the component) + the component's.
+// it); mixture 1 (the component) + the component's. An empirical profile replaying its file
+// ("order" shuffle or file) draws nothing per length: shuffle draws n − 1 integers at the start of
+// each pass over the file's n lengths.
 enum class Overlong { clip, drop };
 
 class LengthSampler {
@@ -37,6 +39,7 @@ class LengthSampler {
  private:
   void build_tables(const LengthDistribution& d);
   double draw(const LengthDistribution& d);
+  int64_t replay(const LengthDistribution& d);
   size_t pick(const LengthDistribution& d);
 
   const LengthDistribution* dist_;
@@ -47,6 +50,8 @@ class LengthSampler {
   Overlong overlong_;
   // Cumulative weights (mixture) or counts (empirical) of each node, for a binary search.
   std::unordered_map<const LengthDistribution*, std::vector<double>> cumulative_;
+  std::vector<size_t> order_;  // replay: this pass's order of the file's lengths
+  size_t cursor_ = 0;          // replay: the next position in order_
 };
 
 // n lengths clipped to [min_length, max_length]; the caller may tighten the profile's own clamp
