@@ -203,13 +203,6 @@ void build_all_gather(AttentionPlan& p) {
   p.stages.push_back(std::move(st));
 }
 
-int32_t auto_a2a_size(int32_t cp, int32_t heads_q, int32_t heads_kv) {
-  for (int32_t a = cp; a > 1; --a) {
-    if (cp % a == 0 && heads_q % a == 0 && heads_kv % a == 0) return a;
-  }
-  return 1;
-}
-
 // The request's shape errors, before any layout rule.
 std::optional<Error> check_request(const CpLayoutRequest& r) {
   const std::string& name = r.layout;
@@ -268,6 +261,13 @@ std::optional<Error> fit_each(const CpLayoutRequest& r, std::vector<int64_t>& le
 }
 
 }  // namespace
+
+int32_t auto_a2a_size(int32_t cp, int32_t heads_q, int32_t heads_kv) {
+  for (int32_t a = cp; a > 1; --a) {
+    if (cp % a == 0 && heads_q % a == 0 && heads_kv % a == 0) return a;
+  }
+  return 1;
+}
 
 void apply_te_a2a_sequence_loop(AttentionPlan& plan, const ParallelConfig& parallel) {
   if (plan.layout != "a2a+p2p" || !parallel.te_a2a_sequence_loop) return;

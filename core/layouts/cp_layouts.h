@@ -102,6 +102,10 @@ struct CpLayoutRequest : AttentionShape {
 // Every rank's tiles are (q piece × kv piece) of one sequence where the mask allows a pair.
 Expected<AttentionPlan> plan_cp_layout(const CpLayoutRequest& r);
 
+// The head-parallel (all-to-all) group size of an a2a+p2p or double_ring layout when none is given:
+// the largest divisor of cp that divides both head counts (1 when none does).
+int32_t auto_a2a_size(int32_t cp, int32_t heads_q, int32_t heads_kv);
+
 // The layout that runs TransformerEngine's `cp_comm_type` (references/context_parallel.md): p2p is
 // the ring with causal load balancing (zigzag), the others by name. Unknown: an empty string.
 std::string cp_layout_for_comm_type(const std::string& cp_comm_type);
