@@ -24,6 +24,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include "apps/compare.h"
 #include "apps/exec.h"
 #include "apps/reshard.h"
 #include "core/cost/calibrate.h"
@@ -742,6 +743,40 @@ int run_cli(int argc, char** argv) {
   reshard->add_option("--timeout", rs.timeout_s, "seconds a rank waits for a peer")->check(CLI::Range(1.0, 604800.0))
       ->capture_default_str();
 
+  CompareArgs ca;
+  auto* compare = app.add_subcommand("compare", "rank every strategy on your own sequence lengths, model and cluster "
+                                                "(same batches for all), and say what to run in Megatron-LM and torchtitan");
+  compare->add_option("--lengths", ca.request.lengths, "your lengths: one per line, a CSV with a header, JSON lines, or a "
+                                                       "folder of *.jsonl")->required();
+  compare->add_option("--column", ca.request.column, "the CSV column or JSON field of the token count (default: the only "
+                                                     "column, else length, num_tokens, tokens, …)");
+  compare->add_option("--model", ca.request.model, "a model preset name, or a Hugging Face config.json (or its folder)")
+      ->required();
+  compare->add_option("--hardware", ca.request.hardware, "hardware preset (experiments/hardware)")->capture_default_str();
+  compare->add_option("--stack", ca.request.stack, "software stack preset (default: the hardware's)");
+  compare->add_option("--gpus", ca.request.num_gpus, "GPU count")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  compare->add_option("--global-batch-sequences", ca.request.global_batch_sequences, "global batch in sequences")
+      ->check(CLI::Range(1, 1 << 30));
+  compare->add_option("--global-batch-tokens", ca.request.global_batch_tokens, "global batch in tokens (sequences taken "
+                                                                               "until the next would overflow it)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 50));
+  compare->add_option("--max-length", ca.request.max_length, "longest sequence trained (default: the file's longest)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  compare->add_option("--overlong", ca.request.overlong, "lengths above --max-length: error, clip (cut) or drop")
+      ->check(CLI::IsMember({"error", "clip", "drop"}))->capture_default_str();
+  compare->add_option("--max-seqlen-per-rank", ca.request.max_seqlen_per_rank,
+                      "Megatron's max_seqlen_per_dp_cp_rank for packing and Dynamic-CP (default: max length / a node's GPUs)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  compare->add_option("--mask", ca.request.mask, "attention mask of every sequence")->capture_default_str();
+  compare->add_option("--batches", ca.request.batches, "batches averaged per strategy")->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  compare->add_option("--seed", ca.request.seed, "seed of the batches' shuffle")->capture_default_str();
+  compare->add_option("--tp", ca.request.tp, "base tensor-parallel size (default: chosen from memory)")->check(CLI::Range(1, 1024));
+  compare->add_option("--pp", ca.request.pp, "base pipeline-parallel size (default: chosen from memory)")->check(CLI::Range(1, 1024));
+  compare->add_flag("--quick", ca.request.quick, "fewer variants (p2p CP only, full recompute, two batches, a narrower search)");
+  compare->add_option("--out", ca.out, "output folder")->capture_default_str();
+  compare->add_option("--jobs,-j", ca.jobs, "worker threads")->check(CLI::Range(1, 1024))->capture_default_str();
+
   std::string show_file;
   auto* show = app.add_subcommand("show", "print a results file: points, then published vs reproduced");
   show->add_option("file", show_file, "results.json, or the folder holding it")->required();
@@ -798,6 +833,10 @@ int run_cli(int argc, char** argv) {
       return kExitBadInput;
     }
     return *exec ? cmd_exec(ea, experiments_dir) : cmd_validate(ea, validate_preset, experiments_dir);
+  }
+  if (*compare) {
+    for (int i = 0; i < argc; ++i) ca.command_line += (i ? " " : "") + std::string(i == 0 ? "cpbench" : argv[i]);
+    return cmd_compare(ca, experiments_dir);
   }
   if (*calibrate) {
     if (std::error_code ec; fs::is_directory(cal_out, ec) || (!cal_hardware_out.empty() && fs::is_directory(cal_hardware_out, ec)))
