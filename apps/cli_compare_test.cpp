@@ -45,7 +45,7 @@ class CompareCliTest : public ::testing::Test {
     for (int i = 0; i < 200; ++i) csv << i << "," << (i % 20 == 0 ? 32768 - 97 * i : 100 + (i * 37) % 3000) << "\n";
   }
   void TearDown() override { fs::remove_all(dir_); }
-  std::string config() const { return (fs::path(CPBENCH_SOURCE_DIR) / "apps/testdata/llama3_8b/config.json").string(); }
+  std::string config() const { return (fs::path(CPBENCH_SOURCE_DIR) / "examples/llama3_8b/config.json").string(); }
   std::string common() const {
     return "compare --lengths " + (dir_ / "lengths.csv").string() + " --model " + config() +
            " --hardware h100_dgx --gpus 16 --global-batch-sequences 64 --quick --jobs 2";

@@ -29,7 +29,7 @@ class HfConfigTest : public ::testing::Test {
 };
 
 TEST_F(HfConfigTest, Llama3ConfigIsTheShippedPresetsShape) {
-  const fs::path folder = fs::path(CPBENCH_SOURCE_DIR) / "apps/testdata/llama3_8b";
+  const fs::path folder = fs::path(CPBENCH_SOURCE_DIR) / "examples/llama3_8b";
   ASSERT_TRUE(is_hf_config_path(folder));
   auto m = load_hf_config(folder);
   ASSERT_TRUE(m.ok()) << m.error_str();
