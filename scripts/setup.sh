@@ -24,6 +24,13 @@ if ! python3 -c "import matplotlib" 2>/dev/null; then
   python3 -m pip install --quiet matplotlib
 fi
 
+# Hugging Face's tokenizers: scripts/measure_lengths.py counts a corpus's tokens with a model's own
+# tokenizer.json (its test builds one locally; nothing is downloaded).
+if ! python3 -c "import tokenizers" 2>/dev/null; then
+  echo "setup: installing tokenizers" >&2
+  python3 -m pip install --quiet tokenizers
+fi
+
 # Mt-KaHyPar, only for scripts/compare_partitioners.py (DCP's partitioner against it); cpbench
 # itself partitions with Zoltan. Not fatal when PyPI cannot be reached.
 if ! python3 -c "import mtkahypar" 2>/dev/null; then
