@@ -2,6 +2,7 @@
 // (docs/strategies.md); no static-registration macros, so the list is readable in one place.
 #include "core/experiment/strategy_registry.h"
 
+#include "core/search/adaptive.h"
 #include "core/search/search.h"
 #include "core/strategies/attention_bench.h"
 #include "core/strategies/ptdp.h"
@@ -27,6 +28,8 @@ const std::vector<StrategyInfo>& strategies() {
       {"dcp", "DCP end to end: plan_packing's micro-batches with each CP group's attention placed by DCP's blockwise planner (SOSP'25 §7.2), nothing padded", plan_dcp_training, true},
       {"dcp_attention", "attention micro-benchmark: DCP's blockwise placement by hypergraph partitioning (SOSP'25) over all GPUs", plan_dcp_attention, true},
       {"dynamic_cp_solver", "Dynamic-CP, the blog's solver: FLOPs cost model, pipeline-aware buckets, micro-batch count searched", plan_dynamic_cp_solver},
+      {"adaptive_oracle", "per batch, the fastest of packing and the three Dynamic-CP schedulers as the simulator prices each batch's plans", plan_adaptive_oracle},
+      {"adaptive_rule", "per batch, packing or a Dynamic-CP scheduler picked from the batch's features (longest sequence, long-token share) without simulating", plan_adaptive_rule},
   };
   return table;
 }
