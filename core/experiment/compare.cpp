@@ -199,6 +199,11 @@ Expected<CompareSpec> compare_spec(const CompareRequest& r, const fs::path& expe
                                                                                   ? "Dynamic-CP dev"
                                                                                   : "Dynamic-CP solver") + suffix,
             {{"parallel.recompute", rc}});
+    // Per batch, the fastest of packing (at the widest CP) and the three schedulers, or the rule's pick.
+    entry("adaptive_oracle", "adaptive oracle" + suffix,
+          {{"parallel.cp", cps.back()}, {"parallel.max_seqlen_per_dp_cp_rank", cap_for(cps.back())}, {"parallel.recompute", rc}});
+    entry("adaptive_rule", "adaptive rule" + suffix,
+          {{"parallel.cp", cps.back()}, {"parallel.max_seqlen_per_dp_cp_rank", cap_for(cps.back())}, {"parallel.recompute", rc}});
     for (int64_t c : cps)
       if (c > 1 && (!r.quick || c == cps.back()))
         entry("dcp", "DCP cp" + std::to_string(c) + suffix,

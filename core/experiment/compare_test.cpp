@@ -96,7 +96,8 @@ TEST(CompareSpec, PackingCapacityHoldsTheLongestSequenceAtEveryCpSize) {
   }
   EXPECT_EQ(packing, 2 * (1 + 3 * 4));  // cp 1, and cp 2/4/8 × four comm types, under two recompute modes
   EXPECT_EQ(families, (std::set<std::string>{"packing", "packing_ffd", "packing_flops", "dynamic_cp", "dynamic_cp_dev",
-                                             "dynamic_cp_solver", "dcp", "zero3", "ptdp_search"}));
+                                             "dynamic_cp_solver", "adaptive_oracle", "adaptive_rule", "dcp", "zero3",
+                                             "ptdp_search"}));
   EXPECT_EQ(cs->spec["strategies"][0]["name"], "ptdp_search") << "the slowest point starts first";
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 bool is_varlen(const std::string& s) {
   return s == "packing" || s == "packing_ffd" || s == "packing_flops" || s == "dynamic_cp" || s == "dynamic_cp_dev" ||
-         s == "dynamic_cp_solver" || s == "dcp";
+         s == "dynamic_cp_solver" || s == "dcp" || s == "adaptive_oracle" || s == "adaptive_rule";
 }
 
 // Megatron's spelling of TransformerEngine's comm types: all_gather is "allgather" (--cp-comm-type).
@@ -80,10 +80,11 @@ FrameworkArgs megatron_arguments(const PointConfig& point) {
   add("--micro-batch-size", num(l.micro_batch_size));
   if (point.workload.global_batch_sequences > 0) add("--global-batch-size", num(point.workload.global_batch_sequences));
   add("--seq-length", num(point.workload.max_length));
-  if (s == "packing" || s == "packing_ffd" || s == "packing_flops" || s == "dynamic_cp_dev" || s == "dynamic_cp_solver") {
-    add("--sequence-packing-scheduler", s == "dynamic_cp_dev" || s == "dynamic_cp_solver" ? "default_dynamic_cp" : "dp_balanced");
-    if (s == "dynamic_cp_dev" || s == "dynamic_cp_solver") add("--dynamic-context-parallel");
-    out.notes.push_back("--sequence-packing-scheduler" + std::string(s.rfind("dynamic", 0) == 0 ? " and --dynamic-context-parallel are" : " is") +
+  const bool dev_dynamic = s == "dynamic_cp_dev" || s == "dynamic_cp_solver" || s == "adaptive_oracle" || s == "adaptive_rule";
+  if (s == "packing" || s == "packing_ffd" || s == "packing_flops" || dev_dynamic) {
+    add("--sequence-packing-scheduler", dev_dynamic ? "default_dynamic_cp" : "dp_balanced");
+    if (dev_dynamic) add("--dynamic-context-parallel");
+    out.notes.push_back("--sequence-packing-scheduler" + std::string(dev_dynamic ? " and --dynamic-context-parallel are" : " is") +
                         " on Megatron-LM's dev branch (d48bd6be), not yet on main");
   }
   if (s == "dynamic_cp") {
@@ -102,6 +103,9 @@ FrameworkArgs megatron_arguments(const PointConfig& point) {
   if (s == "dynamic_cp_solver")
     out.notes.push_back("the Dynamic-CP blog's solver is not in Megatron-LM: the arguments run dev's default_dynamic_cp "
                         "scheduler (cpbench's dynamic_cp_dev)");
+  if (s == "adaptive_oracle" || s == "adaptive_rule")
+    out.notes.push_back("cpbench's per-batch choice between packing and the Dynamic-CP schedulers is implemented by no "
+                        "framework: the arguments run Megatron dev's Dynamic-CP, the candidate closest to it");
   if (s == "dcp")
     out.notes.push_back("DCP's blockwise attention runs in DCP's own runtime (SOSP'25 artifact), not in Megatron-LM: "
                         "these are the layout's arguments around it");
