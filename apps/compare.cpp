@@ -56,6 +56,9 @@ int cmd_compare(const CompareArgs& a, const fs::path& experiments_dir) {
       point.parallel = planned.plan.layout;
       point.strategy = point.parallel.zero3 ? "zero3" : "ptdp";
     }
+    // The per-batch strategies run Megatron dev's Dynamic-CP in a framework (framework_args.h), whose
+    // groups come from the DP×CP ranks: no static CP.
+    if (point.strategy == "adaptive_oracle" || point.strategy == "adaptive_rule") point.parallel.cp = 1;
     const ParallelConfig& l = point.parallel;
     winner_layout = "TP " + std::to_string(l.tp) + ", PP " + std::to_string(l.pp) +
                     (l.vp > 1 ? " (" + std::to_string(l.vp) + " virtual stages)" : "") + ", CP " + std::to_string(l.cp) +
