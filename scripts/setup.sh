@@ -31,6 +31,15 @@ if ! python3 -c "import tokenizers" 2>/dev/null; then
   python3 -m pip install --quiet tokenizers
 fi
 
+# cudnn-frontend (NVIDIA's header-only graph API for cuDNN: kernels/cudnn) when the CUDA toolkit is
+# here; its PyPI wheel ships the headers (site-packages/include), which CMake finds.
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  if ! python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['purelib'], 'include', 'cudnn_frontend.h')))" 2>/dev/null; then
+    echo "setup: installing nvidia-cudnn-frontend" >&2
+    python3 -m pip install --quiet nvidia-cudnn-frontend==1.32.0 || echo "setup: cudnn-frontend not installed (kernels/cudnn is then not built)" >&2
+  fi
+fi
+
 # Mt-KaHyPar, only for scripts/compare_partitioners.py (DCP's partitioner against it); cpbench
 # itself partitions with Zoltan. Not fatal when PyPI cannot be reached.
 if ! python3 -c "import mtkahypar" 2>/dev/null; then
