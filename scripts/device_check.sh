@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# device_check.sh — the one prepared script for a session with a GPU (issue 32): the device's
+# environment, then every GPU test (CTest label gpu: built here with CUDA, run there), each with a
+# time limit, in well under the 15 minutes a session has, so a second try fits.
+#
+#   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test"]
+#   by hand on a GPU machine: BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test && scripts/device_check.sh
+#
+# The test binaries need only the CUDA runtime and the C++ runtime (the linker drops the rest), so
+# they are built here and carried; without them it builds them there when CMake and the
+# dependencies are present. Writes at most 4 files to $OUT (default /tmp/device_check):
+# environment.txt, summary.txt (one line per test: exit code, milliseconds), tests.log, tests.json.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="${BUILD_DIR:-$root/build}"
+out="${OUT:-/tmp/device_check}"
+mkdir -p "$out"
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+  nvcc --version 2>/dev/null | tail -2
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'nccl', torch.cuda.nccl.version())" 2>/dev/null
+} > "$out/environment.txt" 2>&1
+cat "$out/environment.txt"
+
+shopt -s nullglob
+tests=("$build"/*_gpu_test)
+if [ ${#tests[@]} -eq 0 ]; then
+  echo "device_check: no *_gpu_test in $build; building them" >&2
+  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test >"$out/tests.log" 2>&1 || true
+  tests=("$build"/*_gpu_test)
+fi
+: > "$out/summary.txt"
+echo "[" > "$out/tests.json"
+first=1
+status=0
+for t in "${tests[@]}"; do
+  name=$(basename "$t")
+  start=$(date +%s%N)
+  timeout 240 "$t" --gtest_output="json:$out/$name.json" >> "$out/tests.log" 2>&1
+  rc=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  echo "$name rc=$rc ms=$ms" | tee -a "$out/summary.txt"
+  if [ -f "$out/$name.json" ]; then
+    [ $first -eq 1 ] || echo "," >> "$out/tests.json"
+    cat "$out/$name.json" >> "$out/tests.json"
+    rm -f "$out/$name.json"
+    first=0
+  fi
+  [ $rc -eq 0 ] || status=1
+done
+echo "]" >> "$out/tests.json"
+[ ${#tests[@]} -gt 0 ] || { echo "device_check: no GPU test could be built" | tee -a "$out/summary.txt"; status=1; }
+exit $status
