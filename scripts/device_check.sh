@@ -3,17 +3,22 @@
 # environment, then every GPU test (CTest label gpu: built here with CUDA, run there), each with a
 # time limit, in well under the 15 minutes a session has, so a second try fits.
 #
-#   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test"]
-#   by hand on a GPU machine: BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test && scripts/device_check.sh
+#   here:  BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test cuda_tensor_ops_gpu_test
+#          mkdir -p build/device_libs && cp -L /usr/local/cuda/lib64/libcudart.so.13 build/device_libs/
+#   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test",
+#          "build/cuda_tensor_ops_gpu_test", "build/device_libs"]
+#   by hand on a GPU machine: the build line above, then scripts/device_check.sh
 #
-# The test binaries need only the CUDA runtime and the C++ runtime (the linker drops the rest), so
-# they are built here and carried; without them it builds them there when CMake and the
-# dependencies are present. Writes at most 4 files to $OUT (default /tmp/device_check):
+# The test binaries need only the CUDA runtime and the C++ runtime (CMakeLists.txt links them so),
+# so they are built here and carried, with this machine's libcudart in build/device_libs (put on
+# LD_LIBRARY_PATH) in case the device's differs; without them it builds them there when CMake and
+# the dependencies are present. Writes at most 4 files to $OUT (default /tmp/device_check):
 # environment.txt, summary.txt (one line per test: exit code, milliseconds), tests.log, tests.json.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
 out="${OUT:-/tmp/device_check}"
+export LD_LIBRARY_PATH="$build/device_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$out"
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -27,7 +32,7 @@ shopt -s nullglob
 tests=("$build"/*_gpu_test)
 if [ ${#tests[@]} -eq 0 ]; then
   echo "device_check: no *_gpu_test in $build; building them" >&2
-  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test >"$out/tests.log" 2>&1 || true
+  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test cuda_tensor_ops_gpu_test >"$out/tests.log" 2>&1 || true
   tests=("$build"/*_gpu_test)
 fi
 : > "$out/summary.txt"

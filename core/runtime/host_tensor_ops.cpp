@@ -1,5 +1,7 @@
 #include "core/runtime/host_tensor_ops.h"
 
+#include "kernels/cuda/bf16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,20 +9,9 @@
 
 namespace cpbench {
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+uint16_t to_bf16(float f) { return kernels::to_bf16(f).bits; }
 
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float from_bf16(uint16_t h) { return kernels::to_f32(kernels::Bf16{h}); }
 
 FloatBuffer HostTensorOps::floats(int64_t n, float value) {
   std::shared_ptr<float[]> p(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);

@@ -4,7 +4,7 @@
 // same functions in a loop, which is how CI (no GPU) checks the kernel's arithmetic against the
 // reference for every mask.
 // Requires: attention_problem.h's KeyRanges (sequence-relative key ranges per query row). Inputs
-// fp32 or bf16 (Bf16: the bits, converted exactly to fp32); every sum and output in fp32.
+// fp32 or bf16 (bf16.h's Bf16, converted exactly to fp32); every sum and output in fp32.
 // Note: SIMT, no tensor cores: the correctness path for any tile a plan can hold (per-row key
 // ranges, GQA, rows without keys). O = 0 and LSE = −inf for a row with no allowed key, as the
 // executor's merge expects. Online softmax (FlashAttention, Dao et al. 2022): per key j,
@@ -17,35 +17,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cuda/bf16.h"
 #include "kernels/reference/attention_problem.h"
 
-#if defined(__CUDACC__)
-#define CPB_HD __host__ __device__
-#else
-#define CPB_HD
-#endif
 
 namespace cpbench::kernels {
 
 // The longest head dim the SIMT kernel takes (its per-row accumulator).
 inline constexpr int64_t kSimtMaxHeadDim = 256;
-
-// bf16 as stored: the top 16 bits of an fp32.
-struct Bf16 {
-  uint16_t bits;
-};
-
-CPB_HD inline float to_f32(float x) { return x; }
-CPB_HD inline float to_f32(Bf16 x) {
-  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 
 // One tile: rows_q query rows (rows_q, Hq, d) against keys [key_begin, key_begin + rows_k) of
 // their sequence (rows_k, Hkv, d); query row i may see the keys in ranges[i].

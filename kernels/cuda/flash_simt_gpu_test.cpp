@@ -37,9 +37,7 @@ std::vector<T> as(const std::vector<float>& x) {
   std::vector<T> out;
   for (float v : x) {
     if constexpr (std::is_same_v<T, Bf16>) {
-      uint32_t u;
-      std::memcpy(&u, &v, sizeof u);
-      out.push_back(Bf16{static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)});
+      out.push_back(to_bf16(v));
     } else {
       out.push_back(v);
     }

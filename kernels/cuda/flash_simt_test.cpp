@@ -39,13 +39,6 @@ MaskFn mask_by_name(const std::string& name) {
   return testing::two_range_row;  // includes fully masked rows
 }
 
-// Round to bf16, nearest even: the value the kernel reads and the reference is given.
-Bf16 to_bf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return Bf16{static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
-}
-
 template <class T>
 struct Inputs {
   std::vector<float> q, k, v, dout;  // what the reference reads (bf16-rounded for Bf16)
