@@ -3,10 +3,10 @@
 # environment, then every GPU test (CTest label gpu: built here with CUDA, run there), each with a
 # time limit, in well under the 15 minutes a session has, so a second try fits.
 #
-#   here:  BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test cuda_tensor_ops_gpu_test
+#   here:  BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test
 #          mkdir -p build/device_libs && cp -L /usr/local/cuda/lib64/libcudart.so.13 build/device_libs/
 #   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test",
-#          "build/cuda_tensor_ops_gpu_test", "build/device_libs"]
+#          "build/cuda_tensor_ops_gpu_test", "build/cuda_attention_kernels_gpu_test", "build/device_libs"]
 #   by hand on a GPU machine: the build line above, then scripts/device_check.sh
 #
 # The test binaries need only the CUDA runtime and the C++ runtime (CMakeLists.txt links them so),
@@ -32,7 +32,7 @@ shopt -s nullglob
 tests=("$build"/*_gpu_test)
 if [ ${#tests[@]} -eq 0 ]; then
   echo "device_check: no *_gpu_test in $build; building them" >&2
-  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test cuda_tensor_ops_gpu_test >"$out/tests.log" 2>&1 || true
+  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test >"$out/tests.log" 2>&1 || true
   tests=("$build"/*_gpu_test)
 fi
 : > "$out/summary.txt"
