@@ -189,16 +189,13 @@ Expected<CompareSpec> compare_spec(const CompareRequest& r, const fs::path& expe
                {"parallel.recompute", rc}});
       }
     if (!r.quick)
-      for (const char* packer : {"packing_ffd", "packing_flops"})
+      for (const auto& [packer, label] : {std::pair{"packing_ffd", "packing FFD"}, {"packing_flops", "packing FLOPs"}})
         for (int64_t c : cps)
-          entry(packer, std::string(packer == std::string("packing_ffd") ? "packing FFD" : "packing FLOPs") + " cp" +
-                            std::to_string(c) + suffix,
+          entry(packer, label + (" cp" + std::to_string(c)) + suffix,
                 {{"parallel.cp", c}, {"parallel.max_seqlen_per_dp_cp_rank", cap_for(c)}, {"parallel.recompute", rc}});
-    for (const char* s : {"dynamic_cp", "dynamic_cp_dev", "dynamic_cp_solver"})
-      entry(s, std::string(s == std::string("dynamic_cp") ? "Dynamic-CP main" : s == std::string("dynamic_cp_dev")
-                                                                                  ? "Dynamic-CP dev"
-                                                                                  : "Dynamic-CP solver") + suffix,
-            {{"parallel.recompute", rc}});
+    for (const auto& [scheduler, label] : {std::pair{"dynamic_cp", "Dynamic-CP main"}, {"dynamic_cp_dev", "Dynamic-CP dev"},
+                                           {"dynamic_cp_solver", "Dynamic-CP solver"}})
+      entry(scheduler, label + suffix, {{"parallel.recompute", rc}});
     // Per batch, the fastest of packing (at the widest CP) and the three schedulers, or the rule's pick.
     entry("adaptive_oracle", "adaptive oracle" + suffix,
           {{"parallel.cp", cps.back()}, {"parallel.max_seqlen_per_dp_cp_rank", cap_for(cps.back())}, {"parallel.recompute", rc}});

@@ -113,9 +113,7 @@ FrameworkArgs megatron_arguments(const PointConfig& point) {
   return out;
 }
 
-Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string>& args, int64_t num_gpus,
-                                                   const ModelShape& model) {
-  (void)model;
+Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string>& args, int64_t num_gpus) {
   FrameworkLayout out;
   ParallelConfig& l = out.parallel;
   l.num_gpus = num_gpus;

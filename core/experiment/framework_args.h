@@ -37,8 +37,7 @@ struct FrameworkLayout {
   ParallelConfig parallel;
   std::string strategy;
 };
-Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string>& args, int64_t num_gpus,
-                                                   const ModelShape& model);
+Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string>& args, int64_t num_gpus);
 
 // torchtitan's [parallelism], [activation_checkpoint] and [training] sections for the point.
 FrameworkArgs torchtitan_config(const PointConfig& point);

@@ -81,7 +81,7 @@ TEST(MegatronArguments, EveryLayoutReadsBackAsItself) {
       std::istringstream words(line);
       for (std::string w; words >> w;) tokens.push_back(w);
     }
-    auto back = parse_megatron_arguments(tokens, 64, p.model);
+    auto back = parse_megatron_arguments(tokens, 64);
     ASSERT_TRUE(back.ok()) << back.error_str();
     const bool varlen = p.strategy != "ptdp" && p.strategy != "zero3";
     EXPECT_EQ(megatron_view(back->parallel, varlen), megatron_view(p.parallel, varlen)) << p.strategy;
@@ -104,7 +104,7 @@ TEST(MegatronArguments, SpellingAsMegatronReadsIt) {
   EXPECT_NE(std::find(gather.lines.begin(), gather.lines.end(), "--cp-comm-type allgather"), gather.lines.end());
   // "--flag=value" reads as "--flag value"; other arguments are not the layout's.
   auto eq = parse_megatron_arguments({"--tensor-model-parallel-size=4", "--lr", "3e-4", "--cp-comm-type=allgather",
-                                      "--context-parallel-size", "2"}, 16, llama());
+                                      "--context-parallel-size", "2"}, 16);
   ASSERT_TRUE(eq.ok()) << eq.error_str();
   EXPECT_EQ(eq->parallel.tp, 4);
   EXPECT_EQ(eq->parallel.cp_comm_type, "all_gather");
@@ -124,7 +124,7 @@ TEST(MegatronArguments, WhatMegatronLacksIsANoteNotAFlag) {
   EXPECT_NE(main.notes.front().find("main refuses --hybrid-context-parallel with pipeline parallelism"), std::string::npos);
 
   auto bad = parse_megatron_arguments({"--tensor-model-parallel-size", "eight", "--cp-comm-type", "ring",
-                                       "--recompute-granularity", "most"}, 8, llama());
+                                       "--recompute-granularity", "most"}, 8);
   ASSERT_FALSE(bad.ok());
   const std::string e = bad.error_str();
   EXPECT_NE(e.find("--tensor-model-parallel-size: expected a non-negative integer, got \"eight\""), std::string::npos) << e;

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/common/expected.h"
 #include "core/model/model.h"

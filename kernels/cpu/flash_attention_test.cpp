@@ -27,13 +27,6 @@ using testing::random_tensor;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kOutAtol = 2e-5, kOutRtol = 2e-4, kGradAtol = 1e-4, kGradRtol = 1e-3;
 
-MaskFn mask_by_name(const std::string& name) {
-  if (name == "full") return testing::full_row;
-  if (name == "causal") return testing::causal_row;
-  if (name == "lambda") return testing::lambda_mask(4, 24);  // sink 4, window 24: both ranges cross blocks
-  return testing::two_range_row;                              // includes fully masked rows
-}
-
 struct Tensors {
   std::vector<float> q, k, v, dout;
 };
@@ -53,7 +46,8 @@ class FlashVsReference : public ::testing::TestWithParam<std::tuple<int64_t, std
 // Sequences of 1, 7, 100 and 257 tokens packed together, GQA 4 query heads over 2 KV heads.
 TEST_P(FlashVsReference, ForwardAndBackward) {
   const auto [head_dim, mask] = GetParam();
-  const auto batch = make_batch({4, 2, head_dim, 0.0}, {1, 7, 100, 257}, {1, 7, 100, 257}, mask_by_name(mask));
+  const auto batch =
+      make_batch({4, 2, head_dim, 0.0}, {1, 7, 100, 257}, {1, 7, 100, 257}, testing::mask_by_name(mask));
   ASSERT_EQ(validate_batch(batch), "");
   const Tensors t = make_tensors(batch, 100 + head_dim);
   const auto ref = attention_forward_ref<float>(batch, t.q, t.k, t.v);
@@ -98,7 +92,7 @@ TEST(FlashAttention, DefaultBlocksSuffixQueriesAndMaskedSequence) {
 TEST(FlashAttention, KvSplitsMergeToTheWholeTile) {
   const int64_t L = 257, D = 59;
   for (const std::string mask : {"causal", "lambda", "two_range", "full"}) {
-    const auto batch = make_batch({3, 1, D, 0.0}, {L}, {L}, mask_by_name(mask));
+    const auto batch = make_batch({3, 1, D, 0.0}, {L}, {L}, testing::mask_by_name(mask));
     const Tensors t = make_tensors(batch, 11);
     TileInput whole{batch.dims, t.q.data(), L, batch.row_ranges.data(), t.k.data(), t.v.data(), L, 0};
     const PartialOutput one = flash_tile_forward(whole, kOddBlocks);

@@ -59,6 +59,14 @@ CPB_HD inline TileKeySpans tile_key_spans(const KeyRanges& r, int64_t key_begin,
   return s;
 }
 
+// Calls f(j) for every tile key row j query row i may see, in key order.
+template <class T, class F>
+CPB_HD inline void for_allowed_keys(const SimtTile<T>& t, int64_t i, F f) {
+  const TileKeySpans s = tile_key_spans(t.ranges[i], t.key_begin, t.rows_k);
+  for (int64_t j = s.b0; j < s.e0; ++j) f(j);
+  for (int64_t j = s.b1; j < s.e1; ++j) f(j);
+}
+
 template <class T>
 CPB_HD inline float dot_row(const T* a, const T* b, int64_t d) {
   float s = 0.0f;
@@ -73,20 +81,17 @@ CPB_HD inline void simt_forward_row(const SimtTile<T>& t, int64_t i, int64_t h, 
   const T* q = t.q + (i * t.heads_q + h) * d;
   for (int64_t x = 0; x < d; ++x) acc[x] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  const TileKeySpans s = tile_key_spans(t.ranges[i], t.key_begin, t.rows_k);
-  const int64_t spans[2][2] = {{s.b0, s.e0}, {s.b1, s.e1}};
-  for (const auto& span : spans)
-    for (int64_t j = span[0]; j < span[1]; ++j) {
-      const T* k = t.k + (j * t.heads_kv + g) * d;
-      const T* v = t.v + (j * t.heads_kv + g) * d;
-      const float score = t.scale * dot_row(q, k, d);
-      const float m_new = score > m ? score : m;
-      const float correction = expf(m - m_new);  // 0 on the first key (m = −inf)
-      const float p = expf(score - m_new);
-      l = l * correction + p;
-      for (int64_t x = 0; x < d; ++x) acc[x] = acc[x] * correction + p * to_f32(v[x]);
-      m = m_new;
-    }
+  for_allowed_keys(t, i, [&](int64_t j) {
+    const T* k = t.k + (j * t.heads_kv + g) * d;
+    const T* v = t.v + (j * t.heads_kv + g) * d;
+    const float score = t.scale * dot_row(q, k, d);
+    const float m_new = score > m ? score : m;
+    const float correction = expf(m - m_new);  // 0 on the first key (m = −inf)
+    const float p = expf(score - m_new);
+    l = l * correction + p;
+    for (int64_t x = 0; x < d; ++x) acc[x] = acc[x] * correction + p * to_f32(v[x]);
+    m = m_new;
+  });
   if (l > 0.0f) {
     const float inv = 1.0f / l;
     for (int64_t x = 0; x < d; ++x) out[x] = acc[x] * inv;
@@ -107,16 +112,13 @@ CPB_HD inline void simt_dq_row(const SimtTile<T>& t, int64_t i, int64_t h, const
   const T* q = t.q + (i * t.heads_q + h) * d;
   float D = 0.0f;
   for (int64_t x = 0; x < d; ++x) D += to_f32(dout[x]) * out[x];
-  const TileKeySpans s = tile_key_spans(t.ranges[i], t.key_begin, t.rows_k);
-  const int64_t spans[2][2] = {{s.b0, s.e0}, {s.b1, s.e1}};
-  for (const auto& span : spans)
-    for (int64_t j = span[0]; j < span[1]; ++j) {
-      const T* k = t.k + (j * t.heads_kv + g) * d;
-      const T* v = t.v + (j * t.heads_kv + g) * d;
-      const float p = expf(t.scale * dot_row(q, k, d) - lse);
-      const float ds = p * (dot_row(dout, v, d) - D);
-      for (int64_t x = 0; x < d; ++x) dq[x] += t.scale * ds * to_f32(k[x]);
-    }
+  for_allowed_keys(t, i, [&](int64_t j) {
+    const T* k = t.k + (j * t.heads_kv + g) * d;
+    const T* v = t.v + (j * t.heads_kv + g) * d;
+    const float p = expf(t.scale * dot_row(q, k, d) - lse);
+    const float ds = p * (dot_row(dout, v, d) - D);
+    for (int64_t x = 0; x < d; ++x) dq[x] += t.scale * ds * to_f32(k[x]);
+  });
 }
 
 // dK and dV of the tile's key row j, KV head g (every query head of its group, every query row
@@ -145,6 +147,24 @@ CPB_HD inline void simt_dkv_row(const SimtTile<T>& t, int64_t j, int64_t g, cons
         dv[x] += p * to_f32(dO[x]);
       }
     }
+}
+
+// The SIMT view of an executor tile (fp32), its key ranges at `ranges` (the tile's own on the host,
+// a device copy on the GPU).
+inline SimtTile<float> simt_tile(const TileInput& t, const KeyRanges* ranges) {
+  SimtTile<float> s;
+  s.q = t.q;
+  s.k = t.k;
+  s.v = t.v;
+  s.ranges = ranges;
+  s.rows_q = t.rows_q;
+  s.rows_k = t.rows_k;
+  s.key_begin = t.key_begin;
+  s.heads_q = t.dims.heads_q;
+  s.heads_kv = t.dims.heads_kv;
+  s.head_dim = t.dims.head_dim;
+  s.scale = static_cast<float>(t.dims.softmax_scale());
+  return s;
 }
 
 // The whole tile on the host, row by row through the functions above (what the CUDA kernels run

@@ -32,13 +32,6 @@ using testing::random_tensor;
 
 constexpr double kOutAtol = 2e-5, kOutRtol = 2e-4, kGradAtol = 1e-4, kGradRtol = 1e-3;
 
-MaskFn mask_by_name(const std::string& name) {
-  if (name == "full") return testing::full_row;
-  if (name == "causal") return testing::causal_row;
-  if (name == "lambda") return testing::lambda_mask(4, 24);
-  return testing::two_range_row;  // includes fully masked rows
-}
-
 template <class T>
 struct Inputs {
   std::vector<float> q, k, v, dout;  // what the reference reads (bf16-rounded for Bf16)
@@ -82,7 +75,7 @@ SimtTile<T> tile_of(const Inputs<T>& in, const VarlenBatch& b, int64_t rows) {
 template <class T>
 void check_against_reference(int64_t head_dim, const std::string& mask, int64_t L) {
   SCOPED_TRACE("d" + std::to_string(head_dim) + " " + mask + " L" + std::to_string(L));
-  const VarlenBatch b = make_batch({4, 2, head_dim, 0.0}, {L}, {L}, mask_by_name(mask));
+  const VarlenBatch b = make_batch({4, 2, head_dim, 0.0}, {L}, {L}, testing::mask_by_name(mask));
   const Inputs<T> in = make_inputs<T>(L, b.dims, 40 + head_dim + L);
   const SimtTile<T> t = tile_of(in, b, L);
   std::vector<float> out(in.q.size()), lse(static_cast<size_t>(4 * L));
@@ -121,7 +114,7 @@ TEST(SimtTiles, KeySplitsMergeToTheWholeTile) {
   const int64_t L = 201, D = 32;
   for (const std::string mask : {"causal", "lambda", "two_range"}) {
     SCOPED_TRACE(mask);
-    const VarlenBatch b = make_batch({4, 2, D, 0.0}, {L}, {L}, mask_by_name(mask));
+    const VarlenBatch b = make_batch({4, 2, D, 0.0}, {L}, {L}, testing::mask_by_name(mask));
     const Inputs<float> in = make_inputs<float>(L, b.dims, 5);
     const SimtTile<float> whole = tile_of(in, b, L);
     PartialOutput one{std::vector<float>(in.q.size()), std::vector<float>(static_cast<size_t>(4 * L))};

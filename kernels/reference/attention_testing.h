@@ -48,6 +48,15 @@ inline KeyRanges two_range_row(int64_t q, int64_t, int64_t len_k) {
   return {b0, e0, b1, e1};
 }
 
+// The kernels' tests' masks by name: full, causal, lambda (sink 4, window 24: both ranges cross
+// blocks), anything else two_range (which has fully masked rows).
+inline MaskFn mask_by_name(const std::string& name) {
+  if (name == "full") return full_row;
+  if (name == "causal") return causal_row;
+  if (name == "lambda") return lambda_mask(4, 24);
+  return two_range_row;
+}
+
 inline VarlenBatch make_batch(const AttentionDims& dims, const std::vector<int64_t>& lens_q,
                               const std::vector<int64_t>& lens_k, const MaskFn& mask) {
   VarlenBatch b;

@@ -35,36 +35,20 @@ class DeviceRanges {
   cudaStream_t stream_;
 };
 
-kernels::SimtTile<float> simt_tile(const kernels::TileInput& t, const kernels::KeyRanges* ranges) {
-  kernels::SimtTile<float> s;
-  s.q = t.q;
-  s.k = t.k;
-  s.v = t.v;
-  s.ranges = ranges;
-  s.rows_q = t.rows_q;
-  s.rows_k = t.rows_k;
-  s.key_begin = t.key_begin;
-  s.heads_q = t.dims.heads_q;
-  s.heads_kv = t.dims.heads_kv;
-  s.head_dim = t.dims.head_dim;
-  s.scale = static_cast<float>(t.dims.softmax_scale());
-  return s;
-}
-
 }  // namespace
 
 void CudaAttentionKernels::tile_forward(const ForwardCall& c) {
   if (c.tile.rows_q == 0) return;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
-  check(kernels::simt_forward_cuda(simt_tile(c.tile, ranges.get()), c.out, c.lse, c.tile.rows_q, stream), "forward");
+  check(kernels::simt_forward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.tile.rows_q, stream), "forward");
 }
 
 void CudaAttentionKernels::tile_backward(const BackwardCall& c) {
   if (c.tile.rows_q == 0 && c.tile.rows_k == 0) return;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
-  check(kernels::simt_backward_cuda(simt_tile(c.tile, ranges.get()), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk,
+  check(kernels::simt_backward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk,
                                     c.dv, stream),
         "backward");
 }

@@ -26,21 +26,13 @@ class HostSimtKernels final : public AttentionKernels {
  public:
   TensorOps& memory() override { return host_; }
   void tile_forward(const ForwardCall& c) override {
-    kernels::simt_forward_host(tile(c.tile), c.out, c.lse, c.tile.rows_q);
+    kernels::simt_forward_host(kernels::simt_tile(c.tile, c.tile.ranges), c.out, c.lse, c.tile.rows_q);
   }
   void tile_backward(const BackwardCall& c) override {
-    kernels::simt_backward_host(tile(c.tile), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk, c.dv);
+    kernels::simt_backward_host(kernels::simt_tile(c.tile, c.tile.ranges), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk, c.dv);
   }
 
  private:
-  static kernels::SimtTile<float> tile(const kernels::TileInput& t) {
-    kernels::SimtTile<float> s;
-    s.q = t.q, s.k = t.k, s.v = t.v, s.ranges = t.ranges;
-    s.rows_q = t.rows_q, s.rows_k = t.rows_k, s.key_begin = t.key_begin;
-    s.heads_q = t.dims.heads_q, s.heads_kv = t.dims.heads_kv, s.head_dim = t.dims.head_dim;
-    s.scale = static_cast<float>(t.dims.softmax_scale());
-    return s;
-  }
   HostTensorOps host_;
 };
 
