@@ -60,7 +60,7 @@ BaseLayout compare_base_layout(const ModelShape& model, const ClusterSpec& clust
       const int64_t pp = size / tp;
       if (tp * pp != size || num_gpus % size != 0) continue;
       if (model.heads % tp || model.kv_heads % tp || model.ffn_hidden % tp || model.layers % pp) continue;
-      const double state = weight_and_optimizer_bytes(params / size, static_cast<int>(num_gpus / size), true);
+      const double state = weight_and_optimizer_bytes(params / size, static_cast<int>(num_gpus / size), true, 4.0);
       best = {tp, pp, ""};
       best_state = state;
       found = state <= limit;

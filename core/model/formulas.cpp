@@ -157,9 +157,10 @@ double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch,
   return 0;
 }
 
-double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer) {
-  if (!distributed_optimizer) return 18 * params_per_gpu;
-  return (6 + 12 / static_cast<double>(dp)) * params_per_gpu;
+double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer, double grad_bytes) {
+  const double optimizer = 12 + (grad_bytes < 4 ? 4 : 0);
+  const double shards = distributed_optimizer ? static_cast<double>(dp) : 1;
+  return (2 + grad_bytes + optimizer / shards) * params_per_gpu;
 }
 
 }  // namespace cpbench

@@ -134,9 +134,12 @@ double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch,
                                        int64_t seq_length, int tp, int cp,
                                        Recompute checkpointing);
 
-// Weights, gradients and Adam state with mixed precision (Korthikanti et al. §2; ZeRO):
-// 18 bytes per parameter (fp16 weight 2 + fp32 gradient 4 + fp32 master, momentum, variance
-// 12), or 6 + 12/d bytes when the distributed optimizer shards the 12 over d data-parallel ranks.
-double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer);
+// Weights, gradients and Adam state with mixed precision, per parameter (Megatron-LM README,
+// "Distributed Optimizer", its table of theoretical bytes per parameter): the 16-bit weight (2),
+// the main gradient (grad_bytes: 4 in fp32, 2 in the 16-bit dtype), and the optimizer's fp32 master
+// weight, momentum and variance (12) — plus an fp32 copy of the gradient for the master weight
+// when the main gradient is 16-bit (4). The distributed optimizer shards the optimizer's part over
+// d data-parallel ranks: 18 or 6 + 12/d with fp32 gradients, 20 or 4 + 16/d with 16-bit ones.
+double weight_and_optimizer_bytes(double params_per_gpu, int dp, bool distributed_optimizer, double grad_bytes);
 
 }  // namespace cpbench

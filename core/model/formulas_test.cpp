@@ -261,11 +261,19 @@ TEST(Memory, SavedActivationsReduceToKorthikantiAndKwai) {
   }
 }
 
+// The Megatron-LM README's table of theoretical bytes per parameter ("Distributed Optimizer"):
+// bf16 weights with fp32 gradients 18 or 6 + 12/d, 16-bit gradients 20 or 4 + 16/d.
 TEST(Memory, WeightsAndOptimizer) {
-  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, false), 18e9);
-  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 64, false), 18e9);  // replicated: d does not matter
-  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 8, true), 7.5e9);   // 6 + 12/8
-  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, true), 18e9);    // d = 1 shards nothing
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, false, 4), 18e9);
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 64, false, 4), 18e9);  // replicated: d does not matter
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 8, true, 4), 7.5e9);   // 6 + 12/8
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, true, 4), 18e9);    // d = 1 shards nothing
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 1, false, 2), 20e9);
+  EXPECT_EQ(weight_and_optimizer_bytes(1e9, 8, true, 2), 6e9);     // 4 + 16/8
+  // 16-bit gradients save their 2 bytes per parameter where the gradient buffer is the larger part
+  // (the distributed optimizer over many ranks), and cost 2 more where the optimizer is replicated.
+  EXPECT_LT(weight_and_optimizer_bytes(1e9, 64, true, 2), weight_and_optimizer_bytes(1e9, 64, true, 4));
+  EXPECT_GT(weight_and_optimizer_bytes(1e9, 1, false, 2), weight_and_optimizer_bytes(1e9, 1, false, 4));
 }
 
 }  // namespace

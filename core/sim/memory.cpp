@@ -41,7 +41,7 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     return (2 + L.grad_bytes() + 12) * params / shards + gathered + L.grad_bytes() * layer;
   }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
-  return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer);
+  return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer, L.grad_bytes());
 }
 
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,

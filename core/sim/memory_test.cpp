@@ -92,6 +92,10 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   plan.layout.distributed_optimizer = true;
   plan.micro_batches.assign(4, plan.micro_batches.front());
   EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (6 + 12.0 / 4) * params);
+  // bf16 gradient buckets (grad_reduce_in_fp32 off: Megatron's --grad-reduce-in-bf16, NeMo's bf16
+  // buckets): a 2-byte main gradient, the master weights' fp32 gradient sharded with the optimizer.
+  plan.layout.grad_reduce_in_fp32 = false;
+  EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (4 + 16.0 / 4) * params);
 }
 
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count
