@@ -86,6 +86,18 @@ TEST_F(CliTest, ListShowsRegisteredExperimentsButNotPresets) {
   EXPECT_EQ(r.out.find("models/"), std::string::npos);
 }
 
+// `presets` counts each preset's constants by kind; `--audit` lists them; an unknown name exits 2.
+TEST_F(CliTest, PresetsAuditListsEveryConstantWithItsKind) {
+  auto summary = cpbench("presets");
+  EXPECT_EQ(summary.code, 0) << summary.out;
+  EXPECT_NE(summary.out.find("stacks/mcore_te_fa3_h100"), std::string::npos) << summary.out;
+  auto rows = cpbench("presets --audit h100_dgx");
+  EXPECT_EQ(rows.code, 0) << rows.out;
+  EXPECT_NE(rows.out.find("gpu/peak_dense_tflops"), std::string::npos) << rows.out;
+  EXPECT_NE(rows.out.find("datasheet"), std::string::npos) << rows.out;
+  EXPECT_EQ(cpbench("presets no_such_preset").code, 2);
+}
+
 TEST_F(CliTest, BadSpecExitsTwoAndWritesNothing) {
   json j = small_spec(2);
   j["parallel"]["tpp"] = 2;

@@ -29,6 +29,7 @@
 #include "apps/reshard.h"
 #include "core/cost/calibrate.h"
 #include "core/evaluate/evaluate.h"
+#include "core/experiment/audit.h"
 #include "core/experiment/fit.h"
 #include "core/experiment/journal.h"
 #include "core/experiment/registry.h"
@@ -591,6 +592,15 @@ int run_cli(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "list the registered experiments (or strategies)");
   list->add_flag("--strategies", show_strategies, "list the registered strategies instead");
 
+  std::vector<std::string> preset_names;
+  bool audit = false, audit_full = false;
+  auto* presets = app.add_subcommand(
+      "presets", "the hardware and stack presets, each constant counted by the kind of evidence it rests on (datasheet, "
+                 "published or device measurement, calibration fit, estimate, assumption)");
+  presets->add_option("names", preset_names, "hardware or stack presets (default: all)");
+  presets->add_flag("--audit", audit, "every constant: value, kind and source");
+  presets->add_flag("--full", audit_full, "with --audit, sources uncut");
+
   RunArgs ra;
   auto* run = app.add_subcommand("run", "run an experiment and write DIR/NAME/results.json and results.csv");
   run->add_option("experiment", ra.experiment, "registered name (see `cpbench list`) or a spec file")->required();
@@ -794,6 +804,12 @@ int run_cli(int argc, char** argv) {
     experiments_dir = found->string();
   }
   if (*list) return cmd_list(show_strategies, experiments_dir);
+  if (*presets) {
+    auto text = audit_presets(experiments_dir, preset_names, audit, audit_full ? 0 : 100);
+    if (!text) return report_errors(text.errors());
+    std::cout << *text;
+    return kExitOk;
+  }
   if (*reshard) return cmd_reshard(rs, experiments_dir);
   if (*search) return cmd_search(search_experiment, search_sets, search_top, search_spec_out, experiments_dir);
   if (*run) {

@@ -370,9 +370,10 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
       params = with(u);
       const double rms = std::sqrt(loss(u));
       for (const auto* info : fit.free)
-        params.sources[info->key] = fitted_source_prefix(measurements_file) +
-                                    std::to_string(fit.data.size()) + " measurements, rms log error " +
-                                    format_g(rms) + "; " + format_g(before[f]) + " with the stack's values before the fit)";
+        params.sources[info->key] = {fitted_source_prefix(measurements_file) + std::to_string(fit.data.size()) +
+                                         " measurements, rms log error " + format_g(rms) + "; " + format_g(before[f]) +
+                                         " with the stack's values before the fit)",
+                                     "device_measurement"};
     }
   }
   json out = stack;

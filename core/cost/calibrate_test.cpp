@@ -107,22 +107,23 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
     // several flows (a p2p_network row is one flow).
     if (key == "host_op_us" || key == "comm_sm_fraction" || key == "network_nic_efficiency") {
       EXPECT_EQ(recovered->params().*info.member, (*preset)["efficiency"][key]["value"].get<double>()) << key;
-      EXPECT_EQ(recovered->params().sources.at(key).rfind("fitted", 0), std::string::npos);
+      EXPECT_EQ(recovered->params().sources.at(key).text.rfind("fitted", 0), std::string::npos);
       continue;
     }
     const double got = recovered->params().*info.member, expected = want.*info.member;
     EXPECT_NEAR(got, expected, 0.02 * expected) << info.key;
     if (key == "attention_exp_overlap") {  // a fact of the kernel design, never fitted
-      EXPECT_EQ(recovered->params().sources.at(info.key).rfind("fitted", 0), std::string::npos);
+      EXPECT_EQ(recovered->params().sources.at(info.key).text.rfind("fitted", 0), std::string::npos);
       continue;
     }
-    EXPECT_EQ(recovered->params().sources.at(info.key).rfind(
+    EXPECT_EQ(recovered->params().sources.at(info.key).text.rfind(
                   "fitted by cpbench calibrate from synthetic.csv (", 0),
               0u)
-        << info.key << ": " << recovered->params().sources.at(info.key);
+        << info.key << ": " << recovered->params().sources.at(info.key).text;
+    EXPECT_EQ(recovered->params().sources.at(info.key).kind, "device_measurement") << info.key;
     // The source gives the fit's error and, larger, the stack's own before it (the synthetic
     // truth differs from the preset; the fit recovers it almost exactly).
-    const std::string& src = recovered->params().sources.at(info.key);
+    const std::string& src = recovered->params().sources.at(info.key).text;
     const auto after = src.find("rms log error "), before = src.find(" with the stack's values before the fit");
     ASSERT_NE(after, std::string::npos) << src;
     ASSERT_NE(before, std::string::npos) << src;

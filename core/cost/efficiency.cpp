@@ -60,8 +60,9 @@ json efficiency_to_json(const EfficiencyParams& p) {
   json out = json::object();
   for (const auto& info : efficiency_param_table()) {
     auto it = p.sources.find(info.key);
-    out[info.key] = {{"value", p.*info.member},
-                     {"source", it == p.sources.end() ? std::string() : it->second}};
+    const Citation c = it == p.sources.end() ? Citation{} : it->second;
+    out[info.key] = {{"value", p.*info.member}, {"source", c.text}};
+    if (!c.kind.empty()) out[info.key]["kind"] = c.kind;
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/citation.h"
 #include "core/common/json_reader.h"
 
 namespace cpbench {
@@ -57,7 +58,7 @@ struct EfficiencyParams {
   double comm_sm_fraction = 0;
 
   // key -> citation, for every constant read from a preset (empty for ideal()).
-  std::map<std::string, std::string> sources;
+  Sources sources;
 
   // Unit efficiency, zero latency and overhead, unbounded exp rate: the textbook formulas.
   static EfficiencyParams ideal() { return EfficiencyParams{}; }

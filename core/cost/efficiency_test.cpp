@@ -27,10 +27,10 @@ TEST(Efficiency, EveryShippedPresetParsesWithASourceForEveryConstant) {
     ASSERT_TRUE(model.ok()) << model.error_str();
     const EfficiencyParams& p = model->params();
     EXPECT_EQ(p.sources.size(), efficiency_param_table().size()) << entry.path();
-    for (const auto& [key, source] : p.sources) EXPECT_FALSE(source.empty()) << key;
+    for (const auto& [key, source] : p.sources) EXPECT_FALSE(source.text.empty()) << key;
     // Achievable rates are below the datasheet's. A preset measured by `calibrate --local` takes
     // its peak and bandwidth from the best measurement itself, so its fractions may reach 1.
-    const bool measured_peak = model->cluster().sources.at("gpu/peak_dense_tflops").find("calibrate --local") != std::string::npos;
+    const bool measured_peak = model->cluster().sources.at("gpu/peak_dense_tflops").text.find("calibrate --local") != std::string::npos;
     EXPECT_LE(p.gemm_peak_fraction, 1);
     EXPECT_LE(p.hbm_efficiency, 1);
     if (!measured_peak) {

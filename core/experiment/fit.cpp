@@ -134,6 +134,7 @@ Expected<FitReport> fit_stack_to_experiment(const Spec& spec, const json& stack,
         std::to_string(trained) + " values, " + residual + "; references/README.md allows calibrating presets against "
         "the reference figures; see \"fits\"); before the fit: " + start_value + ", " +
         parsed.efficiency->at(info->key).at("source").get<std::string>();
+    out.stack["efficiency"][info->key]["kind"] = "calibration_fit";
   }
   // The fit records, one per metric: results mark comparisons of (experiment, metric) — of the
   // trained labels when some were held out — as calibration. Each replaces an earlier record of

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/experiment/audit.h"
 #include "core/experiment/metrics.h"
 #include "core/experiment/results.h"
 
@@ -160,6 +161,7 @@ Expected<std::string> format_results(const json& j, const std::string& file) {
     }
     if (judged) out << passed << "/" << judged << " within the spec's tolerance\n";
   }
+  out << assumptions_note(spec);
   return out.str();
 }
 

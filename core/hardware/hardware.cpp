@@ -8,7 +8,7 @@ namespace cpbench {
 // Reads {"value": x, "source": "..."} at parent/key, records the source under `field`.
 // A bare number gets its own message: the file is not wrong by a typo but by a missing citation.
 double sourced_number(JsonObject& parent, const std::string& key, const std::string& field,
-                      double lo, double hi, std::map<std::string, std::string>& sources) {
+                      double lo, double hi, Sources& sources) {
   const json* v = parent.raw(key);
   if (!v) {
     parent.error(key, "missing required key \"" + key + "\"");
@@ -21,13 +21,14 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
   }
   JsonObject c(*v, parent.pointer_of(key), parent.diag());
   const double value = c.number("value", lo, hi);
+  const std::string kind = c.choice_or("kind", "", source_kind_names());
   const json* source = c.raw("source");
   if (!source || !source->is_string() || source->get<std::string>().empty()) {
     c.error("source", std::string(source ? "expected a non-empty string for" : "missing") +
                           " \"source\": every preset constant cites a datasheet, a published "
                           "measurement or a calibration file");
   } else {
-    sources[field] = source->get<std::string>();
+    sources[field] = {source->get<std::string>(), kind};
   }
   c.finish();
   return value;
@@ -36,7 +37,7 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
 namespace {
 
 int sourced_integer(JsonObject& parent, const std::string& key, const std::string& field, int lo,
-                    int hi, std::map<std::string, std::string>& sources) {
+                    int hi, Sources& sources) {
   const double x = sourced_number(parent, key, field, lo, hi, sources);
   if (x != std::floor(x)) {
     parent.diag().error(json_pointer_append(parent.pointer_of(key), "value"),
@@ -46,7 +47,7 @@ int sourced_integer(JsonObject& parent, const std::string& key, const std::strin
   return static_cast<int>(x);
 }
 
-GpuSpec parse_gpu(JsonObject& o, std::map<std::string, std::string>& sources) {
+GpuSpec parse_gpu(JsonObject& o, Sources& sources) {
   GpuSpec g;
   g.name = o.string("name");
   // Bounds are sanity limits, orders of magnitude beyond any current GPU.
@@ -245,8 +246,8 @@ ClusterSpec parse_hardware(JsonObject& o) {
   o.finish();
 
   c.set_gpus_per_node(c.gpus_per_node);
-  c.sources["nic_bandwidth_Gbps_per_gpu"] =
-      "derived: nics_per_node × nic_bandwidth_Gbps / gpus_per_node";
+  c.sources["nic_bandwidth_Gbps_per_gpu"] = {"derived: nics_per_node × nic_bandwidth_Gbps / gpus_per_node",
+                                             c.sources["nic_bandwidth_Gbps"].kind};
   return c;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/citation.h"
 #include "core/common/expected.h"
 #include "core/common/json_reader.h"
 
@@ -85,7 +86,7 @@ struct StackSpec {
   // Parsed by core/cost/efficiency.h. Shared and immutable, as in ClusterSpec.
   SharedJson efficiency = shared_json(nlohmann::json::object());
   std::vector<FitRecord> fits;
-  std::map<std::string, std::string> sources;  // "memory/reserved_gib" -> its citation
+  Sources sources;  // "memory/reserved_gib" -> its citation
 };
 
 // The one combined object the cost model reads: a hardware preset with a stack merged in.
@@ -112,7 +113,7 @@ struct ClusterSpec {
   SharedJson efficiency = shared_json(nlohmann::json::object());
   // Field path ("gpu/peak_dense_tflops", "nic_bandwidth_Gbps", "memory/reserved_gib", ...) -> its
   // citation (the stack's memory sources included once merged).
-  std::map<std::string, std::string> sources;
+  Sources sources;
 
   double network_bandwidth_GBps_per_gpu() const { return nic_bandwidth_Gbps_per_gpu / 8; }
   double network_bandwidth_GBps_per_node() const { return nics_per_node * nic_bandwidth_Gbps / 8; }
@@ -158,11 +159,11 @@ std::filesystem::path stack_preset_path(const std::string& name_or_file, const s
 // the hardware file's folder when the stack does not sit in the stacks/ folder beside it.
 std::string stack_reference(const std::filesystem::path& stack_file, const std::filesystem::path& hardware_file);
 
-// Reads {"value": x, "source": "..."} at parent/key, bounds inclusive, and records the source
-// under `field`. Every sourced constant of a preset (the GPU's, the network's, the cost model's
+// Reads {"value": x, "source": "...", "kind": "..."} at parent/key ("kind" optional, one of
+// source_kinds()), bounds inclusive, and records the citation under `field`. Every sourced constant of a preset (the GPU's, the network's, the cost model's
 // efficiency constants) is read by this one function, so a missing citation reads the same.
 double sourced_number(JsonObject& parent, const std::string& key, const std::string& field, double lo,
-                      double hi, std::map<std::string, std::string>& sources);
+                      double hi, Sources& sources);
 
 // Loads experiments/hardware/NAME.json (or any file of that form) and merges a stack: `stack` (a
 // name or file, as stack_preset_path reads it), else the preset's default stack. A stack that

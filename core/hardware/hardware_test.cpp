@@ -47,7 +47,10 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     EXPECT_EQ(c->sources.size(), c->reconfiguration.present ? 14u : 12u) << entry.path();
     EXPECT_GE(c->memory.allocator_fragmentation, 0);
     EXPECT_LT(c->memory.allocator_fragmentation, 1);
-    for (const auto& [field, source] : c->sources) EXPECT_FALSE(source.empty()) << field;
+    for (const auto& [field, source] : c->sources) {
+      EXPECT_FALSE(source.text.empty()) << field;
+      EXPECT_FALSE(source.kind.empty()) << entry.path() << " " << field << ": every shipped constant states its kind";
+    }
     found.insert(c->name);
   }
   for (const char* name : {"a100_80gb_dgx", "a100_40gb_p4d", "h800_kwai", "h100_dgx", "h200_sxm"})
@@ -70,9 +73,14 @@ TEST(Stack, EveryStackLoadsAndCitesItsSources) {
     for (const auto& [key, constant] : s->efficiency->items()) {
       const std::string source = constant.at("source");
       EXPECT_EQ(source.find("from memory"), std::string::npos) << s->name << " " << key << ": " << source;
+      EXPECT_TRUE(constant.contains("kind")) << s->name << " " << key << ": every shipped constant states its kind";
+      // A source that calls itself an assumption is of that kind.
+      if (source.rfind("ASSUMPTION", 0) == 0) EXPECT_EQ(constant.value("kind", ""), "assumption") << s->name << " " << key;
     }
-    for (const auto& [field, source] : s->sources)
-      EXPECT_EQ(source.find("from memory"), std::string::npos) << s->name << " " << field;
+    for (const auto& [field, source] : s->sources) {
+      EXPECT_EQ(source.text.find("from memory"), std::string::npos) << s->name << " " << field;
+      EXPECT_FALSE(source.kind.empty()) << s->name << " " << field;
+    }
   }
   EXPECT_EQ(stacks, 8u);
 }
@@ -187,7 +195,8 @@ TEST(Hardware, PresetsHoldDatasheetFigures) {
   EXPECT_EQ(h200.gpu.hbm_gib, 141);
   EXPECT_EQ(h200.gpu.hbm_bandwidth_GBps, 4800);
   // The network is an assumption, and the preset says so.
-  EXPECT_NE(h200.sources.at("nic_bandwidth_Gbps").find("ASSUMPTION"), std::string::npos);
+  EXPECT_NE(h200.sources.at("nic_bandwidth_Gbps").text.find("ASSUMPTION"), std::string::npos);
+  EXPECT_EQ(h200.sources.at("nic_bandwidth_Gbps").kind, "assumption");
 }
 
 class BadHardwareFile : public ::testing::Test {

@@ -37,7 +37,10 @@ std::string host_and_date() {
   return std::string(host) + " on " + ts;
 }
 
-json sourced(double value, const std::string& source) { return {{"value", value}, {"source", source}}; }
+// A constant of the measured preset with its citation and its kind (core/common/citation.h).
+json sourced(double value, const std::string& source, const std::string& kind = "device_measurement") {
+  return {{"value", value}, {"source", source}, {"kind", kind}};
+}
 
 }  // namespace
 
@@ -127,6 +130,7 @@ Expected<json> local_preset(const LocalMeasurements& m, const json& efficiency_s
   const double link = m.link_GBps > 0 ? m.link_GBps : m.memory_GBps / 4;
   const std::string link_src = m.link_GBps > 0 ? where + ": MPI ping-pong, 64 MiB messages, between two ranks"
                                                : "assumed: a quarter of the memory bandwidth (run under mpirun -np 2 to measure)";
+  const std::string link_kind = m.link_GBps > 0 ? "device_measurement" : "assumption";
   json p = {
       {"name", "cpu_local"},
       {"description", "This machine as cpbench measured it: MPI ranks on one host running the CPU attention kernels"},
@@ -136,18 +140,20 @@ Expected<json> local_preset(const LocalMeasurements& m, const json& efficiency_s
         {"hbm_gib", sourced(std::floor(m.memory_gib), where + ": physical memory")},
         {"hbm_bandwidth_GBps", sourced(m.memory_GBps, where + ": triad over 256 MiB arrays")},
         {"sm_count", sourced(m.cores, where + ": hardware threads")},
-        {"nvlink_bandwidth_GBps", sourced(link, link_src)},
+        {"nvlink_bandwidth_GBps", sourced(link, link_src, link_kind)},
         {"pcie_bandwidth_GBps", sourced(m.memory_GBps, where + ": host memory is the device memory here")}}},
-      {"gpus_per_node", sourced(m.cores, "one rank per core on one host")},
-      {"nics_per_node", sourced(1, "one host: no network; the value only keeps the preset complete")},
-      {"nic_bandwidth_Gbps", sourced(link * 8, link_src)},
+      {"gpus_per_node", sourced(m.cores, "one rank per core on one host", "estimate")},
+      {"nics_per_node", sourced(1, "one host: no network; the value only keeps the preset complete", "assumption")},
+      {"nic_bandwidth_Gbps", sourced(link * 8, link_src, link_kind)},
       {"memory",
-       {{"reserved_gib", sourced(0, "host memory: no device context or communicator buffers are modelled")},
-        {"allocator_fragmentation", sourced(0, "host malloc: fragmentation not modelled")}}},
+       {{"reserved_gib", sourced(0, "host memory: no device context or communicator buffers are modelled", "assumption")},
+        {"allocator_fragmentation", sourced(0, "host malloc: fragmentation not modelled", "assumption")}}},
       {"efficiency", efficiency_start},
   };
-  for (auto& [k, v] : p["efficiency"].items())
+  for (auto& [k, v] : p["efficiency"].items()) {
     v["source"] = "starting value before the fit (the A100 preset's); kept where no measurement constrains it";
+    v["kind"] = "assumption";  // calibrate_preset marks what it fits as device_measurement
+  }
   return calibrate_preset(p, m.ops, csv_file);
 }
 
