@@ -60,6 +60,12 @@ double CostModel::nic_p2p_s(double bytes) const { return network_p2p_s(bytes, ni
 
 double CostModel::nic_flow_p2p_s(double bytes) const { return network_p2p_s(bytes, nic_bandwidth_Bps(true)); }
 
+// NCCL's tuning model (src/graph/tuning.cc, ncclTopoTuneModel) for the ring and the tree: a ring
+// of n ranks takes nsteps steps, nInter of them across nodes at the network's latency and the rest
+// inside nodes, where a multi-node ring waits at least the network post overhead (×3 under Simple)
+// however fast NVLink is; the tree (all-reduce across nodes) pays 2·((r−1) intra-node + log2 N
+// network) steps. NCCL has no hierarchical all-gather or reduce-scatter: a group spanning nodes
+// runs them as one ring through every rank.
 double CostModel::collective_s(Collective kind, double bytes, const GroupPlacement& group) const {
   const double n = double(std::max<int64_t>(1, group.size));
   if (n <= 1 || bytes <= 0) return 0;
@@ -74,42 +80,35 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
   double best = std::numeric_limits<double>::infinity();
   for (Protocol proto : {Protocol::simple, Protocol::ll}) {
     const bool ll = proto == Protocol::ll;
-    const double nv_lat = (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
     const double net_lat = (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
-    // NCCL's ring through all n ranks. Across nodes it runs one channel per NIC, so a node
-    // boundary carries r NICs' worth; every step waits for the slowest hop.
+    const double nv_lat = (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
+    const double intra_lat = nodes > 1 ? std::max(nv_lat, (ll ? 1 : 3) * e.network_post_overhead_us * 1e-6) : nv_lat;
+    // The ring through all n ranks. Across nodes it runs one channel per NIC, so a node boundary
+    // carries r NICs' worth; the slowest hop sets the bandwidth.
     const double ring_bw = nodes > 1 ? std::min(nv_bw, r * net_bw) : nv_bw;
-    const double ring_lat = nodes > 1 ? net_lat : nv_lat;
+    auto ring = [&](double steps, double inter_steps) {
+      return std::vector<Phase>{{steps - inter_steps, 0, ring_bw, intra_lat},
+                                {inter_steps, steps / n * S, ring_bw, net_lat}};
+    };
     std::vector<std::vector<Phase>> algorithms;
     switch (kind) {
       case Collective::all_reduce:
         // Ring: reduce-scatter then all-gather, 2(n−1) steps of S/n.
-        algorithms.push_back({{2 * (n - 1), 2 * (n - 1) / n * S, ring_bw, ring_lat}});
+        algorithms.push_back(ring(2 * (n - 1), nodes > 1 ? 2 * (nodes - 1) : 0));
         if (nodes > 1) {
-          // Hierarchical: intra-node reduce-scatter, r parallel inter-node rings of S/r over
-          // each rank's own NIC, intra-node all-gather.
-          algorithms.push_back({{r - 1, (r - 1) / r * S, nv_bw, nv_lat},
-                                {2 * (nodes - 1), 2 * (nodes - 1) / nodes * S / r, net_bw, net_lat},
-                                {r - 1, (r - 1) / r * S, nv_bw, nv_lat}});
           // NCCL's double binary tree over nodes, a chain inside each node: log-depth latency,
           // about 2·S through each node's links (reduce up, broadcast down).
-          const double depth = std::ceil(std::log2(nodes));
-          algorithms.push_back({{2 * depth, 0, ring_bw, net_lat},
-                                {2 * (r - 1), 2 * S, ring_bw, nv_lat}});
+          const double depth = std::floor(std::log2(nodes));
+          algorithms.push_back({{2 * depth, 0, ring_bw, net_lat}, {2 * (r - 1), 2 * S, ring_bw, intra_lat}});
         }
         break;
       case Collective::all_gather:
       case Collective::reduce_scatter:
-        algorithms.push_back({{n - 1, (n - 1) / n * S, ring_bw, ring_lat}});
-        if (nodes > 1) {
-          // Inter-node phase on S/r chunks over each rank's NIC, intra-node phase on NVLink.
-          algorithms.push_back({{nodes - 1, (nodes - 1) / nodes * S / r, net_bw, net_lat},
-                                {r - 1, (r - 1) / r * S, nv_bw, nv_lat}});
-        }
+        algorithms.push_back(ring(n - 1, nodes - 1));
         break;
       case Collective::broadcast:
         // Pipelined ring (chain): S crosses every link once, n−1 hops of latency.
-        algorithms.push_back({{n - 1, S, ring_bw, ring_lat}});
+        algorithms.push_back({{n - 1, S, ring_bw, nodes > 1 ? net_lat : nv_lat}});
         break;
       case Collective::all_to_all: {
         // S/n to every peer, all at once: the on-node part over NVLink and the off-node part
@@ -117,7 +116,7 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
         const double nv_s = (r - 1) / n * S / nv_bw;
         const double net_s = nodes > 1 ? (n - r) / n * S / net_bw : 0;
         const double fraction = ll ? kLLBandwidthFraction : 1.0;
-        best = std::min(best, (n - 1) * ring_lat + std::max(nv_s, net_s) / fraction);
+        best = std::min(best, (n - 1) * (nodes > 1 ? net_lat : nv_lat) + std::max(nv_s, net_s) / fraction);
         break;
       }
     }

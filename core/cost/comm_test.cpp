@@ -1,7 +1,10 @@
 // comm_test.cpp — point-to-point and collective costs: the nccl-tests ring formulas exactly with
-// ideal constants, hierarchical beats a flat ring over the network, tree/LL win for small
-// messages, bus bandwidth of the shipped presets at large sizes, monotone in bytes.
+// ideal constants, NCCL's tuning model's latency for rings across nodes, groups spanning nodes
+// limited by their NICs, tree/LL win for small messages, bus bandwidth of the shipped presets
+// against published nccl-tests figures, monotone in bytes.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "core/cost/cost_model.h"
 #include "core/cost/cost_test_util.h"
@@ -84,19 +87,52 @@ TEST(PointToPoint, LatencyIsTheProtocolNcclPicksForTheMessage) {
   EXPECT_LT(model.p2p_latency_s(0, Link::network), model.p2p_latency_s(4e6, Link::network));
 }
 
-TEST(Collective, HierarchicalBeatsAFlatRingOverTheNetwork) {
+// A group that spans nodes crosses them on the NICs: 8 ranks per node put 8 NICs on each boundary,
+// one rank per node one NIC, so the same 64 ranks are several times slower spread one per node;
+// and a node's 8 GPUs on NVLink beat the same collective over two nodes.
+TEST(Collective, GroupsSpanningNodesAreLimitedByTheirNics) {
   for (const char* name : {"a100_80gb_dgx", "h100_dgx", "a100_40gb_p4d"}) {
     const CostModel model = preset_model(name);
+    const ClusterSpec& c = model.cluster();
     for (auto kind : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter}) {
-      // The same 64 ranks, 8 per node (intra-node phases on NVLink, 8 NICs in parallel) vs one
-      // per node (every step on one NIC).
-      EXPECT_LT(model.collective_s(kind, kBytes, {64, 8}),
-                0.5 * model.collective_s(kind, kBytes, {64, 1})) << name;
+      EXPECT_LT(model.collective_s(kind, kBytes, {64, 8}), 0.5 * model.collective_s(kind, kBytes, {64, 1})) << name;
+      // Large messages: bus bandwidth per rank at most the node's NICs shared by its 8 ranks.
+      const double steps = kind == Collective::all_reduce ? 2.0 * 63 / 64 : 63.0 / 64;
+      const double busbw = steps * 4 * kBytes / model.collective_s(kind, 4 * kBytes, {64, 8});
+      EXPECT_LE(busbw, c.network_bandwidth_GBps_per_node() * 1e9 * model.params().network_busbw_efficiency * 1.0001)
+          << name << " " << int(kind);
     }
-    // Inside a node, NVLink beats the network.
     EXPECT_LT(model.collective_s(Collective::all_reduce, kBytes, {8, 8}),
               model.collective_s(Collective::all_reduce, kBytes, {16, 8}));
   }
+}
+
+// NCCL's tuning model for a ring across N nodes of r ranks: of its steps, the inter-node ones
+// (N − 1 for all-gather and reduce-scatter) wait the network latency and the others the larger of
+// NVLink's and the network post overhead (×3 under Simple). So a small all-gather's time grows
+// with the ranks, not only the nodes: 1024 ranks pay 1023 steps where a hierarchical scheme would
+// pay about N + r. Exact with the H100 stack's constants at 8 bytes (LL) and 1 GiB (Simple).
+TEST(Collective, RingAcrossNodesPaysNcclsStepLatencies) {
+  const CostModel model = preset_model("h100_dgx");
+  const EfficiencyParams& p = model.params();
+  for (double nodes : {2.0, 16.0, 128.0}) {
+    const double n = 8 * nodes;
+    const GroupPlacement g{static_cast<int64_t>(n), 8};
+    const double ll_intra = std::max(p.nvlink_ll_step_latency_us, p.network_post_overhead_us) * 1e-6;
+    const double simple_intra = std::max(p.nvlink_step_latency_us, 3 * p.network_post_overhead_us) * 1e-6;
+    const double ll_latency = (n - nodes) * ll_intra + (nodes - 1) * p.network_ll_step_latency_us * 1e-6;
+    const double simple_latency = (n - nodes) * simple_intra + (nodes - 1) * p.network_step_latency_us * 1e-6;
+    const double ring_bw = std::min(model.cluster().nvlink_bandwidth_GBps() * 1e9 * p.nvlink_busbw_efficiency,
+                                    8 * model.cluster().network_bandwidth_GBps_per_gpu() * 1e9 * p.network_busbw_efficiency);
+    // NCCL takes the faster protocol: LL at half the bandwidth, Simple at the higher latency.
+    for (double bytes : {8.0, kBytes}) {
+      const double ll = ll_latency + (n - 1) / n * bytes / (0.5 * ring_bw);
+      const double simple = simple_latency + (n - 1) / n * bytes / ring_bw;
+      EXPECT_NEAR(model.collective_s(Collective::all_gather, bytes, g), std::min(ll, simple), 1e-12) << nodes << " " << bytes;
+    }
+  }
+  // Latency grows with the ranks: at 128 nodes the small all-gather costs over 1000 intra-node steps.
+  EXPECT_GT(model.collective_s(Collective::all_gather, 8, {1024, 8}), 1000 * p.nvlink_ll_step_latency_us * 1e-6);
 }
 
 // nccl-tests bus bandwidth of all-reduce: algbw · 2(n−1)/n.

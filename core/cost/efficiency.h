@@ -38,6 +38,10 @@ struct EfficiencyParams {
   double network_busbw_efficiency = 1;
   double network_step_latency_us = 0;
   double network_ll_step_latency_us = 0;
+  // NCCL's network post overhead (getNetOverhead: by the host CPU's vendor): a ring that crosses
+  // nodes waits at least this per intra-node step (three times it under Simple: send, receive,
+  // acknowledge), however fast NVLink is.
+  double network_post_overhead_us = 0;
   // NCCL send/recv between one GPU pair on different nodes / the GPU's NIC rate. Not the
   // collectives' figure: send/recv drives a pair over a few channels (NCCL_NCHANNELS_PER_NET_PEER),
   // and NCCL of 2020-21 reached about half the NIC rate that way.

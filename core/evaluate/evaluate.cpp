@@ -220,6 +220,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   mt["exposed_comm_s"] = sim->exposed_comm_s;
   mt["exposed_cp_comm_s"] = sim->exposed_cp_comm_s;
   mt["exposed_host_s"] = sim->exposed_host_s;
+  mt["step_framework_s"] = sim->step_framework_s;
   mt["contention_s"] = sim->contention_s;
   mt["kernels_per_iteration"] = sim->kernels;
   mt["compute_imbalance"] = sim->compute_imbalance;

@@ -46,6 +46,8 @@ FrameworkArgs megatron_arguments(const PointConfig& point) {
   if (l.vp > 1) add("--num-virtual-stages-per-pipeline-rank", num(l.vp));
   if (l.first_stage_layers > 0) add("--decoder-first-pipeline-num-layers", num(l.first_stage_layers));
   if (l.last_stage_layers > 0) add("--decoder-last-pipeline-num-layers", num(l.last_stage_layers));
+  if (l.account_for_embedding_in_pipeline_split) add("--account-for-embedding-in-pipeline-split");
+  if (l.account_for_loss_in_pipeline_split) add("--account-for-loss-in-pipeline-split");
   if (l.cp > 1) {
     add("--context-parallel-size", num(l.cp));
     add("--cp-comm-type", megatron_comm_type(l.cp_comm_type));
@@ -158,6 +160,8 @@ Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string
     else if (f == "--num-virtual-stages-per-pipeline-rank") l.vp = integer(i);
     else if (f == "--decoder-first-pipeline-num-layers") l.first_stage_layers = integer(i);
     else if (f == "--decoder-last-pipeline-num-layers") l.last_stage_layers = integer(i);
+    else if (f == "--account-for-embedding-in-pipeline-split") l.account_for_embedding_in_pipeline_split = true;
+    else if (f == "--account-for-loss-in-pipeline-split") l.account_for_loss_in_pipeline_split = true;
     else if (f == "--context-parallel-size") l.cp = integer(i);
     else if (f == "--cp-comm-type") {
       const std::string t = value(i);
@@ -243,7 +247,10 @@ FrameworkArgs torchtitan_config(const PointConfig& point) {
   if (l.distributed_optimizer && !l.zero3)
     out.notes.push_back("torchtitan has no ZeRO-1 optimizer: FSDP without resharding after the forward "
                         "(data_parallel_shard_degree, \"never\") also shards gradients and parameters between steps");
-  if (l.vp > 1 && (l.first_stage_layers > 0 || l.last_stage_layers > 0))
+  if (l.account_for_embedding_in_pipeline_split || l.account_for_loss_in_pipeline_split)
+    out.notes.push_back("the embedding / loss counted as a layer of the pipeline split (Megatron's "
+                        "--account-for-*-in-pipeline-split): set torchtitan's pipeline stage split by hand");
+  else if (l.vp > 1 && (l.first_stage_layers > 0 || l.last_stage_layers > 0))
     out.notes.push_back("uneven first/last stages: set pipeline_parallel_first_stage_less_layers / "
                         "_last_stage_less_layers by hand");
   if (is_varlen(point.strategy))

@@ -33,6 +33,7 @@ PointConfig point(const std::string& strategy, ParallelConfig l) {
 std::string megatron_view(const ParallelConfig& l, bool varlen) {
   std::ostringstream s;
   s << "t" << l.tp << " p" << l.pp << " vp" << l.vp << " first" << l.first_stage_layers << " last" << l.last_stage_layers
+    << " split+emb" << l.account_for_embedding_in_pipeline_split << " split+loss" << l.account_for_loss_in_pipeline_split
     << " c" << l.cp << " " << (l.cp > 1 ? l.cp_comm_type : "-") << " sp" << l.sequence_parallel << " rc " << l.recompute
     << " dopt" << l.distributed_optimizer << " zero3 " << l.zero3 << " ogr" << l.overlap_grad_reduce << " opg"
     << l.overlap_param_gather << " tpo" << l.tp_comm_overlap << " " << l.dtype << " fp32grad" << l.grad_reduce_in_fp32
@@ -70,6 +71,9 @@ std::vector<PointConfig> layouts() {
   ParallelConfig v;  // variable-length strategies
   v.pp = 8, v.cp = 2, v.max_seqlen_per_dp_cp_rank = 65536, v.distributed_optimizer = true, v.recompute = "full";
   for (const char* s : {"packing", "dynamic_cp", "dynamic_cp_dev"}) out.push_back(point(s, v));
+  ParallelConfig meta = a;  // Llama 3 405B's split: the embedding and the loss each counted as a layer
+  meta.pp = 16, meta.vp = 8, meta.account_for_embedding_in_pipeline_split = meta.account_for_loss_in_pipeline_split = true;
+  out.push_back(point("ptdp", meta));
   return out;
 }
 
@@ -136,8 +140,12 @@ TEST(TorchtitanConfig, ExpressibleLayoutsReadBackAsThemselves) {
   int checked = 0;
   for (const auto& p : layouts()) {
     const ParallelConfig& l = p.parallel;
-    if (l.cp_comm_type == "a2a" || l.cp_comm_type == "a2a+p2p" || (p.strategy != "ptdp" && p.strategy != "zero3"))
-      continue;  // not torchtitan's (a note says so, below)
+    if (l.cp_comm_type == "a2a" || l.cp_comm_type == "a2a+p2p" || (p.strategy != "ptdp" && p.strategy != "zero3") ||
+        l.account_for_embedding_in_pipeline_split) {
+      if (l.account_for_embedding_in_pipeline_split)
+        EXPECT_NE(torchtitan_config(p).notes.back().find("set torchtitan's pipeline stage split by hand"), std::string::npos);
+      continue;  // not torchtitan's (a note says so)
+    }
     const FrameworkArgs cfg = torchtitan_config(p);
     std::string toml;
     for (const auto& line : cfg.lines) toml += line + "\n";

@@ -26,6 +26,7 @@ const std::vector<MetricInfo>& known_metrics() {
       {"exposed_comm_s", "s", "communication time not hidden under compute"},
       {"exposed_cp_comm_s", "s", "of which: attention waiting on context-parallel transfers, mean per rank"},
       {"exposed_host_s", "s", "compute stream waiting for the host to issue kernels, mean per GPU"},
+      {"step_framework_s", "s", "per-step framework work, mean per GPU: zeroing the gradient buffer and the optimizer step (memory-bound passes over the state)"},
       {"contention_s", "s", "compute slowed by communication kernels running beside it, mean per GPU"},
       {"kernels_per_iteration", "count", "GPU kernels the host issues per iteration, mean per GPU (optimizer excluded)"},
       {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},

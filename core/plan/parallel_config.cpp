@@ -13,6 +13,8 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.micro_batch_size = o.integer_or("micro_batch_size", 1, 1, 1 << 20);
   p.first_stage_layers = o.integer_or("first_stage_layers", 0, 0, 1 << 20);
   p.last_stage_layers = o.integer_or("last_stage_layers", 0, 0, 1 << 20);
+  p.account_for_embedding_in_pipeline_split = o.boolean_or("account_for_embedding_in_pipeline_split", false);
+  p.account_for_loss_in_pipeline_split = o.boolean_or("account_for_loss_in_pipeline_split", false);
   p.sequence_parallel = o.boolean_or("sequence_parallel", false);
   p.recompute = o.choice_or("recompute", "none", {"none", "selective", "full", "balanced"});
   p.activation_offload_ratio = o.number_or("activation_offload_ratio", 0, 0, 1);
@@ -63,7 +65,31 @@ int64_t global_rank(const ParallelConfig& p, int64_t stage, int64_t dpcp, int64_
   return (stage * p.dp() * p.cp + dpcp) * p.tp + tp_rank;
 }
 
+namespace {
+// The account_for_* split: units = layers + the embedding + the loss, each virtual stage an even
+// share of them.
+bool split_counts_extras(const ParallelConfig& p) {
+  return p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split;
+}
+int64_t split_units(const ParallelConfig& p, int64_t layers) {
+  return layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) + (p.account_for_loss_in_pipeline_split ? 1 : 0);
+}
+}  // namespace
+
+int64_t chunk_layers(const ParallelConfig& p, int64_t layers, int64_t stage, int64_t chunk) {
+  if (!split_counts_extras(p)) return stage_layers(p, layers, stage) / p.vp;
+  int64_t k = split_units(p, layers) / (p.pp * p.vp);
+  if (stage == 0 && chunk == 0 && p.account_for_embedding_in_pipeline_split) --k;
+  if (stage == p.pp - 1 && chunk == p.vp - 1 && p.account_for_loss_in_pipeline_split) --k;
+  return k;
+}
+
 int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage) {
+  if (split_counts_extras(p)) {
+    int64_t k = 0;
+    for (int64_t c = 0; c < p.vp; ++c) k += chunk_layers(p, layers, stage, c);
+    return k;
+  }
   if (p.pp == 1) return layers;
   const bool first_set = p.first_stage_layers > 0, last_set = p.last_stage_layers > 0;
   if (!first_set && !last_set) return layers / p.pp;
@@ -77,6 +103,19 @@ int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage) {
 std::string check_stage_layers(const ParallelConfig& p, int64_t layers) {
   const bool first_set = p.first_stage_layers > 0, last_set = p.last_stage_layers > 0;
   auto n = [](int64_t x) { return std::to_string(x); };
+  if (split_counts_extras(p)) {
+    if (first_set || last_set)
+      return "account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split exclude first_stage_layers "
+             "and last_stage_layers (Megatron takes one way of splitting)";
+    const int64_t units = split_units(p, layers);
+    if (units % (p.pp * p.vp) != 0)
+      return "layers " + n(layers) + " plus the embedding and loss counted as layers (" + n(units) +
+             ") is not a multiple of pp·vp " + n(p.pp * p.vp);
+    if (units / (p.pp * p.vp) < (p.pp * p.vp == 1 ? units - layers + 1 : 1))
+      return "layers " + n(layers) + " over pp·vp " + n(p.pp * p.vp) + " with the embedding and loss counted: a virtual "
+             "stage would hold fewer than no layer";
+    return "";
+  }
   if (!first_set && !last_set) {
     if (layers % (p.pp * p.vp) != 0) return "layers " + n(layers) + " is not a multiple of pp·vp " + n(p.pp * p.vp);
     return "";

@@ -25,6 +25,13 @@ struct ParallelConfig {
   // stages would not divide otherwise).
   int64_t first_stage_layers = 0;
   int64_t last_stage_layers = 0;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the pipeline split counts the input embedding (the loss) as one layer, so the layers plus
+  // those split evenly over the pp·vp virtual stages and the first (last) virtual stage holds one
+  // transformer layer fewer — none when a virtual stage is one layer: Llama 3 405B's 126 layers on
+  // 16 stages × 8 chunks. Either excludes first_stage_layers / last_stage_layers.
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   bool sequence_parallel = false;    // Megatron SP: norms/dropout split over the TP group
   std::string recompute = "none";    // "none" | "selective" | "full" | "balanced" (Kwai's GEMM-last)
   // Kwai's pipeline-aware activation offloading (ATC'24, references/kwai.md): after each forward
@@ -148,12 +155,18 @@ struct ParallelConfig {
 // Its node is that rank / GPUs per node (ranks fill nodes in order, as mpirun and srun place them).
 int64_t global_rank(const ParallelConfig& p, int64_t stage, int64_t dpcp, int64_t tp_rank);
 
-// Transformer layers held by pipeline stage `stage` of a model with `layers` layers (each of its vp
-// chunks holds 1/vp of them); valid when check_stage_layers returned "".
+// Transformer layers held by pipeline stage `stage` of a model with `layers` layers; valid when
+// check_stage_layers returned "".
 int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage);
 
+// Transformer layers of model chunk `chunk` (virtual stage) of pipeline stage `stage`: 1/vp of
+// the stage's, or with the account_for_* splits the virtual stages' even share less the embedding
+// (first) or the loss (last) counted as a layer.
+int64_t chunk_layers(const ParallelConfig& p, int64_t layers, int64_t stage, int64_t chunk);
+
 // "" when `layers` split over the stages as the layout says (first/last stage counts, the rest
-// evenly over the middle stages, every stage's layers a multiple of vp); otherwise why not.
+// evenly over the middle stages, every stage's layers a multiple of vp; or the account_for_*
+// split, layers plus the embedding and loss a multiple of pp·vp); otherwise why not.
 std::string check_stage_layers(const ParallelConfig& p, int64_t layers);
 
 // Reads the "parallel" object of a spec. Impossible values (tp = 0, an unknown recompute mode)

@@ -46,7 +46,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                      const PlanMicroBatch& mb, const MicroBatchOps& ops, int stage, int chunk, int64_t longest) {
   if (mb.lengths.empty()) return {};
-  const double layers = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
+  const double layers = static_cast<double>(chunk_layers(L, model.layers, stage, chunk));
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
   if (!L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
@@ -183,7 +183,10 @@ class IterationGraph {
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
         }
       for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
+      const std::vector<int> zero_grad = add_zero_grad(first_device);  // ahead of the passes on each compute stream
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
+      for (int s = 0; s < p_; ++s)
+        if (!pipelines_.back().compute[s].empty()) graph_.add_dep(pipelines_.back().compute[s][0], zero_grad[s]);
       add_offload_copies(*replicas_.lists[r], first_device, pipelines_.back());
       for (int s = 0; s < p_; ++s) {
         names_.push_back("replica " + std::to_string(r) + " stage " + std::to_string(s));
@@ -257,11 +260,9 @@ class IterationGraph {
         // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
         // group the gradients are reduce-scattered over.
         const int64_t shards = L_.dp() * L_.cp;
-        const bool sharded = L_.distributed_optimizer || L_.zero3;
-        double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? shards : 1);
         // After the stage's last op with its blocking tail (its gradients are complete then, even
         // without a DP reduction to wait for) and the stage's gradient reductions.
-        TaskSpec t{device, step_stream::compute, optimizer_s(params), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
+        TaskSpec t{device, step_stream::compute, stage_optimizer_s(s), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
         for (int id : grad_tasks_[s])
           if (graph_.task(id).device == device) t.deps.push_back(id);
         int opt = graph_.add(t);
@@ -300,6 +301,7 @@ class IterationGraph {
         busy_max = std::max(busy_max, compute);
         exposed += w * sim.exposed_comm_s[d];
         out.exposed_host_s += w * host_s_[d];
+        out.step_framework_s += w * (zero_grad_s(s) + stage_optimizer_s(s));
         // Inside the layers (TP collectives and ZeRO-3 gathers beside GEMMs, CP sends beside the
         // attention tiles) and between them (pipeline sends, DP reductions, parameter gathers).
         out.contention_s += w * (layer_contention_s_[d] + sim.contention_s[d]);
@@ -314,6 +316,7 @@ class IterationGraph {
     out.offload_bytes /= devices;
     out.exposed_comm_s = exposed / devices;
     out.exposed_host_s /= devices;
+    out.step_framework_s /= devices;
     out.contention_s /= devices;
     out.kernels /= devices;
     out.bubble_fraction = sim.makespan_s > 0 ? idle / devices / sim.makespan_s : 0;
@@ -383,17 +386,43 @@ class IterationGraph {
     // After stage 0's last op: its last gradient reduction, the optimizer, the parameter all-gather.
     const int64_t shards = L_.dp() * L_.cp;
     const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
-    const bool sharded = L_.distributed_optimizer || L_.zero3;
-    const double params = params_per_gpu(model_, L_, longest_, 0) / (sharded ? shards : 1);
-    double end_of_step = optimizer_s(params);
+    double end_of_step = stage_optimizer_s(0);
     if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0);
     if (gathers_params_at_end()) end_of_step += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
-    return IterationBound{std::max(bound, last_op_end + end_of_step), sent * (1 / devices)};
+    // Every op waits, through stage 0's first, for stage 0's zeroed gradient buffer.
+    const double start = zero_grad_s(0);
+    return IterationBound{std::max(start + bound, start + last_op_end + end_of_step), sent * (1 / devices)};
   }
 
  private:
+  // The step starts by zeroing the gradients the backward will accumulate into, one memory-bound
+  // write over the stage's gradient buffer (Megatron's zero_grad_buffer: the whole buffer on every
+  // data-parallel rank, the distributed optimizer's included; ZeRO-3 keeps only its shard).
+  double zero_grad_s(int s) const {
+    const double params = params_per_gpu(model_, L_, longest_, s) / (L_.zero3 ? static_cast<double>(L_.dp() * L_.cp) : 1.0);
+    return cost_.memory_bound_s(L_.grad_bytes() * params);
+  }
+
+  // zero_grad_s as a task on each stage's compute stream, added before the stage's ops (the stream
+  // runs its tasks in the order they were added): per stage, its task.
+  std::vector<int> add_zero_grad(int first_device) {
+    std::vector<int> out;
+    for (int s = 0; s < p_; ++s)
+      out.push_back(graph_.add(TaskSpec{first_device + s, step_stream::compute, zero_grad_s(s), {}, -1, -1,
+                                        "zero grad buffer", 'o'}));
+    return out;
+  }
+
   // The optimizer step over `params` parameters (add_optimizer's bytes per parameter).
   double optimizer_s(double params) const { return cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params); }
+
+  // Stage s's optimizer step: over its parameters, or its shard of them when the distributed
+  // optimizer or ZeRO-3 shards the state over the data-parallel group with CP (dp·cp ranks), the
+  // group the gradients are reduce-scattered over.
+  double stage_optimizer_s(int s) const {
+    const bool sharded = L_.distributed_optimizer || L_.zero3;
+    return optimizer_s(params_per_gpu(model_, L_, longest_, s) / (sharded ? static_cast<double>(L_.dp() * L_.cp) : 1.0));
+  }
 
   // DP gradient reduction (not ZeRO-3) of one chunk of stage s: its bytes, the collective, and
   // its time — in total, and the part after the chunk's last backward. Without
@@ -516,12 +545,12 @@ class IterationGraph {
     for (int s = 0; s < p_; ++s) {
       const std::vector<PipeOp>& ops = schedule_[s];
       const OffloadSchedule off = offload_schedule(L_, ops, s);
-      const double layers = static_cast<double>(stage_layers(L_, model_.layers, s)) / v_;
       const int device = first_device + s;
       std::vector<int> copied_out(ops.size(), -1);  // [forward op] its copy-out task
       for (size_t i = 0; i < ops.size(); ++i) {
         const std::string name = std::to_string(ops[i].micro_batch) + "." + std::to_string(ops[i].chunk);
         if (ops[i].forward && off.offloaded[i]) {
+          const double layers = static_cast<double>(chunk_layers(L_, model_.layers, s, ops[i].chunk));
           const double bytes = alpha * layers * micro_batch_layer_bytes(model_, L_, mbs[ops[i].micro_batch]);
           copied_out[i] = graph_.add(TaskSpec{device, step_stream::copy_out, cost_.p2p_s(bytes, Link::pcie),
                                               {tasks.compute[s][i]}, -1, -1, "offload F" + name, 'm'});
@@ -550,12 +579,13 @@ class IterationGraph {
     const PipelineTasks& tasks = pipelines_[replica];
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const double chunk_bytes = 2.0 * params_per_gpu(model_, L_, longest_, s) / v_;
-    const int pieces = std::max<int>(1, static_cast<int>(stage_layers(L_, model_.layers, s) / v_));
     for (int c = 0; c < v_; ++c) {
       size_t first = ops.size();
       for (size_t i = 0; i < ops.size() && first == ops.size(); ++i)
         if (ops[i].forward && ops[i].chunk == c) first = i;
       if (first == ops.size()) continue;
+      // One piece per layer of the chunk (a chunk of the embedding or the loss alone: one piece).
+      const int pieces = std::max<int>(1, static_cast<int>(chunk_layers(L_, model_.layers, s, c)));
       int piece = -1, first_piece = -1;
       for (int k = 0; k < pieces; ++k) {
         TaskSpec t{device, step_stream::param_gather, cost_.collective_s(Collective::all_gather, chunk_bytes / pieces, group), {},

@@ -27,6 +27,7 @@ struct IterationResult {
   double exposed_comm_s = 0;   // mean over devices: blocking TP collectives + waits on transfers
   double exposed_cp_comm_s = 0;  // of which: attention waiting on CP transfers (mean over ranks)
   double exposed_host_s = 0;   // mean over devices: the compute stream waiting for the host to issue kernels
+  double step_framework_s = 0;  // mean over devices: zeroing the gradient buffer and the optimizer step
   double contention_s = 0;     // mean over devices: compute slowed by communication kernels beside it
   double kernels = 0;          // mean over devices: GPU kernels issued per iteration (excluding optimizer)
   double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages

@@ -108,7 +108,6 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
                                     int stage) {
   StageMemory out;
   const std::vector<PipeOp>& ops = schedule[stage];
-  const double layers_per_chunk = static_cast<double>(stage_layers(L, model.layers, stage)) / L.vp;
   const double alpha = L.activation_offload_ratio;
   const OffloadSchedule off = offload_schedule(L, ops, stage);
   // Per micro-batch, once (each sums over its sequences): one layer's saved bytes, and what the
@@ -118,7 +117,9 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     layer_bytes[k] = micro_batch_layer_bytes(model, L, micro_batches[k]);
     dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
   }
-  auto saved = [&](size_t i) { return layers_per_chunk * layer_bytes[ops[i].micro_batch]; };
+  auto saved = [&](size_t i) {
+    return static_cast<double>(chunk_layers(L, model.layers, stage, ops[i].chunk)) * layer_bytes[ops[i].micro_batch];
+  };
   // The two copy-back buffers: each its size and the backward using it (−1: free).
   struct Buffer {
     double bytes = 0;

@@ -271,11 +271,12 @@ TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState)
   EXPECT_NEAR(zero3.metrics.at("comm_bytes_nvlink"), 3 * ring * 2 * layers * pc.per_layer + ring * 2 * outside,
               1e-6 * pc.total());
   EXPECT_EQ(ddp.metrics.at("comm_bytes_network"), 0);
-  // State: 18 bytes per parameter replicated, against (2 + 2 + 12)/d (16-bit parameters and
-  // gradients, fp32 master weights and Adam moments) plus two gathered layers and one layer's
-  // gradients (2·2 + 2 bytes per parameter of a layer).
+  // State: 20 bytes per parameter replicated with 16-bit gradients (the Megatron-LM README's table:
+  // 16-bit weight and gradient, fp32 master weight, its gradient and the Adam moments), against
+  // (2 + 2 + 12)/d (16-bit parameters and gradients, fp32 master weights and Adam moments) plus
+  // two gathered layers and one layer's gradients (2·2 + 2 bytes per parameter of a layer).
   const double gib = 1024.0 * 1024 * 1024;
-  EXPECT_NEAR(ddp.metrics.at("weights_optimizer_gib") * gib, 18 * pc.total(), 1e-6 * pc.total());
+  EXPECT_NEAR(ddp.metrics.at("weights_optimizer_gib") * gib, 20 * pc.total(), 1e-6 * pc.total());
   EXPECT_NEAR(zero3.metrics.at("weights_optimizer_gib") * gib, 16 * pc.total() / d + 6 * pc.per_layer, 1e-6 * pc.total());
   // Full recompute reruns the forward on the parameters the backward gathered: no extra gather.
   layout_.recompute = "full";
@@ -428,6 +429,45 @@ TEST_F(PtdpTest, UnevenFirstAndLastStagesRun) {
   ASSERT_EQ(stated.status, "ok");
   EXPECT_EQ(even.metrics.at("step_time_s"), stated.metrics.at("step_time_s"));
   EXPECT_EQ(even.metrics.at("peak_memory_gib"), stated.metrics.at("peak_memory_gib"));
+}
+
+// Megatron's --account-for-embedding/loss-in-pipeline-split: the embedding and the loss each count
+// as a layer of the split. Llama 3 405B as Meta ran it — 126 layers on 16 stages × 8 chunks, one
+// layer per virtual stage — has a first chunk of the embedding alone and a last of the loss alone.
+// Simulated, the first stage holds one layer fewer, so it is never the stage with the most
+// activations in flight at the same count per chunk, and its compute shrinks.
+TEST_F(PtdpTest, EmbeddingAndLossCountedAsLayersOfThePipelineSplit) {
+  ParallelConfig meta;
+  meta.pp = 16, meta.vp = 8, meta.account_for_embedding_in_pipeline_split = meta.account_for_loss_in_pipeline_split = true;
+  ASSERT_EQ(check_stage_layers(meta, 126), "");
+  EXPECT_EQ(chunk_layers(meta, 126, 0, 0), 0);
+  EXPECT_EQ(chunk_layers(meta, 126, 0, 1), 1);
+  EXPECT_EQ(chunk_layers(meta, 126, 15, 7), 0);
+  EXPECT_EQ(chunk_layers(meta, 126, 15, 6), 1);
+  int64_t total = 0;
+  for (int64_t s = 0; s < 16; ++s) total += stage_layers(meta, 126, s);
+  EXPECT_EQ(total, 126);
+  EXPECT_EQ(stage_layers(meta, 126, 0), 7);
+  EXPECT_EQ(stage_layers(meta, 126, 7), 8);
+  EXPECT_EQ(stage_layers(meta, 126, 15), 7);
+  EXPECT_NE(check_stage_layers(meta, 125).find("is not a multiple of pp·vp 128"), std::string::npos);
+  meta.first_stage_layers = 7;
+  EXPECT_NE(check_stage_layers(meta, 126).find("exclude first_stage_layers"), std::string::npos);
+  // 46 layers plus the embedding and the loss over pp 4 · vp 2: 6 per virtual stage, 5 in the
+  // first and the last. Against the same model's 48 layers split evenly (6 per chunk), the first
+  // stage computes one layer less per micro-batch and saves less.
+  model_.layers = 46;
+  layout_.num_gpus = 8 * 4, layout_.pp = 4, layout_.vp = 2, layout_.recompute = "selective";
+  layout_.account_for_embedding_in_pipeline_split = layout_.account_for_loss_in_pipeline_split = true;
+  ASSERT_EQ(check_model_split(model_, layout_), "");
+  const Evaluation split = run(16);
+  ASSERT_EQ(split.status, "ok") << split.reason;
+  model_.layers = 48;
+  layout_.account_for_embedding_in_pipeline_split = layout_.account_for_loss_in_pipeline_split = false;
+  const Evaluation even = run(16);
+  ASSERT_EQ(even.status, "ok") << even.reason;
+  EXPECT_LT(split.metrics.at("step_time_s"), even.metrics.at("step_time_s"));
+  EXPECT_LT(split.metrics.at("activation_memory_gib"), even.metrics.at("activation_memory_gib"));
 }
 
 // Static CP inside PTD-P: every replica's CP group holds each micro-batch and runs the layout of
