@@ -46,7 +46,11 @@ CASES = {
     "schema_version": 1, "experiment": "ptdp/weak_scaling",
     "spec": {"description": "PTD-P weak scaling (synthetic).", "metrics": ["tflops_per_gpu"],
              "grid": {}, "cases": [{"name": "1.7B"}, {"name": "18.4B"}],
-             "strategies": [strategy("ptdp", "ptdp")]},
+             "strategies": [strategy("ptdp", "ptdp")],
+             # Presets as a results file embeds them: one assumption, one measured constant.
+             "presets": {"stacks": {"s": {"efficiency": {
+                 "hbm_efficiency": {"value": 0.9, "source": "ASSUMPTION: none found", "kind": "assumption"},
+                 "gemm_peak_fraction": {"value": 0.74, "source": "fitted", "kind": "device_measurement"}}}}}},
     "points": [
         {"id": "case=1.7B/strategy=ptdp", "case": "1.7B", "params": {}, "strategy": "ptdp",
          "status": "ok", "metrics": {"tflops_per_gpu": 137.5}},
@@ -317,6 +321,10 @@ class PlotAndReportTest(unittest.TestCase):
         self.assertIn("- tflops_per_gpu: 6.569 % over 2 comparisons", section[out_at:in_at])
         self.assertIn("- tflops_per_gpu: 0.365 % over 1 comparison\n", section[in_at:])
         self.assertNotIn("in sample", text[text.index("## dynamic_cp/github"):text.index("## ptdp/weak_scaling")])
+        # The section names the assumptions its presets hold, and only those.
+        self.assertIn("Rests on preset constants that are assumptions (`cpbench presets --audit`): "
+                      "`s efficiency/hbm_efficiency = 0.9`.", section)
+        self.assertNotIn("gemm_peak_fraction", text)
         # The summary keeps them apart too: out of sample first, then in sample, with counts.
         self.assertIn("| 2 / 0 / 0 | 3 | 1 / 2 | 6.569 % (2) | 0.365 % (1) |", text)
         self.assertIn("(../results/dynamic_cp/github/step_time_s.png)", text)

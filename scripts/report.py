@@ -133,6 +133,31 @@ def anchor(name):
     return kept.replace(" ", "-")
 
 
+def sourced_constants(node, path=""):
+    """Every {"value", "source"} constant under a preset, as (path, value, kind)."""
+    if not isinstance(node, dict):
+        return []
+    if "value" in node and "source" in node and is_number(node["value"]):
+        return [(path, node["value"], node.get("kind", ""))]
+    out = []
+    for key, child in node.items():
+        out += sourced_constants(child, f"{path}/{key}" if path else key)
+    return out
+
+
+def assumptions(spec):
+    """The constants of the run's hardware and stack presets that are assumptions (or state no
+    kind), as `cpbench show` names them."""
+    presets = spec.get("presets") or {}
+    out = []
+    for group in ("hardware", "stacks"):
+        for name, preset in sorted((presets.get(group) or {}).items()):
+            for path, value, kind in sourced_constants(preset):
+                if kind in ("assumption", ""):
+                    out.append(f"{name} {path} = {fmt(value)}" + ("" if kind else " (kind not stated)"))
+    return out
+
+
 def experiment_section(name, path, results, out_dir):
     spec = results.get("spec") or {}
     lines = [f"## {name}", ""]
@@ -163,6 +188,10 @@ def experiment_section(name, path, results, out_dir):
                 lines.append("")
     else:
         lines += ["No published values to compare with.", ""]
+    assumed = assumptions(spec)
+    if assumed:
+        lines += ["Rests on preset constants that are assumptions (`cpbench presets --audit`): "
+                  + "; ".join(f"`{a}`" for a in assumed) + ".", ""]
     folder = os.path.dirname(path)
     pngs = sorted(f for f in os.listdir(folder) if f.endswith(".png"))
     if pngs:

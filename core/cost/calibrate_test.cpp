@@ -34,7 +34,10 @@ EfficiencyParams truth() {
   p.network_busbw_efficiency = 0.85;
   p.network_step_latency_us = 10;
   p.network_ll_step_latency_us = 4;
-  p.network_post_overhead_us = 2;  // the preset's (megatron_sc21_a100: an AMD host): no op family fits it
+  // The preset's (megatron_sc21_a100, NCCL 2.7's tuning model): no op family fits them.
+  p.network_post_overhead_us = 0;
+  p.nccl_base_latency_us = 8.4;
+  p.nccl_ll_base_latency_us = 3.6;
   p.network_p2p_efficiency = 0.5;
   p.pcie_efficiency = 0.7;
   p.pcie_latency_us = 12;
@@ -105,10 +108,10 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   for (const auto& info : efficiency_param_table()) {
     const std::string key = info.key;
     // No op measurement constrains them: host time, contention, what a NIC carries over several
-    // flows (a p2p_network row is one flow), and NCCL's network post overhead (a host property
-    // its tuning model reads, not separable from the step latencies).
+    // flows (a p2p_network row is one flow), and NCCL's network post overhead and base latencies
+    // (its tuning model's constants, not separable from the step latencies).
     if (key == "host_op_us" || key == "comm_sm_fraction" || key == "network_nic_efficiency" ||
-        key == "network_post_overhead_us") {
+        key == "network_post_overhead_us" || key == "nccl_base_latency_us" || key == "nccl_ll_base_latency_us") {
       EXPECT_EQ(recovered->params().*info.member, (*preset)["efficiency"][key]["value"].get<double>()) << key;
       EXPECT_EQ(recovered->params().sources.at(key).text.rfind("fitted", 0), std::string::npos);
       continue;

@@ -83,11 +83,14 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
     const double net_lat = (ll ? e.network_ll_step_latency_us : e.network_step_latency_us) * 1e-6;
     const double nv_lat = (ll ? e.nvlink_ll_step_latency_us : e.nvlink_step_latency_us) * 1e-6;
     const double intra_lat = nodes > 1 ? std::max(nv_lat, (ll ? 1 : 3) * e.network_post_overhead_us * 1e-6) : nv_lat;
+    // Once per ring or tree collective (NCCL's baseLatencies; the tree's own, which differ by
+    // NCCL version by up to 8.4 µs, are taken as the ring's).
+    const Phase base{1, 0, 1, (ll ? e.nccl_ll_base_latency_us : e.nccl_base_latency_us) * 1e-6};
     // The ring through all n ranks. Across nodes it runs one channel per NIC, so a node boundary
     // carries r NICs' worth; the slowest hop sets the bandwidth.
     const double ring_bw = nodes > 1 ? std::min(nv_bw, r * net_bw) : nv_bw;
     auto ring = [&](double steps, double inter_steps) {
-      return std::vector<Phase>{{steps - inter_steps, 0, ring_bw, intra_lat},
+      return std::vector<Phase>{base, {steps - inter_steps, 0, ring_bw, intra_lat},
                                 {inter_steps, steps / n * S, ring_bw, net_lat}};
     };
     std::vector<std::vector<Phase>> algorithms;
@@ -99,7 +102,7 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
           // NCCL's double binary tree over nodes, a chain inside each node: log-depth latency,
           // about 2·S through each node's links (reduce up, broadcast down).
           const double depth = std::floor(std::log2(nodes));
-          algorithms.push_back({{2 * depth, 0, ring_bw, net_lat}, {2 * (r - 1), 2 * S, ring_bw, intra_lat}});
+          algorithms.push_back({base, {2 * depth, 0, ring_bw, net_lat}, {2 * (r - 1), 2 * S, ring_bw, intra_lat}});
         }
         break;
       case Collective::all_gather:
@@ -108,7 +111,7 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
         break;
       case Collective::broadcast:
         // Pipelined ring (chain): S crosses every link once, n−1 hops of latency.
-        algorithms.push_back({{n - 1, S, ring_bw, nodes > 1 ? net_lat : nv_lat}});
+        algorithms.push_back({base, {n - 1, S, ring_bw, nodes > 1 ? net_lat : nv_lat}});
         break;
       case Collective::all_to_all: {
         // S/n to every peer, all at once: the on-node part over NVLink and the off-node part

@@ -107,7 +107,7 @@ TEST(Collective, GroupsSpanningNodesAreLimitedByTheirNics) {
   }
 }
 
-// NCCL's tuning model for a ring across N nodes of r ranks: of its steps, the inter-node ones
+// NCCL's tuning model for a ring across N nodes of r ranks: its base latency, then of its steps the inter-node ones
 // (N − 1 for all-gather and reduce-scatter) wait the network latency and the others the larger of
 // NVLink's and the network post overhead (×3 under Simple). So a small all-gather's time grows
 // with the ranks, not only the nodes: 1024 ranks pay 1023 steps where a hierarchical scheme would
@@ -120,8 +120,11 @@ TEST(Collective, RingAcrossNodesPaysNcclsStepLatencies) {
     const GroupPlacement g{static_cast<int64_t>(n), 8};
     const double ll_intra = std::max(p.nvlink_ll_step_latency_us, p.network_post_overhead_us) * 1e-6;
     const double simple_intra = std::max(p.nvlink_step_latency_us, 3 * p.network_post_overhead_us) * 1e-6;
-    const double ll_latency = (n - nodes) * ll_intra + (nodes - 1) * p.network_ll_step_latency_us * 1e-6;
-    const double simple_latency = (n - nodes) * simple_intra + (nodes - 1) * p.network_step_latency_us * 1e-6;
+    // Each collective also pays NCCL's base latency once.
+    const double ll_latency = p.nccl_ll_base_latency_us * 1e-6 + (n - nodes) * ll_intra +
+                              (nodes - 1) * p.network_ll_step_latency_us * 1e-6;
+    const double simple_latency = p.nccl_base_latency_us * 1e-6 + (n - nodes) * simple_intra +
+                                  (nodes - 1) * p.network_step_latency_us * 1e-6;
     const double ring_bw = std::min(model.cluster().nvlink_bandwidth_GBps() * 1e9 * p.nvlink_busbw_efficiency,
                                     8 * model.cluster().network_bandwidth_GBps_per_gpu() * 1e9 * p.network_busbw_efficiency);
     // NCCL takes the faster protocol: LL at half the bandwidth, Simple at the higher latency.

@@ -31,6 +31,8 @@ const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
       {"network_ll_step_latency_us", &E::network_ll_step_latency_us, 0, 1e4, "LL, per step, µs"},
       {"network_post_overhead_us", &E::network_post_overhead_us, 0, 1e4,
        "NCCL's network post overhead, the least an intra-node step of a multi-node ring waits (×3 under Simple), µs"},
+      {"nccl_base_latency_us", &E::nccl_base_latency_us, 0, 1e4, "NCCL's base latency of a ring or tree collective, Simple, µs"},
+      {"nccl_ll_base_latency_us", &E::nccl_ll_base_latency_us, 0, 1e4, "the same, LL, µs"},
       {"network_p2p_efficiency", &E::network_p2p_efficiency, 0.01, 1,
        "inter-node send/recv bandwidth of one GPU pair / NIC rate"},
       {"network_nic_efficiency", &E::network_nic_efficiency, 0.01, 1,

@@ -42,6 +42,10 @@ struct EfficiencyParams {
   // nodes waits at least this per intra-node step (three times it under Simple: send, receive,
   // acknowledge), however fast NVLink is.
   double network_post_overhead_us = 0;
+  // NCCL's base latency of a collective (its tuning model's baseLatencies: kernel launch and
+  // setup), Simple and LL, added once per ring or tree collective.
+  double nccl_base_latency_us = 0;
+  double nccl_ll_base_latency_us = 0;
   // NCCL send/recv between one GPU pair on different nodes / the GPU's NIC rate. Not the
   // collectives' figure: send/recv drives a pair over a few channels (NCCL_NCHANNELS_PER_NET_PEER),
   // and NCCL of 2020-21 reached about half the NIC rate that way.
