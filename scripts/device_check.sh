@@ -12,8 +12,12 @@
 # The test binaries need only the CUDA runtime and the C++ runtime (CMakeLists.txt links them so),
 # so they are built here and carried, with this machine's libcudart in build/device_libs (put on
 # LD_LIBRARY_PATH) in case the device's differs; without them it builds them there when CMake and
-# the dependencies are present. Writes at most 4 files to $OUT (default /tmp/device_check):
-# environment.txt, summary.txt (one line per test: exit code, milliseconds), tests.log, tests.json.
+# the dependencies are present. Then, where PyTorch has CUDA, the op measurements `cpbench calibrate`
+# reads (scripts/measure_gpu_ops.py: GEMMs, FlashAttention-2, HBM copies, host time per call) and
+# the training-size GEMMs again after 10 s of back-to-back load each, with the SM clock and power
+# (the steady clock a training step sees; issue 30). Writes at most 7 files to $OUT (default
+# /tmp/device_check): environment.txt, summary.txt (one line per test or measurement: exit code,
+# milliseconds), tests.log, tests.json, ops.csv, sustained.csv, host_ops.txt.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
@@ -55,5 +59,14 @@ for t in "${tests[@]}"; do
   [ $rc -eq 0 ] || status=1
 done
 echo "]" >> "$out/tests.json"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  start=$(date +%s%N)
+  timeout 300 python3 "$root/scripts/measure_gpu_ops.py" --out "$out/ops.csv" --sustained 10 >> "$out/tests.log" 2>&1
+  rc=$?
+  echo "measure_gpu_ops rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
+  [ $rc -eq 0 ] || status=1
+else
+  echo "measure_gpu_ops: skipped (no PyTorch with CUDA)" | tee -a "$out/summary.txt"
+fi
 [ ${#tests[@]} -gt 0 ] || { echo "device_check: no GPU test could be built" | tee -a "$out/summary.txt"; status=1; }
 exit $status

@@ -14,6 +14,12 @@ What is measured, each the median of `--iters` CUDA-event timings after warm-up:
                         them (core/sim/attention_sim.cpp attention_tile_s): pairs = allowed (query,
                         key) pairs per head, mean_len = 2·pairs/rows
   memory_bound          a device-to-device copy of N bytes: 2N bytes through HBM
+With --sustained SECONDS, the training-size GEMMs again under training-like load: each shape run
+back to back (no synchronization) for SECONDS first, so the GPU reaches the clock its power limit
+allows, then timed as the mean of a block of back-to-back calls, with the SM clock and board power
+read through nvidia-smi at the block's start and end — the steady clock a training step sees (the
+burst timings above can run at boost clocks). Written to --sustained-out (default: sustained.csv
+beside --out), a calibrate CSV of its own whose comment lines carry the clocks and power.
 Also written beside the CSV (host_ops.txt, not a calibrate op): the host time of one eager torch
 call issued back to back without synchronization — narrow, index_select and cat on small GPU
 tensors, the calls of TransformerEngine's per-sequence reorder loop — the figure cpbench's stacks
@@ -21,8 +27,20 @@ call host_op_us.
 """
 import argparse
 import statistics
+import subprocess
 import sys
 import time
+
+
+def smi_clock_power():
+    """(SM clock MHz, board power W) of GPU 0 from nvidia-smi, or (None, None) without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                              "-i", "0"], capture_output=True, text=True, timeout=10).stdout.strip().splitlines()
+        clock, power = (float(v) for v in out[0].split(","))
+        return clock, power
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None, None
 
 
 def main():
@@ -30,7 +48,13 @@ def main():
     ap.add_argument("--out", required=True, help="the measurements CSV to write")
     ap.add_argument("--host-out", default=None, help="where to write the host-op timings (default: beside --out)")
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--sustained", type=float, default=0,
+                    help="seconds of back-to-back load before timing each training-size GEMM again (0: skip)")
+    ap.add_argument("--sustained-out", default=None, help="where to write the sustained GEMMs (default: beside --out)")
+    ap.add_argument("--skip-burst", action="store_true", help="only the sustained GEMMs (with --sustained)")
     args = ap.parse_args()
+    if args.skip_burst and args.sustained <= 0:
+        ap.error("--skip-burst needs --sustained SECONDS")
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -78,11 +102,17 @@ def main():
         torch.cuda.synchronize()
         return statistics.median(event_time(graph.replay) / reps for _ in range(args.iters))
 
+    def beside(path, name):
+        return path.rsplit("/", 1)[0] + "/" + name if "/" in path else name
+
+    if args.sustained > 0:
+        measure_sustained(torch, dev, args, args.sustained_out or beside(args.out, "sustained.csv"))
+        if args.skip_burst:
+            return
+
     rows = []
     # GEMMs: a transformer layer's shapes at hidden 4096-12288 over 4096-16384 tokens, and squares.
-    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 12288, 4096), (16384, 4096, 12288),
-                    (8192, 14336, 4096), (8192, 4096, 14336), (2048, 4096, 4096), (4096, 1024, 4096),
-                    (2048, 2048, 2048), (1024, 1024, 1024)]:
+    for m, n, k in GEMM_SHAPES:
         x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         t = timed(lambda: torch.matmul(x, w))
@@ -171,10 +201,57 @@ def main():
         return torch.index_select(torch.cat([a, b], dim=0), 0, idx256)
 
     lines.append(f"reorder loop (4 calls per sequence): {host_seconds(one_sequence) / 4 * 1e6:.2f} us per call")
-    host_out = args.host_out or (args.out.rsplit("/", 1)[0] + "/host_ops.txt" if "/" in args.out else "host_ops.txt")
+    host_out = args.host_out or beside(args.out, "host_ops.txt")
     with open(host_out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
+
+
+GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 12288, 4096), (16384, 4096, 12288),
+               (8192, 14336, 4096), (8192, 4096, 14336), (2048, 4096, 4096), (4096, 1024, 4096),
+               (2048, 2048, 2048), (1024, 1024, 1024)]
+
+
+def measure_sustained(torch, dev, args, path):
+    """The GEMMs of 4096 and more in every dimension under back-to-back load (module docstring)."""
+    lines = ["op,shape,time_s",
+             f"# {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, CUDA {torch.version.cuda}; "
+             f"scripts/measure_gpu_ops.py --sustained {args.sustained:g}: each GEMM after {args.sustained:g} s "
+             "of back-to-back load, the mean of a block of back-to-back calls"]
+    for m, n, k in GEMM_SHAPES:
+        if min(m, n, k) < 4096:
+            continue
+        x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+        torch.matmul(x, w, out=out)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        calls = 0
+        while time.perf_counter() - t0 < args.sustained:  # load: the host stays ahead of the GPU
+            for _ in range(8):
+                torch.matmul(x, w, out=out)
+            calls += 8
+            if calls % 64 == 0:
+                torch.cuda.synchronize()  # keep the queue short so the load ends when the loop does
+        torch.cuda.synchronize()
+        block = max(args.iters, 10)
+        clock0, power0 = smi_clock_power()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(block):
+            torch.matmul(x, w, out=out)
+        b.record()
+        b.synchronize()
+        clock1, power1 = smi_clock_power()
+        t = a.elapsed_time(b) * 1e-3 / block
+        lines.append(f"# {m}x{n}x{k}: SM clock {clock0} -> {clock1} MHz, power {power0} -> {power1} W")
+        lines.append(f"gemm,m={m};n={n};k={k},{t:.9g}")
+        print(f"sustained gemm {m}x{n}x{k}: {t * 1e3:.3f} ms, {2 * m * n * k / t / 1e12:.0f} TFLOP/s, "
+              f"SM clock {clock0}->{clock1} MHz, {power0}->{power1} W", flush=True)
+        del x, w, out
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
