@@ -49,6 +49,9 @@ Expected<PointConfig> exec_point(const ExecArgs& a, int ranks, const std::filesy
   L.attention_layout = a.layout;
   L.attention_a2a_size = a.a2a_size;
   L.attention_ring_window = a.window;
+  if (a.layout == "double_ring" && a.window < 1)
+    return flag_error("--window", "double_ring needs the all-to-all groups per inner ring, a divisor of the ring's "
+                                  "cp / --a2a-size groups (1 or the whole ring is a2a+p2p's single ring)");
   L.dcp_block_tokens = a.block_tokens;
   L.max_seqlen_per_dp_cp_rank = a.max_seqlen_per_rank;
   if (a.dynamic_cp) {

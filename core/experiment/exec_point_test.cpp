@@ -144,6 +144,14 @@ TEST(ExecPoint, FlagsThePointCannotHoldAreNamed) {
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.error_str().find("--max-seqlen-per-rank"), std::string::npos) << p.error_str();
   a.dynamic_cp = false;
+  // LoongTrain's double ring has no default window: the flag is named, the window given runs.
+  a.layout = "double_ring";
+  p = exec_point(a, 4, default_experiments_dir());
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error_str().find("--window"), std::string::npos) << p.error_str();
+  a.a2a_size = 2, a.window = 1;
+  EXPECT_TRUE(exec_point(a, 4, default_experiments_dir()).ok());
+  a.layout = "zigzag", a.a2a_size = 0, a.window = 0;
   a.mask = "diagonal";
   EXPECT_NE(exec_batch(a, default_experiments_dir()).error_str().find("--mask"), std::string::npos);
 }

@@ -1,11 +1,10 @@
 #include "core/runtime/host_tensor_ops.h"
 
+#include "core/runtime/lse_merge.h"
 #include "kernels/cuda/bf16.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 namespace cpbench {
 
@@ -36,25 +35,8 @@ void HostTensorOps::add(Rows<float> dst, Rows<const float> src, int64_t rows, in
 }
 
 void HostTensorOps::merge(const LseMerge& m) {
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const int64_t d = m.head_dim;
   for (int64_t h = 0; h < m.heads; ++h)
-    for (int64_t t = 0; t < m.tokens; ++t) {
-      const float lb = m.lse.at[h * m.lse.pitch + t];
-      if (lb == kNegInf) continue;
-      float& la = m.out_lse.at[h * m.out_lse.pitch + t];
-      float* oa = m.out.at + t * m.out.pitch + h * d;
-      const float* ob = m.o.at + t * m.o.pitch + h * d;
-      if (la == kNegInf) {
-        std::copy_n(ob, d, oa);
-        la = lb;
-        continue;
-      }
-      const float mx = std::max(la, lb);
-      const float wa = std::exp(la - mx), wb = std::exp(lb - mx), sum = wa + wb;
-      for (int64_t i = 0; i < d; ++i) oa[i] = (wa * oa[i] + wb * ob[i]) / sum;
-      la = mx + std::log(sum);
-    }
+    for (int64_t t = 0; t < m.tokens; ++t) merge_lse_row(m, h, t);
 }
 
 void HostTensorOps::copy_bytes(std::byte* dst, const std::byte* src, int64_t n) {

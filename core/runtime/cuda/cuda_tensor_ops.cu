@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/runtime/lse_merge.h"
 #include "kernels/cuda/bf16.h"
 
 namespace cpbench {
@@ -31,25 +32,10 @@ __global__ void add_kernel(Rows<float> dst, Rows<const float> src, int64_t rows,
   dst.at[r * dst.pitch + c] += src.at[r * src.pitch + c];
 }
 
-// One thread per (head, token) row, as HostTensorOps::merge's loop body.
+// One thread per (head, token) row: the row HostTensorOps::merge loops over.
 __global__ void merge_kernel(LseMerge m) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= m.heads * m.tokens) return;
-  const int64_t h = i / m.tokens, t = i % m.tokens, d = m.head_dim;
-  const float lb = m.lse.at[h * m.lse.pitch + t];
-  if (lb == -INFINITY) return;
-  float& la = m.out_lse.at[h * m.out_lse.pitch + t];
-  float* oa = m.out.at + t * m.out.pitch + h * d;
-  const float* ob = m.o.at + t * m.o.pitch + h * d;
-  if (la == -INFINITY) {
-    for (int64_t x = 0; x < d; ++x) oa[x] = ob[x];
-    la = lb;
-    return;
-  }
-  const float mx = fmaxf(la, lb);
-  const float wa = expf(la - mx), wb = expf(lb - mx), sum = wa + wb;
-  for (int64_t x = 0; x < d; ++x) oa[x] = (wa * oa[x] + wb * ob[x]) / sum;
-  la = mx + logf(sum);
+  if (i < m.heads * m.tokens) merge_lse_row(m, i / m.tokens, i % m.tokens);
 }
 
 __global__ void encode_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
