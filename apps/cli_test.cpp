@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -76,6 +77,25 @@ TEST_F(CliTest, VersionHelpAndUsageErrors) {
   EXPECT_EQ(cpbench("frobnicate").code, 2);
   EXPECT_EQ(cpbench("run").code, 2);
   EXPECT_EQ(cpbench("run x --jobs 0").code, 2);
+}
+
+// --backend cuda needs a GPU: without one (CI, or a build without CUDA) it says so in one line,
+// exits 1 and writes nothing; with one (a device machine) it runs the point and writes its results.
+TEST_F(CliTest, CudaBackendWithoutADeviceSaysSoInOneLineAndWritesNothing) {
+  const bool gpu = cpbench("--version").out.find("GPU 0:") != std::string::npos;
+  const fs::path out = dir_ / "cuda";
+  const auto r = cpbench("run dcp/micro_causal --first 1 --backend cuda --out " + out.string());
+  if (gpu) {
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_TRUE(fs::exists(out / "dcp_micro_causal" / "results.json")) << r.out;
+    return;
+  }
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find("cpbench run: --backend cuda: "), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out)) << r.out;
+  // --dry-run executes nothing, so it needs no device.
+  EXPECT_EQ(cpbench("run dcp/micro_causal --first 1 --backend cuda --dry-run").code, 0);
 }
 
 TEST_F(CliTest, ListShowsRegisteredExperimentsButNotPresets) {

@@ -42,6 +42,7 @@
 #include "core/experiment/strategy_registry.h"
 #include "core/reshard/reconfigure.h"
 #ifdef CPBENCH_HAVE_CUDA
+#include "core/runtime/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_query.h"
 #endif
 
@@ -102,6 +103,30 @@ int mpi_world_size() {
   if (mpi_up()) MPI_Comm_size(MPI_COMM_WORLD, &size);
   return size;
 }
+
+// The GPU runtime built into this binary (null without CUDA), for the backends that need devices.
+const DeviceRuntime* built_in_device() {
+#ifdef CPBENCH_HAVE_CUDA
+  return &cuda_runtime();
+#else
+  return nullptr;
+#endif
+}
+
+// Before anything is read or written: "" when `backend` can run here, else one line saying why
+// not (a backend that needs a GPU, in a build without CUDA or on a machine without a device).
+std::string backend_refusal(const std::string& backend) {
+  const Backend* b = find_backend(backend);
+  if (!b || !b->needs_devices) return "";
+  if (mpi_world_size() > 1)
+    return "--backend " + backend + " runs every rank of a plan as a thread of one process on this machine's GPU: "
+           "start it without mpirun";
+  const DeviceRuntime* device = built_in_device();
+  if (!device) return "--backend " + backend + ": this cpbench was built without CUDA (nvcc was not found when it was built)";
+  const std::string why = device->unavailable();
+  return why.empty() ? "" : "--backend " + backend + ": " + why;
+}
+
 
 // A numeric flag's value: finite and within [lo, hi]. CLI::Range alone lets "nan" through (every
 // comparison with nan is false), and a timeout of "inf" or 1e300 overflows the arithmetic on it.
@@ -185,6 +210,10 @@ struct RunArgs {
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
+  if (const std::string why = backend_refusal(a.backend); !why.empty() && !a.dry_run) {
+    if (mpi_rank() == 0) std::cerr << "cpbench run: " << why << "\n";
+    return kExitFailed;
+  }
   auto ref = resolve_experiment(a.experiment, experiments_dir);
   if (!ref) return report_errors(ref.errors());
   Errors set_errors;
@@ -231,6 +260,7 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   }
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
                  a.progress_every_s, world.get()};
+  run.device = built_in_device();
   const fs::path dir = fs::path(a.out) / spec->name;
   // One run at a time per results folder: rank 0 writes it and takes its lock; every rank learns
   // the verdict, so a refused job ends on all of them.

@@ -3,26 +3,52 @@
 # environment, then every GPU test (CTest label gpu: built here with CUDA, run there), each with a
 # time limit, in well under the 15 minutes a session has, so a second try fits.
 #
-#   here:  BUILD_TYPE=Release scripts/build.sh flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test
-#          mkdir -p build/device_libs && cp -L /usr/local/cuda/lib64/libcudart.so.13 build/device_libs/
+#   here:  scripts/device_check.sh --prepare   (builds the GPU tests, fills build/device_libs)
 #   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test",
-#          "build/cuda_tensor_ops_gpu_test", "build/cuda_attention_kernels_gpu_test", "build/device_libs"]
-#   by hand on a GPU machine: the build line above, then scripts/device_check.sh
+#          "build/cuda_tensor_ops_gpu_test", "build/cuda_attention_kernels_gpu_test",
+#          "build/executed_plans_gpu_test", "build/device_libs"]
+#   by hand on a GPU machine: scripts/device_check.sh --prepare, then scripts/device_check.sh
 #
-# The test binaries need only the CUDA runtime and the C++ runtime (CMakeLists.txt links them so),
-# so they are built here and carried, with this machine's libcudart in build/device_libs (put on
-# LD_LIBRARY_PATH) in case the device's differs; without them it builds them there when CMake and
-# the dependencies are present. Then, where PyTorch has CUDA, the op measurements `cpbench calibrate`
-# reads (scripts/measure_gpu_ops.py: GEMMs, FlashAttention-2, HBM copies, host time per call) and
-# the training-size GEMMs again after 10 s of back-to-back load each, with the SM clock and power
-# (the steady clock a training step sees; issue 30). Writes at most 7 files to $OUT (default
-# /tmp/device_check): environment.txt, summary.txt (one line per test or measurement: exit code,
-# milliseconds), tests.log, tests.json, ops.csv, sustained.csv, host_ops.txt.
+# --prepare builds the GPU tests (Release) and puts beside them, in build/device_libs (put on
+# LD_LIBRARY_PATH), the shared libraries they need that a bare machine with a CUDA driver may lack:
+# this machine's libcudart and libgomp, and, for OpenBLAS (which executed_plans_gpu_test links
+# through the CPU kernels but never calls: its references are the naive kernels at the tests'
+# sizes, its kernels the GPU's), Debian's 0.2 MB reference BLAS under OpenBLAS's file name, so that
+# the carried folder stays far below the device tool's 64 MiB (OpenBLAS is 35 MB). A BLAS call
+# there would fail loudly, naming the missing openblas_* symbol. The tests need no MPI and no
+# Zoltan (the GPU tests link with --as-needed; DCP's planner, which needs both, is not in them).
+# Without the binaries it builds them there when CMake and the dependencies are present. Then,
+# where PyTorch has CUDA, the op measurements `cpbench calibrate` reads (scripts/measure_gpu_ops.py:
+# GEMMs, FlashAttention-2, HBM copies, host time per call) and the training-size GEMMs again after
+# 10 s of back-to-back load each, with the SM clock and power (the steady clock a training step
+# sees; issue 30). Writes at most 7 files to $OUT (default /tmp/device_check): environment.txt,
+# summary.txt (one line per test or measurement: exit code, milliseconds), tests.log, tests.json,
+# ops.csv, sustained.csv, host_ops.txt.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
 out="${OUT:-/tmp/device_check}"
 export LD_LIBRARY_PATH="$build/device_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+gpu_tests=(flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test executed_plans_gpu_test)
+
+if [ "${1:-}" = "--prepare" ]; then
+  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" || exit 1
+  libs="$build/device_libs"
+  rm -rf "$libs" && mkdir -p "$libs"
+  for t in "${gpu_tests[@]}"; do
+    ldd "$build/$t" | awk '/=> \//{print $1, $3}'
+  done | sort -u | while read -r name path; do
+    case "$name" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*) ;;  # every Linux has them
+      libopenblas.so*) cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 "$libs/$name" ;;
+      libgfortran.so*|libquadmath.so*) ;;  # OpenBLAS's, not the reference BLAS's
+      *) cp -L "$path" "$libs/$name" ;;
+    esac
+  done
+  du -sh "$libs" "${gpu_tests[@]/#/$build/}"
+  exit 0
+fi
+
 mkdir -p "$out"
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -36,7 +62,7 @@ shopt -s nullglob
 tests=("$build"/*_gpu_test)
 if [ ${#tests[@]} -eq 0 ]; then
   echo "device_check: no *_gpu_test in $build; building them" >&2
-  BUILD_TYPE=Release "$root/scripts/build.sh" flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test >"$out/tests.log" 2>&1 || true
+  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" >"$out/tests.log" 2>&1 || true
   tests=("$build"/*_gpu_test)
 fi
 : > "$out/summary.txt"

@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <limits>
 #include <set>
 #include <tuple>
 
 #include "core/cost/cost_model.h"
 #include "core/model/model_flops.h"
 #include "core/runtime/cpu_attention_kernels.h"
+#include "core/runtime/device_runtime.h"
 #include "core/runtime/plan_exec.h"
 #include "core/runtime/self_communicator.h"
+#include "core/runtime/thread_communicator.h"
 #include "core/sim/attention_sim.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/iteration.h"
@@ -243,6 +247,14 @@ struct RankVerdict {
   char where[184] = {};
 };
 
+// The worst of a check, as a line: "world rank 2's dK token 37 of sequence 1 is off by 3.1 times
+// its tolerance".
+std::string culprit_line(int rank, const CheckResult& c) {
+  char line[320];
+  std::snprintf(line, sizeof line, "world rank %d's %s is off by %.3g times its tolerance", rank, c.where.c_str(), c.worst);
+  return line;
+}
+
 // After every member checked its results: the world rank and place of the worst value of all.
 Expected<std::string> worst_place(Communicator& comm, const CheckResult& mine) {
   RankVerdict v;
@@ -255,62 +267,122 @@ Expected<std::string> worst_place(Communicator& comm, const CheckResult& mine) {
   size_t worst = 0;
   for (size_t r = 1; r < all.size(); ++r)
     if (all[r].worst > all[worst].worst) worst = r;
-  char line[320];
-  std::snprintf(line, sizeof line, "world rank %zu's %s is off by %.3g times its tolerance", worst, all[worst].where,
-                all[worst].worst);
-  return std::string(line);
+  CheckResult c;
+  c.worst = all[worst].worst;
+  c.where = all[worst].where;
+  return culprit_line(static_cast<int>(worst), c);
 }
 
-Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
+// One AttentionPlan executed by an executing backend, over its ranks.
+struct PlanExecution {
+  double seconds = 0;        // the slowest member, barrier to end
+  bool bytes_match = true;   // every member moved plan_bytes
+  double worst = 0;          // the worst value's error over its tolerance (≤ 1 passes)
+  double wrong = 0;          // values out of tolerance, summed over the members
+  std::string culprit;       // where the worst value is, named for the error (when worst > 1)
+};
+
+// What an executing backend does with each distinct AttentionPlan of a point.
+struct PlanExecutor {
+  const char* name;  // the backend: metric prefix and error prefix
+  int ranks;         // the most ranks a plan may need
+  // The plan's predicted seconds where it runs (`first`) and, with its reference check on this
+  // host, the seconds the budget is measured against (`second`).
+  std::function<Expected<std::pair<double, double>>(const AttentionPlan&)> price;
+  std::function<Expected<PlanExecution>(const AttentionPlan&, const std::string& which)> run;
+};
+
+// The executing backends' loop: every distinct AttentionPlan run unless it needs more ranks than
+// the backend has or is predicted above the budget (then counted and named); a wrong value is an
+// error naming the plan and where; metrics NAME_attention_plans_executed, _skipped,
+// NAME_attention_predicted_s, NAME_bytes_match_plan, NAME_max_error_fraction, NAME_wrong_values and
+// the timing NAME_attention_measured_s.
+Evaluation execute_attention_plans(const EvalInput& in, const Plan& plan, const PlanExecutor& ex) {
+  const std::string prefix = std::string(ex.name) + " backend: ";
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
   const std::vector<const AttentionPlan*> plans = distinct_attention_plans(plan);
   if (plans.empty())
     return {"infeasible",
-            "the cpu backend executes a plan's context-parallel attention, and this plan has none (cp = 1 everywhere)",
+            "the " + std::string(ex.name) +
+                " backend executes a plan's context-parallel attention, and this plan has none (cp = 1 everywhere)",
             {}, {}};
-  if (auto why = check_attention_plans(plans); !why.empty()) return {"error", "cpu backend: " + why, {}, {}};
+  if (auto why = check_attention_plans(plans); !why.empty()) return {"error", prefix + why, {}, {}};
+  double executed = 0, skipped = 0, predicted_s = 0, measured_s = 0, bytes_match = 1, worst_error = 0, wrong = 0;
+  std::string note;
+  auto fail = [&](const std::string& why) { return Evaluation{"error", prefix + why, {}, {}}; };
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const AttentionPlan& a = *plans[i];
+    const std::string which = "attention plan " + std::to_string(i) + " (" + a.layout + ", " +
+                              std::to_string(a.ranks) + " ranks)";
+    if (a.ranks > ex.ranks) {
+      skipped += 1;
+      note += which + ": needs " + std::to_string(a.ranks) + " ranks, the job has " + std::to_string(ex.ranks) + "; ";
+      continue;
+    }
+    auto price = ex.price(a);
+    if (!price) return fail(which + ": " + price.error_str());
+    if (price->second > in.cpu_budget_s) {
+      skipped += 1;
+      char why[200];
+      std::snprintf(why, sizeof why, ": predicted %.3g s here with its check, above the %.3g s budget; ", price->second,
+                    in.cpu_budget_s);
+      note += which + why;
+      continue;
+    }
+    auto run = ex.run(a, which);
+    if (!run) return fail(run.error_str());
+    executed += 1;
+    predicted_s += price->first;
+    measured_s += run->seconds;
+    if (!run->bytes_match) bytes_match = 0;
+    worst_error = std::max(worst_error, run->worst);
+    wrong += run->wrong;
+    if (run->worst > 1) {
+      char count[120];
+      std::snprintf(count, sizeof count, "; %.0f value%s wrong", run->wrong, run->wrong == 1 ? "" : "s");
+      return fail(which + " computed wrong values: " + run->culprit + count);
+    }
+  }
+  const std::string m = ex.name;
+  out.metrics[m + "_attention_plans_executed"] = executed;
+  out.metrics[m + "_attention_plans_skipped"] = skipped;
+  out.metrics[m + "_attention_predicted_s"] = predicted_s;
+  out.metrics[m + "_bytes_match_plan"] = bytes_match;
+  out.metrics[m + "_max_error_fraction"] = worst_error;
+  out.metrics[m + "_wrong_values"] = wrong;
+  out.timings[m + "_attention_measured_s"] = measured_s;
+  if (executed == 0) return {"infeasible", prefix + "nothing this job can execute: " + note, {}, {}};
+  if (!note.empty()) out.reason = "not executed: " + note.substr(0, note.size() - 2);
+  return out;
+}
+
+Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
   auto cost = load_cost_model(in.cpu_preset);
   if (!cost) return {"error", "cpu backend: " + cost.error_str(), {}, {}};
   SelfCommunicator alone;
   Communicator& comm = in.world ? *in.world : alone;
   CpuAttentionKernels cpu;
   AttentionKernels& kernels = in.kernels ? *in.kernels : cpu;
-  double executed = 0, skipped = 0, predicted_s = 0, measured_s = 0, bytes_match = 1, worst_error = 0, wrong = 0;
-  std::string note;
-  auto fail = [](const std::string& why) { return Evaluation{"error", "cpu backend: " + why, {}, {}}; };
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const AttentionPlan& a = *plans[i];
-    const std::string which = "attention plan " + std::to_string(i) + " (" + a.layout + ", " +
-                              std::to_string(a.ranks) + " ranks)";
-    if (a.ranks > comm.size()) {
-      skipped += 1;
-      note += which + ": needs " + std::to_string(a.ranks) + " ranks, the job has " + std::to_string(comm.size()) + "; ";
-      continue;
-    }
+  PlanExecutor ex{"cpu", comm.size(), nullptr, nullptr};
+  // Run and check on this machine's ranks: every rank's kernels, then the reference, on one rank.
+  ex.price = [&](const AttentionPlan& a) -> Expected<std::pair<double, double>> {
     auto sim = simulate_attention_plan(a, *cost, true, Link::nvlink);
-    if (!sim) return fail(which + ": " + sim.error_str());
-    // The run and its check against the reference (every rank's kernels on one rank).
-    const double with_check_s = sim->step_time_s + sim->serial_kernel_s();
-    if (with_check_s > in.cpu_budget_s) {
-      skipped += 1;
-      char why[200];
-      std::snprintf(why, sizeof why, ": predicted %.3g s here with its check, above the %.3g s budget; ", with_check_s,
-                    in.cpu_budget_s);
-      note += which + why;
-      continue;
-    }
+    if (!sim) return sim.errors();
+    return std::pair{sim->step_time_s, sim->step_time_s + sim->serial_kernel_s()};
+  };
+  ex.run = [&](const AttentionPlan& a, const std::string& which) -> Expected<PlanExecution> {
     // The first a.ranks ranks of the job run it; the others wait at the world's reductions.
     const bool member = comm.rank() < a.ranks;
     auto sub = comm.split(member ? 0 : 1, comm.rank());
-    if (!sub) return fail(sub.error_str());
+    if (!sub) return sub.errors();
     std::vector<double> result{0, 0, 0};  // seconds (max over members), bytes mismatches, worst error
     std::vector<double> wrong_here{0};
     CheckResult mine;
     if (member) {
       const OwnedInputs inputs = make_attention_inputs(a, 1);
       auto run = run_attention_group(a, **sub, kernels, inputs, GroupRunOptions{true, true});
-      if (!run) return fail("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + run.error_str());
+      if (!run) return runtime_error("world rank " + std::to_string(comm.rank()) + ", " + which + ": " + run.error_str());
       result[0] = run->seconds;
       result[1] = run->bytes_match() ? 0 : 1;
       // Correctness beside time: this rank's home results against the single-device reference.
@@ -319,32 +391,69 @@ Evaluation evaluate_cpu(const EvalInput& in, const Plan& plan) {
       result[2] = mine.worst;
     }
     std::vector<double> worst = result;
-    if (auto s = comm.all_reduce(std::span<double>(worst), ReduceOp::kMax); !s) return fail(s.error_str());
-    if (auto s = comm.all_reduce(std::span<double>(wrong_here), ReduceOp::kSum); !s) return fail(s.error_str());
-    executed += 1;
-    predicted_s += sim->step_time_s;
-    measured_s += worst[0];
-    if (worst[1] > 0) bytes_match = 0;
-    worst_error = std::max(worst_error, worst[2]);
-    wrong += wrong_here[0];
+    if (auto s = comm.all_reduce(std::span<double>(worst), ReduceOp::kMax); !s) return s.errors();
+    if (auto s = comm.all_reduce(std::span<double>(wrong_here), ReduceOp::kSum); !s) return s.errors();
+    PlanExecution pe{worst[0], worst[1] == 0, worst[2], wrong_here[0], ""};
     if (worst[2] > 1) {  // every rank knows; every rank names the same culprit
       auto place = worst_place(comm, mine);
-      if (!place) return fail(place.error_str());
-      char count[120];
-      std::snprintf(count, sizeof count, "; %.0f value%s wrong", wrong_here[0], wrong_here[0] == 1 ? "" : "s");
-      return fail(which + " computed wrong values: " + *place + count);
+      if (!place) return place.errors();
+      pe.culprit = *place;
     }
-  }
-  out.metrics["cpu_attention_plans_executed"] = executed;
-  out.metrics["cpu_attention_plans_skipped"] = skipped;
-  out.metrics["cpu_attention_predicted_s"] = predicted_s;
-  out.metrics["cpu_bytes_match_plan"] = bytes_match;
-  out.metrics["cpu_max_error_fraction"] = worst_error;
-  out.metrics["cpu_wrong_values"] = wrong;
-  out.timings["cpu_attention_measured_s"] = measured_s;
-  if (executed == 0) return {"infeasible", "cpu backend: nothing this job can execute: " + note, {}, {}};
-  if (!note.empty()) out.reason = "not executed: " + note.substr(0, note.size() - 2);
-  return out;
+    return pe;
+  };
+  return execute_attention_plans(in, plan, ex);
+}
+
+Evaluation evaluate_cuda(const EvalInput& in, const Plan& plan) {
+  if (!in.device)
+    return {"error", "cuda backend: this cpbench was built without CUDA (nvcc was not found when it was built)", {}, {}};
+  if (const std::string why = in.device->unavailable(); !why.empty()) return {"error", "cuda backend: " + why, {}, {}};
+  auto host = load_cost_model(in.cpu_preset);
+  if (!host) return {"error", "cuda backend: " + host.error_str(), {}, {}};
+  auto gpu = CostModel::create(in.cluster);
+  if (!gpu) return {"error", "cuda backend: " + gpu.error_str(), {}, {}};
+  const DeviceRuntime& device = *in.device;
+  // Every rank of a plan is a thread of this process on the one GPU.
+  PlanExecutor ex{"cuda", std::numeric_limits<int>::max(), nullptr, nullptr};
+  // Predicted: the plan's kernels on the point's own GPU, one rank after the other (one device runs
+  // them all). Budget: the reference check, on this host's cores.
+  ex.price = [&](const AttentionPlan& a) -> Expected<std::pair<double, double>> {
+    auto on_gpu = simulate_attention_plan(a, *gpu, true, Link::nvlink);
+    if (!on_gpu) return on_gpu.errors();
+    auto check = simulate_attention_plan(a, *host, true, Link::nvlink);
+    if (!check) return check.errors();
+    return std::pair{on_gpu->serial_kernel_s(), check->serial_kernel_s()};
+  };
+  ex.run = [&](const AttentionPlan& a, const std::string& which) -> Expected<PlanExecution> {
+    const OwnedInputs inputs = make_attention_inputs(a, 1);
+    std::vector<GroupRun> runs(static_cast<size_t>(a.ranks));
+    const std::vector<Status> st = run_thread_ranks(
+        static_cast<int>(a.ranks),
+        [&](Communicator& c) -> Status {
+          std::unique_ptr<AttentionKernels> kernels = device.make_kernels();
+          auto run = run_attention_group(a, c, *kernels, inputs, GroupRunOptions{true, true});
+          if (!run) return run.errors();
+          runs[static_cast<size_t>(c.rank())] = std::move(*run);
+          return ok_status();
+        },
+        Communicator::kDefaultTimeout, device.copy);
+    for (size_t r = 0; r < st.size(); ++r)
+      if (!st[r]) return runtime_error("rank " + std::to_string(r) + ", " + which + ": " + st[r].error_str());
+    PlanExecution pe;
+    int worst_rank = 0;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      pe.seconds = std::max(pe.seconds, runs[r].seconds);
+      pe.bytes_match = pe.bytes_match && runs[r].bytes_match();
+      pe.wrong += static_cast<double>(runs[r].check.wrong);
+      if (runs[r].check.worst > pe.worst) {
+        pe.worst = runs[r].check.worst;
+        worst_rank = static_cast<int>(r);
+      }
+    }
+    if (pe.worst > 1) pe.culprit = culprit_line(worst_rank, runs[static_cast<size_t>(worst_rank)].check);
+    return pe;
+  };
+  return execute_attention_plans(in, plan, ex);
 }
 
 Evaluation reconfigure_sim(const ClusterSpec& cluster, const ModelShape& model, const ReconfigurationPlan& plan);
@@ -359,6 +468,10 @@ const std::vector<Backend>& backends() {
        "the plans' CP attention executed on this job's ranks (MPI processes) with CPU kernels, checked against the "
        "reference, measured beside predicted",
        true, true, false, evaluate_cpu},
+      {"cuda",
+       "the plans' CP attention executed on this machine's GPU (every rank a thread with its own stream) with CUDA "
+       "kernels, checked against the reference, measured beside predicted",
+       true, true, true, evaluate_cuda},
   };
   return table;
 }

@@ -15,6 +15,13 @@
 //          here (more ranks than the job has, or predicted with their check slower than
 //          cpu_budget_s) are counted and named, not run; a plan with no CP attention has
 //          nothing for it to execute (infeasible, says so).
+//   "cuda": the same on one GPU (EvalInput::device, the runtime a CUDA build passes): each
+//          AttentionPlan on plan.ranks thread ranks of this process sharing the device, our CUDA
+//          kernels on a stream per rank, transfers as device copies; checked against the
+//          reference (on the host, so the same cpu_budget_s on its predicted time skips plans),
+//          measured beside the plan simulated on the point's own cluster, all ranks' kernels
+//          one after the other (what one GPU running every rank does). Without a device, or in a
+//          build without CUDA, every point is an error that says so (the CLI refuses first).
 // Note: every backend reports the workload's own metrics (parameters, model FLOPs by the spec's
 // definition, tokens, long-token share) and the plan's padding beside its measured ones.
 #pragma once
@@ -35,6 +42,7 @@ namespace cpbench {
 class AttentionCostMemo;  // core/sim/cp_attention.h
 class AttentionKernels;   // core/runtime/attention_kernels.h
 class Communicator;       // core/runtime/communicator.h
+struct DeviceRuntime;     // core/runtime/device_runtime.h
 
 // How a point counts model FLOPs; papers differ, and a reproduction must use the paper's own
 // (core/model/model_flops.h): "sc21", "megatron" or "kwai".
@@ -56,6 +64,8 @@ struct EvalInput {
   // this process alone), and the kernels a rank runs (null: the backend's own).
   Communicator* world = nullptr;
   AttentionKernels* kernels = nullptr;
+  // The cuda backend: the GPU runtime this binary was built with (null: none, a CPU-only build).
+  const DeviceRuntime* device = nullptr;
 };
 
 struct Evaluation {

@@ -5,6 +5,8 @@
 // and the tensor — through evaluate and through run_experiment, on every rank alike.
 #include "core/evaluate/evaluate.h"
 
+#include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -16,6 +18,7 @@
 #include "core/experiment/spec.h"
 #include "core/experiment/strategy_registry.h"
 #include "core/runtime/cpu_attention_kernels.h"
+#include "core/runtime/device_runtime.h"
 #include "core/runtime/thread_communicator.h"
 
 namespace cpbench {
@@ -31,10 +34,13 @@ TEST(Backends, OneRowPerBackendFoundByName) {
     EXPECT_NE(b.evaluate, nullptr) << b.name;
     EXPECT_EQ(find_backend(b.name), &b);
   }
-  EXPECT_EQ(backend_names(), (std::vector<std::string>{"sim", "cpu"}));
+  EXPECT_EQ(backend_names(), (std::vector<std::string>{"sim", "cpu", "cuda"}));
   EXPECT_FALSE(find_backend("sim")->executes);
   EXPECT_TRUE(find_backend("cpu")->executes);
   EXPECT_TRUE(find_backend("cpu")->every_rank_together);
+  EXPECT_FALSE(find_backend("cpu")->needs_devices);
+  EXPECT_TRUE(find_backend("cuda")->executes);
+  EXPECT_TRUE(find_backend("cuda")->needs_devices);
   EXPECT_EQ(find_backend("gpu?"), nullptr);
 }
 
@@ -59,7 +65,7 @@ TEST(Backends, UnknownBackendIsAnErrorListingTheKnownOnes) {
   const GlobalBatch batch = p.workload.batch();
   const Evaluation e = evaluate(EvalInput{p.cluster, p.model, batch, p.flops_definition}, plan_of(p, batch), "gpu?");
   EXPECT_EQ(e.status, "error");
-  EXPECT_THAT(e.reason, HasSubstr("unknown backend 'gpu?' (known: sim, cpu)"));
+  EXPECT_THAT(e.reason, HasSubstr("unknown backend 'gpu?' (known: sim, cpu, cuda)"));
 }
 
 // A kernel that gets one value of one backward tile wrong on the rank it runs on.
@@ -162,6 +168,73 @@ TEST(CpuBackend, APlantedWrongKernelResultIsAnErrorPointOfTheRun) {
   EXPECT_EQ(r.status, "error");
   EXPECT_THAT(r.reason, HasSubstr("attention plan 0 (zigzag, 2 ranks) computed wrong values"));
   EXPECT_TRUE(fs::exists(out / spec.name / "results.json"));
+}
+
+// The cuda backend's walk with the device stood in for by the host: every rank a thread with its
+// own kernels (CPU ones; the second made planted when asked), bytes moved by the runtime's copy.
+// It is the path `run --backend cuda` takes on a GPU, short of the CUDA kernels and cudaMemcpy
+// (those run in the GPU tests of scripts/device_check.sh).
+std::atomic<int> g_host_copies{0};
+std::atomic<int> g_kernels_made{0};
+bool g_plant = false;
+const DeviceRuntime& host_standin() {
+  static const DeviceRuntime rt{
+      "host stand-in", [] { return std::string(); }, [] { return std::string("the host"); },
+      []() -> std::unique_ptr<AttentionKernels> {
+        const int n = g_kernels_made++;
+        return std::make_unique<PlantedKernels>(g_plant && n == 1);
+      },
+      [](void* dst, const void* src, std::size_t bytes) -> Status {
+        ++g_host_copies;
+        std::memcpy(dst, src, bytes);
+        return ok_status();
+      }};
+  return rt;
+}
+
+Evaluation evaluate_on_standin(bool plant, const DeviceRuntime* device) {
+  const Spec spec = cpu_spec();
+  const PointConfig& p = spec.points.front();
+  const GlobalBatch batch = p.workload.batch();
+  EvalInput in{p.cluster, p.model, batch, p.flops_definition, {},
+               default_experiments_dir() / "hardware" / "cpu_local.json", 60};
+  in.device = device;
+  g_plant = plant;
+  g_kernels_made = 0;
+  g_host_copies = 0;
+  return evaluate(in, plan_of(p, batch), "cuda");
+}
+
+TEST(CudaBackend, RunsEveryRankAsAThreadOnTheDeviceCheckedAgainstTheReference) {
+  const Evaluation e = evaluate_on_standin(false, &host_standin());
+  ASSERT_EQ(e.status, "ok") << e.reason;
+  EXPECT_EQ(e.metrics.at("cuda_attention_plans_executed"), 1);
+  EXPECT_EQ(e.metrics.at("cuda_bytes_match_plan"), 1);
+  EXPECT_EQ(e.metrics.at("cuda_wrong_values"), 0);
+  EXPECT_GT(e.metrics.at("cuda_max_error_fraction"), 0);
+  EXPECT_LE(e.metrics.at("cuda_max_error_fraction"), 1);
+  EXPECT_GT(e.metrics.at("cuda_attention_predicted_s"), 0);  // the point's own GPU, every rank's kernels
+  EXPECT_GT(e.timings.at("cuda_attention_measured_s"), 0);
+  EXPECT_EQ(g_kernels_made.load(), 2);  // one per rank of the CP-2 plan
+  EXPECT_GT(g_host_copies.load(), 0);   // the ranks' messages went through the runtime's copy
+}
+
+TEST(CudaBackend, AWrongValueIsAnErrorNamingTheRankAndTensor) {
+  const Evaluation e = evaluate_on_standin(true, &host_standin());
+  EXPECT_EQ(e.status, "error");
+  EXPECT_THAT(e.reason, HasSubstr("cuda backend: attention plan 0 (zigzag, 2 ranks) computed wrong values: world rank "));
+  EXPECT_THAT(e.reason, HasSubstr("'s dK token "));
+  EXPECT_THAT(e.reason, HasSubstr("; 1 value wrong"));
+}
+
+TEST(CudaBackend, WithoutARuntimeOrADeviceEveryPointIsAnErrorSayingSo) {
+  EXPECT_THAT(evaluate_on_standin(false, nullptr).reason, HasSubstr("cuda backend: this cpbench was built without CUDA"));
+  DeviceRuntime none = host_standin();
+  none.unavailable = [] { return std::string("no CUDA device here"); };
+  const Evaluation e = evaluate_on_standin(false, &none);
+  EXPECT_EQ(e.status, "error");
+  EXPECT_EQ(e.reason, "cuda backend: no CUDA device here");
+  EXPECT_EQ(g_kernels_made.load(), 0);
 }
 
 }  // namespace

@@ -44,6 +44,12 @@ const std::vector<MetricInfo>& known_metrics() {
       {"cpu_bytes_match_plan", "bool", "cpu backend: 1 when every rank moved exactly the bytes its plans say"},
       {"cpu_max_error_fraction", "ratio", "cpu backend: the worst executed value's error over its tolerance (≤ 1 passes)"},
       {"cpu_wrong_values", "count", "cpu backend: executed values beyond their tolerance (nccl-tests' #wrong)"},
+      {"cuda_attention_plans_executed", "count", "cuda backend: distinct CP attention plans executed on this machine's GPU"},
+      {"cuda_attention_plans_skipped", "count", "cuda backend: CP attention plans it did not run (their host check over the budget)"},
+      {"cuda_attention_predicted_s", "s", "cuda backend: the executed plans' kernels, every rank's one after the other, simulated on the point's GPU (one layer, fwd+bwd)"},
+      {"cuda_bytes_match_plan", "bool", "cuda backend: 1 when every rank moved exactly the bytes its plans say"},
+      {"cuda_max_error_fraction", "ratio", "cuda backend: the worst executed value's error over its tolerance (≤ 1 passes)"},
+      {"cuda_wrong_values", "count", "cuda backend: executed values beyond their tolerance (nccl-tests' #wrong)"},
       {"attention_time_s", "s", "attention micro-benchmark: one layer's attention forward + backward on its slowest rank, transfers included"},
       {"attention_fwd_s", "s", "attention micro-benchmark: of which the forward"},
       {"attention_bwd_s", "s", "attention micro-benchmark: of which the backward"},
@@ -59,6 +65,7 @@ const std::vector<MetricInfo>& known_metrics() {
       {"plan_time_ms", "ms", "wall time of the planner for one iteration (timings)", true},
       {"point_time_ms", "ms", "wall time of the whole point: every batch planned and priced (timings)", true},
       {"cpu_attention_measured_s", "s", "cpu backend: the executed plans' wall time on MPI ranks (timings)", true},
+      {"cuda_attention_measured_s", "s", "cuda backend: the executed plans' wall time on the GPU's thread ranks (timings)", true},
   };
   return m;
 }

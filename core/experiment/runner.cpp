@@ -306,6 +306,7 @@ PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, c
                backend.experiments_dir / "hardware" / "cpu_local.json", backend.cpu_budget_s};
   in.world = backend.world;
   in.kernels = backend.kernels;
+  in.device = backend.device;
   Evaluation out = pp.change ? evaluate_reconfiguration(point.cluster, point.model, *pp.change, backend.name)
                              : evaluate(in, pp.plan, backend.name);
   r.status = out.status;
@@ -392,7 +393,7 @@ void prepare_partitioner(const Spec& spec) {
 PointBackend point_backend(const RunOptions& options) {
   const Backend* b = find_backend(options.backend);
   return {options.backend, options.experiments_dir, options.cpu_budget_s,
-          b && b->every_rank_together ? options.world : nullptr, options.kernels};
+          b && b->every_rank_together ? options.world : nullptr, options.kernels, options.device};
 }
 
 Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options, int rank, bool together) {

@@ -18,6 +18,7 @@
 #include "core/workload/batch.h"
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/communicator.h"
+#include "core/runtime/device_runtime.h"
 
 namespace cpbench {
 
@@ -43,6 +44,8 @@ struct RunOptions {
   // The kernels an executing backend runs on this rank; null: the backend's own (tests plant
   // faulty ones here).
   AttentionKernels* kernels = nullptr;
+  // The GPU runtime of a backend that needs devices (cuda): null when this binary has none.
+  const DeviceRuntime* device = nullptr;
 };
 
 // Where a point's plan is evaluated (a row of core/evaluate/evaluate.h's backend table) and what
@@ -53,6 +56,7 @@ struct PointBackend {
   double cpu_budget_s = 60;               // cpu backend: plans predicted slower than this are not run
   Communicator* world = nullptr;          // the job's ranks, each evaluating the point; null: this process
   AttentionKernels* kernels = nullptr;    // an executing backend's kernels; null: its own
+  const DeviceRuntime* device = nullptr;  // the cuda backend's runtime; null: none built in
 };
 
 // A point up to its plan: its batch and the strategy's outcome, or why it got no further (a

@@ -45,4 +45,15 @@ inline Expected<AttentionPlan> test_layout_plan(const std::string& layout, const
   return plan;
 }
 
+// A GoogleTest name for a parameter that is a layout name ("a2a+p2p" → "a2a_p2p"), for
+// INSTANTIATE_TEST_SUITE_P over layouts.
+struct LayoutTestName {
+  template <class Info>
+  std::string operator()(const Info& info) const {
+    std::string n = info.param;
+    std::replace(n.begin(), n.end(), '+', '_');
+    return n;
+  }
+};
+
 }  // namespace cpbench

@@ -156,12 +156,7 @@ TEST(Executor, RunsThroughTheKernelBackendInterface) {
 
 INSTANTIATE_TEST_SUITE_P(All, Layouts,
                          ::testing::Values("single", "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& c : n)
-                             if (c == '+') c = '_';
-                           return n;
-                         });
+                         LayoutTestName());
 
 }  // namespace
 }  // namespace cpbench

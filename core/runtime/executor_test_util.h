@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -193,9 +195,16 @@ inline void expect_runs_as_planned(const AttentionPlan& plan, Communicator& comm
   expect_rank_as_planned(plan, comm.rank(), *rep, reference_attention(plan, in, true), what);
 }
 
-// The same on plan.ranks thread ranks of this process: inputs and the reference made once, every
-// rank's kernels on one OpenMP thread (a rank is a core, as under mpirun), behind the fence.
-inline void expect_runs_on_thread_ranks(const AttentionPlan& plan, uint64_t seed, const std::string& what) {
+// One rank's kernels, made on the rank's own thread (a GPU's: its own stream).
+using KernelsFactory = std::function<std::unique_ptr<AttentionKernels>()>;
+
+// The same on plan.ranks thread ranks of this process: inputs and the reference made once. By
+// default every rank's kernels are the CPU ones on one OpenMP thread (a rank is a core, as under
+// mpirun), behind the fence; `make` and `copy` put the ranks on another device instead (the CUDA
+// backend's kernels and copy: core/runtime/cuda/cuda_runtime.h), where a pointer outside its
+// memory is the device's fault to report.
+inline void expect_runs_on_thread_ranks(const AttentionPlan& plan, uint64_t seed, const std::string& what,
+                                        const KernelsFactory& make = {}, MemoryCopy copy = {}) {
   const OwnedInputs in = make_attention_inputs(plan, seed);
   const ReferenceAttention ref = reference_attention(plan, in, true);
   std::vector<ExecutionReport> reports(static_cast<size_t>(plan.ranks));
@@ -206,18 +215,26 @@ inline void expect_runs_on_thread_ranks(const AttentionPlan& plan, uint64_t seed
   const std::vector<Status> st = run_thread_ranks(
       plan.ranks,
       [&](Communicator& comm) -> Status {
-        FencedKernels kernels(one_thread);
-        auto rep = execute_attention(plan, comm, kernels, in.view(), true);
-        outside[static_cast<size_t>(comm.rank())] = kernels.fenced().violations();
-        checked[static_cast<size_t>(comm.rank())] = kernels.fenced().checked();
+        const size_t r = static_cast<size_t>(comm.rank());
+        Expected<ExecutionReport> rep = ExecutionReport{};
+        if (make) {
+          std::unique_ptr<AttentionKernels> kernels = make();
+          rep = execute_attention(plan, comm, *kernels, in.view(), true);
+        } else {
+          FencedKernels kernels(one_thread);
+          rep = execute_attention(plan, comm, kernels, in.view(), true);
+          outside[r] = kernels.fenced().violations();
+          checked[r] = kernels.fenced().checked();
+        }
         if (!rep) return rep.errors();
-        reports[static_cast<size_t>(comm.rank())] = std::move(*rep);
+        reports[r] = std::move(*rep);
         return ok_status();
       },
-      std::chrono::seconds(60));
+      std::chrono::seconds(60), std::move(copy));
   for (int r = 0; r < plan.ranks; ++r) {
     ASSERT_TRUE(st[static_cast<size_t>(r)]) << what << " rank " << r << ": " << st[static_cast<size_t>(r)].error_str();
     expect_rank_as_planned(plan, r, reports[static_cast<size_t>(r)], ref, what);
+    if (make) continue;
     EXPECT_GT(checked[static_cast<size_t>(r)], 0) << what << " rank " << r << ": nothing went through the fence";
     EXPECT_TRUE(outside[static_cast<size_t>(r)].empty())
         << what << " rank " << r << " reached memory TensorOps did not make: " << outside[static_cast<size_t>(r)].front();

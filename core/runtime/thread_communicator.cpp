@@ -30,7 +30,7 @@ struct Message {
 
 class ThreadFabric {
  public:
-  explicit ThreadFabric(int n) : boxes(static_cast<size_t>(n)) {}
+  ThreadFabric(int n, MemoryCopy copy_fn) : boxes(static_cast<size_t>(n)), copy(std::move(copy_fn)) {}
 
   // What waits at one destination rank: sends nobody has posted a receive for yet, oldest first,
   // and receives no send has matched yet, oldest first.
@@ -42,6 +42,7 @@ class ThreadFabric {
   std::mutex mu;
   std::condition_variable arrived;  // notified on every delivery
   std::vector<Box> boxes;
+  MemoryCopy copy;  // how the ranks' own buffers are read and written (empty: memcpy)
   // Groups made by split(): (split number, color) -> the new group's fabric and how many of its
   // ranks have yet to pick it up.
   std::map<std::pair<int, int>, std::pair<std::shared_ptr<ThreadFabric>, int>> children;
@@ -89,30 +90,34 @@ std::vector<std::byte> bytes_of(const void* p, std::size_t n) {
 }
 
 // Puts a message at `dest`: into the oldest posted receive it matches, else the unexpected queue.
-// Under fabric.mu.
-void deliver_locked(ThreadFabric& f, int source, int dest, int context, int tag, const std::byte* data,
-                    std::size_t bytes) {
+// A user message's `data` is the sender's own buffer (read through the fabric's copy), a
+// collective's is host memory. Under fabric.mu.
+Status deliver_locked(ThreadFabric& f, int source, int dest, int context, int tag, const std::byte* data,
+                      std::size_t bytes) {
   ThreadFabric::Box& box = f.boxes[static_cast<size_t>(dest)];
   if (context == kUser) {
     auto match = std::find_if(box.posted.begin(), box.posted.end(), [&](const ThreadCommunicator::PendingRecv* r) {
       return r->source == source && r->tag == tag;
     });
     if (match != box.posted.end()) {
-      (*match)->deliver(data, bytes);
+      (*match)->deliver(data, bytes, f.copy);
       (*match)->posted = false;
       box.posted.erase(match);
       f.arrived.notify_all();
-      return;
+      return ok_status();
     }
   }
-  box.unexpected.push_back({source, context, tag, std::vector<std::byte>(data, data + bytes)});
+  Message m{source, context, tag, std::vector<std::byte>(bytes)};
+  if (Status s = copy_memory(context == kUser ? f.copy : MemoryCopy{}, m.payload.data(), data, bytes); !s) return s;
+  box.unexpected.push_back(std::move(m));
   f.arrived.notify_all();
+  return ok_status();
 }
 
 }  // namespace
 
-std::vector<std::unique_ptr<ThreadCommunicator>> ThreadCommunicator::group(int n) {
-  auto fabric = std::make_shared<ThreadFabric>(n);
+std::vector<std::unique_ptr<ThreadCommunicator>> ThreadCommunicator::group(int n, MemoryCopy copy) {
+  auto fabric = std::make_shared<ThreadFabric>(n, std::move(copy));
   std::vector<int> world(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) world[static_cast<size_t>(r)] = r;
   std::vector<std::unique_ptr<ThreadCommunicator>> out;
@@ -129,8 +134,10 @@ int ThreadCommunicator::world_rank_of(int rank) const {
 Expected<std::unique_ptr<RequestState>> ThreadCommunicator::do_isend(const void* data, std::size_t count,
                                                                      DataType type, int dest, int tag) {
   std::lock_guard<std::mutex> lock(fabric_->mu);
-  deliver_locked(*fabric_, rank_, dest, kUser, tag, static_cast<const std::byte*>(data),
-                 count * element_size_bytes(type));
+  if (Status s = deliver_locked(*fabric_, rank_, dest, kUser, tag, static_cast<const std::byte*>(data),
+                                count * element_size_bytes(type));
+      !s)
+    return s.errors();
   return std::unique_ptr<RequestState>(std::make_unique<DoneSend>());
 }
 
@@ -149,7 +156,7 @@ Expected<std::unique_ptr<RequestState>> ThreadCommunicator::do_irecv(void* data,
     return m.context == kUser && m.source == source && m.tag == tag;
   });
   if (match != box.unexpected.end()) {
-    state->deliver(match->payload.data(), match->payload.size());
+    state->deliver(match->payload.data(), match->payload.size(), fabric_->copy);
     box.unexpected.erase(match);
   } else {
     state->posted = true;
@@ -190,7 +197,7 @@ Status ThreadCommunicator::exchange(const std::vector<std::vector<std::byte>>& o
   for (int r = 0; r < n; ++r)
     if (r != rank_) {
       const auto& m = out[static_cast<size_t>(r)];
-      deliver_locked(*fabric_, rank_, r, kCollective, 0, m.data(), m.size());
+      if (Status s = deliver_locked(*fabric_, rank_, r, kCollective, 0, m.data(), m.size()); !s) return s;
     }
   in[static_cast<size_t>(rank_)] = out[static_cast<size_t>(rank_)];
   // Takes the oldest collective message from each peer: the messages of one pair stay in order,
@@ -217,20 +224,30 @@ Status ThreadCommunicator::exchange(const std::vector<std::vector<std::byte>>& o
   return ok_status();
 }
 
+Status ThreadCommunicator::read_user(std::vector<std::byte>& into, const void* user, std::size_t bytes) const {
+  into.resize(bytes);
+  return copy_memory(fabric_->copy, into.data(), user, bytes);
+}
+
+Status ThreadCommunicator::write_user(void* user, const std::byte* host, std::size_t bytes) const {
+  return copy_memory(fabric_->copy, user, host, bytes);
+}
+
 Status ThreadCommunicator::do_all_to_allv(const void* send, const std::size_t* send_counts,
                                           const std::size_t* send_displs, void* recv, const std::size_t* recv_counts,
                                           const std::size_t* recv_displs, DataType type) {
   const std::size_t es = element_size_bytes(type);
   const auto* s = static_cast<const std::byte*>(send);
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(size())), in;
-  for (int r = 0; r < size(); ++r) out[static_cast<size_t>(r)] = bytes_of(s + send_displs[r] * es, send_counts[r] * es);
+  for (int r = 0; r < size(); ++r)
+    if (Status st = read_user(out[static_cast<size_t>(r)], s + send_displs[r] * es, send_counts[r] * es); !st) return st;
   if (Status st = exchange(out, in); !st) return st;
   for (int r = 0; r < size(); ++r) {
     const auto& m = in[static_cast<size_t>(r)];
     if (m.size() != recv_counts[r] * es)
       return runtime_error(describe_peer(r) + " sent " + std::to_string(m.size() / es) + " elements, recv_counts[" +
                            std::to_string(r) + "] is " + std::to_string(recv_counts[r]));
-    if (!m.empty()) std::memcpy(static_cast<std::byte*>(recv) + recv_displs[r] * es, m.data(), m.size());
+    if (Status st = write_user(static_cast<std::byte*>(recv) + recv_displs[r] * es, m.data(), m.size()); !st) return st;
   }
   return ok_status();
 }
@@ -239,14 +256,16 @@ Status ThreadCommunicator::do_all_gatherv(const void* send, std::size_t send_cou
                                           const std::size_t* recv_counts, const std::size_t* recv_displs,
                                           DataType type) {
   const std::size_t es = element_size_bytes(type);
-  std::vector<std::vector<std::byte>> out(static_cast<size_t>(size()), bytes_of(send, send_count * es)), in;
+  std::vector<std::byte> mine;
+  if (Status st = read_user(mine, send, send_count * es); !st) return st;
+  std::vector<std::vector<std::byte>> out(static_cast<size_t>(size()), mine), in;
   if (Status st = exchange(out, in); !st) return st;
   for (int r = 0; r < size(); ++r) {
     const auto& m = in[static_cast<size_t>(r)];
     if (m.size() != recv_counts[r] * es)
       return runtime_error(describe_peer(r) + " contributed " + std::to_string(m.size() / es) +
                            " elements, recv_counts[" + std::to_string(r) + "] is " + std::to_string(recv_counts[r]));
-    if (!m.empty()) std::memcpy(static_cast<std::byte*>(recv) + recv_displs[r] * es, m.data(), m.size());
+    if (Status st = write_user(static_cast<std::byte*>(recv) + recv_displs[r] * es, m.data(), m.size()); !st) return st;
   }
   return ok_status();
 }
@@ -255,21 +274,25 @@ Status ThreadCommunicator::do_reduce_scatter(const void* send, void* recv, std::
                                              ReduceOp op) {
   const std::size_t block = block_count * element_size_bytes(type);
   std::vector<std::vector<std::byte>> out(static_cast<size_t>(size())), in;
-  for (int r = 0; r < size(); ++r) out[static_cast<size_t>(r)] = bytes_of(static_cast<const std::byte*>(send) + r * block, block);
+  for (int r = 0; r < size(); ++r)
+    if (Status st = read_user(out[static_cast<size_t>(r)], static_cast<const std::byte*>(send) + r * block, block); !st)
+      return st;
   if (Status st = exchange(out, in); !st) return st;
   // Rank order, on every rank: the same sum whichever rank computes it.
-  if (block) std::memcpy(recv, in[0].data(), block);
-  for (int r = 1; r < size(); ++r) reduce_bytes(recv, in[static_cast<size_t>(r)].data(), block_count, type, op);
-  return ok_status();
+  std::vector<std::byte> acc = std::move(in[0]);
+  for (int r = 1; r < size(); ++r) reduce_bytes(acc.data(), in[static_cast<size_t>(r)].data(), block_count, type, op);
+  return write_user(recv, acc.data(), block);
 }
 
 Status ThreadCommunicator::do_all_reduce(void* data, std::size_t count, DataType type, ReduceOp op) {
   const std::size_t bytes = count * element_size_bytes(type);
-  std::vector<std::vector<std::byte>> out(static_cast<size_t>(size()), bytes_of(data, bytes)), in;
+  std::vector<std::byte> mine;
+  if (Status st = read_user(mine, data, bytes); !st) return st;
+  std::vector<std::vector<std::byte>> out(static_cast<size_t>(size()), mine), in;
   if (Status st = exchange(out, in); !st) return st;
-  if (bytes) std::memcpy(data, in[0].data(), bytes);
-  for (int r = 1; r < size(); ++r) reduce_bytes(data, in[static_cast<size_t>(r)].data(), count, type, op);
-  return ok_status();
+  std::vector<std::byte> acc = std::move(in[0]);
+  for (int r = 1; r < size(); ++r) reduce_bytes(acc.data(), in[static_cast<size_t>(r)].data(), count, type, op);
+  return write_user(data, acc.data(), bytes);
 }
 
 Status ThreadCommunicator::do_barrier() {
@@ -301,7 +324,7 @@ Expected<std::unique_ptr<Communicator>> ThreadCommunicator::do_split(int color, 
   {
     std::lock_guard<std::mutex> lock(fabric_->mu);
     auto [it, fresh] = fabric_->children.try_emplace({split, color});
-    if (fresh) it->second = {std::make_shared<ThreadFabric>(static_cast<int>(members.size())),
+    if (fresh) it->second = {std::make_shared<ThreadFabric>(static_cast<int>(members.size()), fabric_->copy),
                              static_cast<int>(members.size())};
     child = it->second.first;
     if (--it->second.second == 0) fabric_->children.erase(it);
@@ -310,8 +333,8 @@ Expected<std::unique_ptr<Communicator>> ThreadCommunicator::do_split(int color, 
 }
 
 std::vector<Status> run_thread_ranks(int n, const std::function<Status(Communicator&)>& fn,
-                                     std::chrono::milliseconds timeout) {
-  auto comms = ThreadCommunicator::group(n);
+                                     std::chrono::milliseconds timeout, MemoryCopy copy) {
+  auto comms = ThreadCommunicator::group(n, std::move(copy));
   std::vector<Status> result(static_cast<size_t>(n), ok_status());
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {

@@ -7,7 +7,9 @@
 // once (MPI allows it: a standard send may buffer); a receive waits with the deadline and is
 // withdrawn when it passes. Collectives run over the same queues in a context user tags cannot
 // reach, reductions in rank order, so every rank gets the same bits. Byte counters are the base
-// class's, so a plan moves exactly the bytes it does on MPI.
+// class's, so a plan moves exactly the bytes it does on MPI. The callers' buffers are read and
+// written only through the group's MemoryCopy (copy_receive.h): host memory by default, one GPU's
+// memory shared by every rank with the CUDA backend's copy (reductions run on host copies).
 #pragma once
 
 #include <chrono>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/runtime/communicator.h"
+#include "core/runtime/copy_receive.h"
 
 namespace cpbench {
 
@@ -23,8 +26,9 @@ class ThreadFabric;  // the queues the ranks of one group share
 
 class ThreadCommunicator final : public Communicator {
  public:
-  // The n ranks of a new group; communicator r is rank r (world rank r).
-  static std::vector<std::unique_ptr<ThreadCommunicator>> group(int n);
+  // The n ranks of a new group; communicator r is rank r (world rank r). `copy` reads and writes
+  // the buffers the ranks pass (empty: host memory); groups split from it use it too.
+  static std::vector<std::unique_ptr<ThreadCommunicator>> group(int n, MemoryCopy copy = {});
   ~ThreadCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -60,6 +64,9 @@ class ThreadCommunicator final : public Communicator {
   // the collective context; waits for every peer against timeout() and names those that did not
   // send.
   Status exchange(const std::vector<std::vector<std::byte>>& out, std::vector<std::vector<std::byte>>& in);
+  // A caller's buffer into host bytes, and host bytes into a caller's buffer (the group's copy).
+  Status read_user(std::vector<std::byte>& into, const void* user, std::size_t bytes) const;
+  Status write_user(void* user, const std::byte* host, std::size_t bytes) const;
 
   std::shared_ptr<ThreadFabric> fabric_;
   int rank_;
@@ -69,8 +76,9 @@ class ThreadCommunicator final : public Communicator {
 
 // Runs fn(communicator of rank r) on n threads at once, each communicator's deadline `timeout`,
 // and returns each rank's Status (rank order). A rank that throws reports the exception as its
-// error; the others then fail their waits on it at the deadline.
+// error; the others then fail their waits on it at the deadline. `copy`: as group()'s.
 std::vector<Status> run_thread_ranks(int n, const std::function<Status(Communicator&)>& fn,
-                                     std::chrono::milliseconds timeout = Communicator::kDefaultTimeout);
+                                     std::chrono::milliseconds timeout = Communicator::kDefaultTimeout,
+                                     MemoryCopy copy = {});
 
 }  // namespace cpbench

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -44,6 +46,132 @@ TEST(ThreadCommunicator, Contract) {
 }
 
 // A ring exchange posted as one batch (as the executor posts a phase), completed after the bracket.
+// Memory the host may not touch directly, as a GPU's: each byte is stored XOR kKey, and only copy()
+// (the group's MemoryCopy, as the CUDA backend's cudaMemcpy) translates. A communicator that read
+// or wrote a rank's buffer with memcpy instead of the group's copy would move the stored bytes and
+// the values would come out wrong.
+class FakeDevice {
+ public:
+  static constexpr unsigned char kKey = 0xA5;
+  float* floats(std::size_t n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& b = blocks_.emplace_back(std::make_unique<float[]>(n));
+    ranges_[reinterpret_cast<const std::byte*>(b.get())] = n * sizeof(float);
+    return b.get();
+  }
+  void upload(float* dev, const V& host) { translate(dev, host.data(), host.size() * sizeof(float)); }
+  V download(const float* dev, std::size_t n) {
+    V host(n);
+    translate(host.data(), dev, n * sizeof(float));
+    return host;
+  }
+  Status copy(void* dst, const void* src, std::size_t bytes) {
+    ++copies_;
+    translate(dst, src, bytes);
+    return ok_status();
+  }
+  int copies() const { return copies_; }
+
+ private:
+  bool on_device(const void* p) {
+    const auto* at = static_cast<const std::byte*>(p);
+    auto it = ranges_.upper_bound(at);
+    return it != ranges_.begin() && at < std::prev(it)->first + std::prev(it)->second;
+  }
+  void translate(void* dst, const void* src, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    for (std::size_t i = 0; i < bytes; ++i) {
+      unsigned char v = s[i];
+      if (on_device(s + i)) v ^= kKey;
+      d[i] = on_device(d + i) ? static_cast<unsigned char>(v ^ kKey) : v;
+    }
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<float[]>> blocks_;
+  std::map<const std::byte*, std::size_t> ranges_;
+  std::atomic<int> copies_{0};
+};
+
+// Every path a rank's buffer takes — a send into a receive already posted, a send that waits in
+// the queue for its receive, each collective — goes through the group's MemoryCopy: on FakeDevice
+// memory the values arrive exact.
+TEST(ThreadCommunicator, RanksBuffersMoveOnlyThroughTheGroupsCopy) {
+  FakeDevice dev;
+  auto check = [](bool ok, const std::string& what) { return ok ? ok_status() : Status(runtime_error(what)); };
+  const auto st = run_thread_ranks(
+      4,
+      [&](Communicator& c) -> Status {
+        const int r = c.rank(), next = (r + 1) % 4, prev = (r + 3) % 4;
+        const float me = static_cast<float>(r + 1);
+        float* out = dev.floats(3);
+        float* in = dev.floats(3);
+        dev.upload(out, {me, 10 * me, 100 * me});
+        // A receive posted before its send arrives ...
+        auto q = c.irecv(std::span<float>(in, 3), prev, 7);
+        if (!q) return q.errors();
+        if (auto s = c.barrier(); !s) return s;
+        if (auto s = c.send(std::span<const float>(out, 3), next, 7); !s) return s;
+        if (auto s = c.wait(*q); !s) return s;
+        const float p = static_cast<float>(prev + 1);
+        if (auto s = check(dev.download(in, 3) == V{p, 10 * p, 100 * p}, "posted receive"); !s) return s;
+        // ... and a send queued before its receive is posted.
+        if (auto s = c.send(std::span<const float>(out, 3), next, 8); !s) return s;
+        if (auto s = c.barrier(); !s) return s;
+        if (auto s = c.recv(std::span<float>(in, 3), prev, 8); !s) return s;
+        if (auto s = check(dev.download(in, 3) == V{p, 10 * p, 100 * p}, "queued send"); !s) return s;
+        // Collectives: 1+2+3+4 = 10.
+        float* sum = dev.floats(1);
+        dev.upload(sum, {me});
+        if (auto s = c.all_reduce(std::span<float>(sum, 1)); !s) return s;
+        if (auto s = check(dev.download(sum, 1) == V{10}, "all_reduce"); !s) return s;
+        float* blocks = dev.floats(4);
+        dev.upload(blocks, {me, 2 * me, 3 * me, 4 * me});
+        float* mine = dev.floats(1);
+        if (auto s = c.reduce_scatter(std::span<const float>(blocks, 4), std::span<float>(mine, 1)); !s) return s;
+        if (auto s = check(dev.download(mine, 1) == V{10.0f * static_cast<float>(r + 1)}, "reduce_scatter"); !s) return s;
+        float* all = dev.floats(4);
+        if (auto s = c.all_gather(std::span<const float>(out, 1), std::span<float>(all, 4)); !s) return s;
+        if (auto s = check(dev.download(all, 4) == V{1, 2, 3, 4}, "all_gather"); !s) return s;
+        float* got = dev.floats(4);
+        if (auto s = c.all_to_all(std::span<const float>(blocks, 4), std::span<float>(got, 4)); !s) return s;
+        const float col = static_cast<float>(r + 1);
+        if (auto s = check(dev.download(got, 4) == V{col, 2 * col, 3 * col, 4 * col}, "all_to_all"); !s) return s;
+        return ok_status();
+      },
+      std::chrono::seconds(30), [&](void* dst, const void* src, std::size_t n) { return dev.copy(dst, src, n); });
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(st[static_cast<size_t>(r)]) << "rank " << r << ": " << st[static_cast<size_t>(r)].error_str();
+  EXPECT_GT(dev.copies(), 0);
+}
+
+// A failed copy is the error of the operation that made it: the send whose message waits in the
+// queue (its receive posted later), the receive already posted when its message arrived.
+TEST(ThreadCommunicator, AFailedCopyIsTheOperationsError) {
+  const MemoryCopy lost = [](void*, const void*, std::size_t) -> Status { return runtime_error("device lost"); };
+  for (bool posted_first : {false, true}) {
+    const auto st = run_thread_ranks(
+        2,
+        [&](Communicator& c) -> Status {
+          V x{1};
+          if (c.rank() == 0) {
+            Status sent = posted_first ? ok_status() : c.send(std::span<const float>(x), 1, 0);
+            if (auto s = c.barrier(); !s) return s;
+            return posted_first ? c.send(std::span<const float>(x), 1, 0) : sent;
+          }
+          Expected<Request> q = posted_first ? c.irecv(std::span<float>(x), 0, 0) : Expected<Request>(Request{});
+          if (auto s = c.barrier(); !s) return s;
+          if (!posted_first) q = c.irecv(std::span<float>(x), 0, 0);
+          if (!q) return q.errors();
+          return c.wait(*q);
+        },
+        std::chrono::seconds(1), lost);
+    const Status& failed = st[posted_first ? 1 : 0];
+    ASSERT_FALSE(failed) << "posted first: " << posted_first;
+    EXPECT_THAT(failed.error_str(), HasSubstr("device lost"));
+  }
+}
+
 TEST(ThreadCommunicator, ARingPostedAsOneBatch) {
   on_threads(
       4,

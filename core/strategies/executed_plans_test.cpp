@@ -50,12 +50,7 @@ TEST_P(Layouts, MatchReferenceAndPlannedBytesOnThreadRanks) {
   EXPECT_GE(ran, 10) << layout;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, Layouts, ::testing::ValuesIn(cp_layout_names()), [](const auto& info) {
-  std::string n = info.param;
-  for (auto& c : n)
-    if (c == '+') c = '_';
-  return n;
-});
+INSTANTIATE_TEST_SUITE_P(All, Layouts, ::testing::ValuesIn(cp_layout_names()), LayoutTestName());
 
 // A static layout runs a sparse mask on the causal layout's tiles (causal_envelope_work, as
 // TransformerEngine does): the result is still the sparse mask's, the bytes the plan's.
