@@ -381,6 +381,9 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
     return kExitFailed;
   }
   std::cerr << "cpbench: wrote " << out << " (" << rows->size() << " measurements)\n";
+  auto before = op_family_errors(start->machine, start->stack, *rows);
+  auto after = op_family_errors(start->machine, *fitted, *rows);
+  if (before && after) std::cerr << format_family_errors(*before, *after);
   warn_constants_at_bounds((*fitted)["efficiency"], fitted_source_prefix(measurements), out);
   return kExitOk;
 }

@@ -381,6 +381,52 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
   return out;
 }
 
+Expected<std::vector<FamilyError>> op_family_errors(const ClusterSpec& hardware, const json& stack,
+                                                    const std::vector<OpMeasurement>& measurements) {
+  Diagnostics diag("stack");
+  JsonObject o(stack, "", diag);
+  ClusterSpec cluster = hardware;
+  apply_stack(cluster, parse_stack(o));
+  if (!diag.ok()) return diag.errors();
+  auto model = CostModel::create(cluster, "stack");
+  if (!model) return model.errors();
+  std::vector<FamilyError> out;
+  for (const Family& family : families()) {
+    FamilyError e;
+    e.family = family.name;
+    double sum = 0, worst = -1;
+    for (const auto& m : measurements) {
+      if (!family.member(m) || !validate_measurement(m).empty()) continue;
+      const double ratio = predict_time_s(*model, m) / m.time_s;
+      const double d = std::log(std::max(ratio, 1e-30));
+      sum += d * d;
+      ++e.n;
+      if (std::abs(d) > worst) {
+        worst = std::abs(d);
+        e.worst_ratio = ratio;
+        e.worst = m.op + " ";
+        for (const auto& [k, v] : m.shape) e.worst += (e.worst.back() == ' ' ? "" : ";") + k + "=" + format_g(v);
+      }
+    }
+    if (e.n == 0) continue;
+    e.rms_log = std::sqrt(sum / static_cast<double>(e.n));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string format_family_errors(const std::vector<FamilyError>& before, const std::vector<FamilyError>& after) {
+  std::string text = "op family        n   rms log error: stack  fitted   worst (predicted/measured): stack, fitted\n";
+  for (size_t i = 0; i < before.size() && i < after.size(); ++i) {
+    char line[512];
+    std::snprintf(line, sizeof line, "%-14s %3zu   %20.3f %7.3f   %.2f (%s), %.2f (%s)\n", before[i].family.c_str(),
+                  before[i].n, before[i].rms_log, after[i].rms_log, before[i].worst_ratio, before[i].worst.c_str(),
+                  after[i].worst_ratio, after[i].worst.c_str());
+    text += line;
+  }
+  return text;
+}
+
 std::string fitted_source_prefix(const std::string& measurements_file) {
   return "fitted by cpbench calibrate from " + measurements_file + " (";
 }

@@ -57,6 +57,21 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
                                const std::vector<OpMeasurement>& measurements,
                                const std::string& measurements_file = "measurements");
 
+// How well a stack predicts one op family's measurements (calibrate prints it for the stack it
+// started from and for the fitted one): count, rms of log(predicted / measured), and the worst
+// measurement as predicted / measured with its shape.
+struct FamilyError {
+  std::string family;  // "gemm", "memory_bound", "attention_fwd", … (the fit's families)
+  size_t n = 0;
+  double rms_log = 0;
+  double worst_ratio = 1;
+  std::string worst;  // the worst measurement: "gemm m=1024;n=4096;k=4096"
+};
+Expected<std::vector<FamilyError>> op_family_errors(const ClusterSpec& hardware, const json& stack,
+                                                    const std::vector<OpMeasurement>& measurements);
+// The errors of `before` and `after` side by side, one line per family (what `cpbench calibrate` prints).
+std::string format_family_errors(const std::vector<FamilyError>& before, const std::vector<FamilyError>& after);
+
 // How the source of a constant fitted to `measurements_file` begins (calibrate_stack writes it).
 std::string fitted_source_prefix(const std::string& measurements_file);
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "core/cost/cost_test_util.h"
 
@@ -142,6 +143,41 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   rest.erase("efficiency");
   original.erase("efficiency");
   EXPECT_EQ(rest, original);
+}
+
+// The per-family report calibrate prints: the fitted stack predicts the synthetic measurements of
+// every family almost exactly, the shipped stack does not; a measurement doubled is the worst of
+// its family, named with its shape, at predicted / measured = 0.5.
+TEST(Calibrate, OpFamilyErrorsNameEachFamilysWorstMeasurement) {
+  auto cluster = load_hardware(kPreset);
+  ASSERT_TRUE(cluster.ok()) << cluster.error_str();
+  auto measurements = synthetic(CostModel(*cluster, truth()));
+  auto preset = load_json_file(kStack);
+  ASSERT_TRUE(preset.ok());
+  auto fitted = calibrate_stack(*cluster, *preset, measurements, "synthetic.csv");
+  ASSERT_TRUE(fitted.ok()) << fitted.error_str();
+  auto before = op_family_errors(*cluster, *preset, measurements);
+  auto after = op_family_errors(*cluster, *fitted, measurements);
+  ASSERT_TRUE(before.ok() && after.ok());
+  ASSERT_EQ(before->size(), after->size());
+  std::set<std::string> families;
+  for (size_t i = 0; i < after->size(); ++i) {
+    families.insert((*after)[i].family);
+    EXPECT_GT((*after)[i].n, 0u);
+    EXPECT_LT((*after)[i].rms_log, 0.01) << (*after)[i].family;
+    EXPECT_GT((*before)[i].rms_log, (*after)[i].rms_log) << (*before)[i].family;
+  }
+  EXPECT_TRUE(families.count("gemm") && families.count("attention_bwd") && families.count("network"));
+  for (auto& m : measurements)
+    if (m.op == "gemm" && m.shape.at("m") == 1024 && m.shape.at("n") == 1024) m.time_s *= 2;
+  auto doubled = op_family_errors(*cluster, *fitted, measurements);
+  ASSERT_TRUE(doubled.ok());
+  EXPECT_EQ(doubled->front().family, "gemm");
+  EXPECT_NEAR(doubled->front().worst_ratio, 0.5, 0.01);
+  EXPECT_EQ(doubled->front().worst, "gemm k=1.02e+03;m=1.02e+03;n=1.02e+03");
+  const std::string table = format_family_errors(*before, *doubled);
+  EXPECT_NE(table.find("gemm"), std::string::npos);
+  EXPECT_NE(table.find("0.50 (gemm k=1.02e+03;m=1.02e+03;n=1.02e+03)"), std::string::npos) << table;
 }
 
 TEST(Calibrate, ConstantsWithoutMeasurementsKeepValueAndSource) {
