@@ -93,7 +93,7 @@ std::vector<Family> families() {
       {"attention_fwd", op_is({"flash_attention_fwd"}),
        {"attention_fwd_peak_fraction", "sfu_exp_rate_Tps", "attention_row_overhead_keys"}},
       {"attention_bwd", op_is({"flash_attention_bwd"}),
-       {"attention_bwd_peak_fraction", "sfu_exp_rate_Tps", "attention_row_overhead_keys"}},
+       {"attention_bwd_peak_fraction", "sfu_exp_rate_Tps", "attention_bwd_row_overhead_keys"}},
       {"nvlink", collective_on(false),
        {"nvlink_busbw_efficiency", "nvlink_step_latency_us", "nvlink_ll_step_latency_us"}},
       {"network", collective_on(true),

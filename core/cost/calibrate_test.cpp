@@ -29,6 +29,7 @@ EfficiencyParams truth() {
   p.attention_bwd_peak_fraction = 0.55;
   p.sfu_exp_rate_Tps = 3.0;
   p.attention_row_overhead_keys = 100;
+  p.attention_bwd_row_overhead_keys = 250;
   p.nvlink_busbw_efficiency = 0.7;
   p.nvlink_step_latency_us = 5;
   p.nvlink_ll_step_latency_us = 1;

@@ -91,10 +91,12 @@ double pair_s(const ClusterSpec& c, const EfficiencyParams& p, double matmul_flo
   return std::max(matmul_s + (1 - p.attention_exp_overlap) * exp_s, exp_s);
 }
 
-// A row's fixed cost (the masked half of its diagonal tile, loading Q, rescaling and writing O)
-// amortized over the keys it sees: the factor on its pairs.
-double row_overhead(const EfficiencyParams& p, double keys_per_row) {
-  return 1 + p.attention_row_overhead_keys / std::max(1.0, keys_per_row);
+// A row's fixed cost (the masked half of its diagonal tile, loading Q, rescaling and writing O;
+// in the backward also its own passes and the K/V tiles' loads and dK/dV writes) amortized over
+// the keys it sees: the factor on its pairs.
+double row_overhead(const EfficiencyParams& p, double keys_per_row, bool backward) {
+  const double keys = backward ? p.attention_bwd_row_overhead_keys : p.attention_row_overhead_keys;
+  return 1 + keys / std::max(1.0, keys_per_row);
 }
 
 // The launch overhead and the larger of compute and the HBM floor of `io_tensors`
@@ -109,7 +111,7 @@ double attention_call_s(const ClusterSpec& c, const EfficiencyParams& p, double 
 // the per-row overhead and the SM underfill of small grids, and an HBM floor for the
 // `io_tensors` [rows, heads, head_dim] tensors read and written.
 double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const AttentionShape& a,
-                   double matmul_flops_per_pair, double peak_fraction, double io_tensors) {
+                   double matmul_flops_per_pair, double peak_fraction, double io_tensors, bool backward) {
   if (a.pairs <= 0 || a.heads <= 0 || a.head_dim <= 0) return 0;
   const double per_pair_s = pair_s(c, p, matmul_flops_per_pair, peak_fraction);
   // A causal row sees L/2 keys on average.
@@ -119,7 +121,7 @@ double attention_s(const ClusterSpec& c, const EfficiencyParams& p, const Attent
   const double rows = a.pairs / keys_per_row;
   const double full_gpu_pair_heads = c.gpu.sm_count * double(kFlashCtaRows) * keys_per_row;
   const double compute_s =
-      per_pair_s * row_overhead(p, keys_per_row) * std::max(a.pairs * a.heads, full_gpu_pair_heads);
+      per_pair_s * row_overhead(p, keys_per_row, backward) * std::max(a.pairs * a.heads, full_gpu_pair_heads);
   return attention_call_s(c, p, compute_s, rows * a.heads, a.head_dim, io_tensors);
 }
 
@@ -175,14 +177,14 @@ double CostModel::flash_attention_fwd_s(double pairs, int64_t heads, int64_t hea
                                         double mean_len) const {
   const AttentionPass a = attention_pass(params_, head_dim, false);
   return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len}, a.matmul_flops_per_pair,
-                     a.peak_fraction, a.io_tensors);
+                     a.peak_fraction, a.io_tensors, false);
 }
 
 double CostModel::flash_attention_bwd_s(double pairs, int64_t heads, int64_t head_dim,
                                         double mean_len) const {
   const AttentionPass a = attention_pass(params_, head_dim, true);
   return attention_s(cluster_, params_, {pairs, double(heads), double(head_dim), mean_len}, a.matmul_flops_per_pair,
-                     a.peak_fraction, a.io_tensors);
+                     a.peak_fraction, a.io_tensors, true);
 }
 
 double CostModel::flash_attention_grid_s(const std::vector<double>& cta_pairs, double row_heads, int64_t head_dim,
@@ -196,7 +198,7 @@ double CostModel::flash_attention_grid_s(const std::vector<double>& cta_pairs, d
   // prices for the same pairs).
   const int sms = std::max(1, cluster_.gpu.sm_count);
   const double sm_pair_s =
-      pair_s(cluster_, params_, a.matmul_flops_per_pair, a.peak_fraction) * sms * row_overhead(params_, pairs / row_heads);
+      pair_s(cluster_, params_, a.matmul_flops_per_pair, a.peak_fraction) * sms * row_overhead(params_, pairs / row_heads, backward);
   std::vector<double> work;
   work.reserve(cta_pairs.size());
   for (double w : cta_pairs)

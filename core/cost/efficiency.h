@@ -27,7 +27,11 @@ struct EfficiencyParams {
   double attention_fwd_peak_fraction = 1;  // tensor-core fraction of the fwd matmuls
   double attention_bwd_peak_fraction = 1;  // same for the bwd matmuls
   double sfu_exp_rate_Tps = std::numeric_limits<double>::infinity();  // SFU exp/s, 10¹²
-  double attention_row_overhead_keys = 0;  // per query row: masked tile waste + Q/O traffic
+  double attention_row_overhead_keys = 0;  // fwd, per query row: masked tile waste + Q/O traffic
+  // bwd, per row: the same, plus its own passes (dO·O per row, dQ's fp32 accumulator zeroed and
+  // converted) and each key tile's K/V load and dK/dV write; FA2 on an H200 measures about 2.5×
+  // the forward's (fa2_h200.csv).
+  double attention_bwd_row_overhead_keys = 0;
   // Share of the exponentials' time hidden under the matmuls: 0 for FlashAttention-2 (softmax and
   // matmuls in turn), 1 for FlashAttention-3 / cuDNN on Hopper (ping-pong warpgroups).
   double attention_exp_overlap = 0;

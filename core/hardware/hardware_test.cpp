@@ -37,7 +37,7 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     // A reconfiguration-only stack (Tenplex's state store) has no iteration constants but its two
     // reconfiguration ones.
     const bool reconfiguration_only = c->efficiency->empty() && c->reconfiguration.present;
-    EXPECT_EQ(c->efficiency->size(), reconfiguration_only ? 0u : 24u) << entry.path();
+    EXPECT_EQ(c->efficiency->size(), reconfiguration_only ? 0u : 25u) << entry.path();
     auto raw = load_json_file(entry.path());
     ASSERT_TRUE(raw.ok());
     EXPECT_FALSE(raw->contains("efficiency")) << entry.path();
