@@ -100,9 +100,11 @@ double CostModel::collective_s(Collective kind, double bytes, const GroupPlaceme
         algorithms.push_back(ring(2 * (n - 1), nodes > 1 ? 2 * (nodes - 1) : 0));
         if (nodes > 1) {
           // NCCL's double binary tree over nodes, a chain inside each node: log-depth latency,
-          // about 2·S through each node's links (reduce up, broadcast down).
+          // about 2·S through each node's links (reduce up, broadcast down). The chain waits
+          // NVLink's latency only: NCCL adds the network post overhead to the ring's intra-node
+          // steps, not the tree's (tuning.cc).
           const double depth = std::floor(std::log2(nodes));
-          algorithms.push_back({base, {2 * depth, 0, ring_bw, net_lat}, {2 * (r - 1), 2 * S, ring_bw, intra_lat}});
+          algorithms.push_back({base, {2 * depth, 0, ring_bw, net_lat}, {2 * (r - 1), 2 * S, ring_bw, nv_lat}});
         }
         break;
       case Collective::all_gather:

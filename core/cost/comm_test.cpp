@@ -187,6 +187,26 @@ TEST(Collective, SmallMessagesUseLowLatencyProtocolAndTree) {
   EXPECT_LT(big, 0.2 * 2 * 1023 * p.network_ll_step_latency_us * 1e-6);
 }
 
+// NCCL's tree chain inside a node waits NVLink's latency alone: the network post overhead is the
+// ring's (tuning.cc adds it to the ring's intra-node steps only). A small all-reduce across 128
+// nodes, where the tree wins, costs the same whatever the post overhead, and at least its
+// latencies: the base, 2·log2(N) network steps and 2·(r − 1) NVLink steps under LL.
+TEST(Collective, TreeChainInsideANodeWaitsNvlinkOnly) {
+  const CostModel h100 = preset_model("h100_dgx");
+  EfficiencyParams slow_post = h100.params();
+  slow_post.network_post_overhead_us = 20;
+  const CostModel slow(h100.cluster(), slow_post);
+  const GroupPlacement g{1024, 8};
+  const double t = h100.collective_s(Collective::all_reduce, 1024, g);
+  EXPECT_DOUBLE_EQ(slow.collective_s(Collective::all_reduce, 1024, g), t);
+  const EfficiencyParams& p = h100.params();
+  const double latencies = (p.nccl_ll_base_latency_us + 2 * 7 * p.network_ll_step_latency_us + 2 * 7 * p.nvlink_ll_step_latency_us) * 1e-6;
+  EXPECT_GE(t, latencies);
+  EXPECT_LT(t, latencies + 5e-6);
+  // The ring's intra-node steps do wait it: an all-gather over those nodes (no tree) slows.
+  EXPECT_GT(slow.collective_s(Collective::all_gather, 1024, g), h100.collective_s(Collective::all_gather, 1024, g));
+}
+
 TEST(Collective, MonotoneInBytes) {
   const CostModel model = preset_model("h800_kwai");
   for (auto kind : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
