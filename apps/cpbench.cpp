@@ -388,6 +388,32 @@ int cmd_calibrate(const std::string& measurements, const std::string& preset, co
   return kExitOk;
 }
 
+// `cpbench calibrate FILE --preset P [--stack S] --check`: the stack's error on each op family of
+// the measurements, and their sums measured and predicted (one layer replayed on a device:
+// scripts/measure_gpu_ops.py --replay), without fitting or writing anything.
+int cmd_calibrate_check(const std::string& measurements, const std::string& preset, const std::string& stack,
+                        const fs::path& experiments_dir) {
+  auto start = stack_to_fit(preset, stack, experiments_dir);
+  if (!start) return report_errors(start.errors());
+  auto rows = load_measurements(measurements);
+  if (!rows) return report_errors(rows.errors());
+  auto errors = op_family_errors(start->machine, start->stack, *rows);
+  if (!errors) return report_errors(errors.errors());
+  std::printf("%-14s %4s %14s %14s %10s %8s  %s\n", "op family", "n", "measured ms", "predicted ms", "error", "rms log",
+              "worst (predicted/measured)");
+  double measured_all = 0, predicted_all = 0;
+  for (const FamilyError& e : *errors) {
+    measured_all += e.measured_s;
+    predicted_all += e.predicted_s;
+    std::printf("%-14s %4zu %14.4f %14.4f %+9.1f%% %8.3f  %.2f (%s)\n", e.family.c_str(), e.n, 1e3 * e.measured_s,
+                1e3 * e.predicted_s, 100 * (e.predicted_s / e.measured_s - 1), e.rms_log, e.worst_ratio, e.worst.c_str());
+  }
+  if (measured_all > 0)
+    std::printf("%-14s %4s %14.4f %14.4f %+9.1f%%\n", "all", "", 1e3 * measured_all, 1e3 * predicted_all,
+                100 * (predicted_all / measured_all - 1));
+  return kExitOk;
+}
+
 // Searches the layouts of an experiment's first point (its cluster, model, workload and the
 // switches the search does not vary), prints the top `top` by simulated step time, and with
 // `spec_out` writes a runnable spec holding them as `ptdp` strategy entries (`cpbench run FILE`
@@ -675,7 +701,11 @@ int run_cli(int argc, char** argv) {
   calibrate->add_flag("--local", cal_local,
                       "measure this machine (under mpirun -np 2 for transfers) into a stack (--out) and a hardware "
                       "preset (--hardware-out)");
-  calibrate->add_option("--out", cal_out, "where to write the fitted stack preset (its name is the file's)")->required();
+  calibrate->add_option("--out", cal_out, "where to write the fitted stack preset (its name is the file's)");
+  bool cal_check = false;
+  calibrate->add_flag("--check", cal_check,
+                      "fit nothing: print the stack's error per op family on the measurements and their sums, measured "
+                      "and predicted (a layer replayed on a device: scripts/measure_gpu_ops.py --replay)");
   calibrate->add_option("--hardware-out", cal_hardware_out, "--local: where to write the measured hardware preset");
   std::string cal_experiment, cal_train_match;
   std::vector<std::string> cal_fit, cal_train, cal_metric = {"tflops_per_gpu"};
@@ -888,6 +918,17 @@ int run_cli(int argc, char** argv) {
     return cmd_compare(ca, experiments_dir);
   }
   if (*calibrate) {
+    if (cal_check) {
+      if (cal_file.empty() || cal_preset.empty() || cal_local || !cal_experiment.empty()) {
+        std::cerr << "cpbench calibrate --check: give a measurements file and --preset (and --stack), nothing else\n";
+        return kExitBadInput;
+      }
+      return cmd_calibrate_check(cal_file, cal_preset, cal_stack, experiments_dir);
+    }
+    if (cal_out.empty()) {
+      std::cerr << "cpbench calibrate: --out is required (where to write the fitted stack preset)\n";
+      return kExitBadInput;
+    }
     if (std::error_code ec; fs::is_directory(cal_out, ec) || (!cal_hardware_out.empty() && fs::is_directory(cal_hardware_out, ec)))
       return report_errors(Errors{{{"command line", fs::is_directory(cal_out, ec) ? "--out" : "--hardware-out",
                                     "is a folder: give the path of the preset file to write"}}});

@@ -21,9 +21,10 @@
 # where PyTorch has CUDA, the op measurements `cpbench calibrate` reads (scripts/measure_gpu_ops.py:
 # GEMMs, FlashAttention-2, HBM copies, host time per call) and the training-size GEMMs again after
 # 10 s of back-to-back load each, with the SM clock and power (the steady clock a training step
-# sees; issue 30). Writes at most 7 files to $OUT (default /tmp/device_check): environment.txt,
-# summary.txt (one line per test or measurement: exit code, milliseconds), tests.log, tests.json,
-# ops.csv, sustained.csv, host_ops.txt.
+# sees; issue 30), and the layer replays (experiments/replay: one layer's kernels of published
+# configurations, as the simulator lowers them). Writes at most 8 files to $OUT (default
+# /tmp/device_check): environment.txt, summary.txt (one line per test or measurement: exit code,
+# milliseconds), tests.log, tests.json, ops.csv, sustained.csv, host_ops.txt, replay.csv.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
@@ -91,6 +92,23 @@ if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   rc=$?
   echo "measure_gpu_ops rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
   [ $rc -eq 0 ] || status=1
+  # Layer replays: each committed layer's kernels (experiments/replay/*.layer_ops.csv, written by
+  # `cpbench run --trace`) measured on this device into one file, a "# layer NAME" line before
+  # each; `cpbench calibrate FILE --preset ... --check` compares them with the model per op family.
+  : > "$out/replay.csv"
+  for f in "$root"/experiments/replay/*.layer_ops.csv; do
+    name=$(basename "$f" .layer_ops.csv)
+    start=$(date +%s%N)
+    timeout 120 python3 "$root/scripts/measure_gpu_ops.py" --replay "$f" --out "$out/replay_one.csv" --iters 10 >> "$out/tests.log" 2>&1
+    rc=$?
+    echo "replay $name rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
+    if [ $rc -eq 0 ]; then
+      { echo "# layer $name"; cat "$out/replay_one.csv"; } >> "$out/replay.csv"
+    else
+      status=1
+    fi
+    rm -f "$out/replay_one.csv"
+  done
 else
   echo "measure_gpu_ops: skipped (no PyTorch with CUDA)" | tee -a "$out/summary.txt"
 fi

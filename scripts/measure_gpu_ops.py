@@ -20,6 +20,13 @@ allows, then timed as the mean of a block of back-to-back calls, with the SM clo
 read through nvidia-smi at the block's start and end — the steady clock a training step sees (the
 burst timings above can run at boost clocks). Written to --sustained-out (default: sustained.csv
 beside --out), a calibrate CSV of its own whose comment lines carry the clocks and power.
+With --replay OPS.csv (a layer's single kernels, as `cpbench run --trace` writes them beside the
+point's timeline: NAME.layer_ops.csv), each row of it is measured instead, in order, and written to
+--out with its comment line (the op it is in the layer) and the shape actually run: a GEMM as is,
+an element-wise pass as a copy of the same bytes, an attention call as equal causal sequences with
+the call's mean keys per row and its rows (the model's own summary of a packed batch). Then
+    ./build/cpbench calibrate OUT.csv --preset HARDWARE --stack STACK --check
+prints measured beside predicted per op family and for the layer.
 Also written beside the CSV (host_ops.txt, not a calibrate op): the host time of one eager torch
 call issued back to back without synchronization — narrow, index_select and cat on small GPU
 tensors, the calls of TransformerEngine's per-sequence reorder loop — the figure cpbench's stacks
@@ -52,11 +59,11 @@ def main():
                     help="seconds of back-to-back load before timing each training-size GEMM again (0: skip)")
     ap.add_argument("--sustained-out", default=None, help="where to write the sustained GEMMs (default: beside --out)")
     ap.add_argument("--skip-burst", action="store_true", help="only the sustained GEMMs (with --sustained)")
+    ap.add_argument("--replay", default=None, help="a layer's kernels to measure instead (NAME.layer_ops.csv)")
     args = ap.parse_args()
     if args.skip_burst and args.sustained <= 0:
         ap.error("--skip-burst needs --sustained SECONDS")
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     if not torch.cuda.is_available():
         sys.exit("measure_gpu_ops.py: no CUDA device")
@@ -105,6 +112,10 @@ def main():
     def beside(path, name):
         return path.rsplit("/", 1)[0] + "/" + name if "/" in path else name
 
+    if args.replay:
+        replay(torch, dev, timed, args.replay, args.out, args.iters)
+        return
+
     if args.sustained > 0:
         measure_sustained(torch, dev, args, args.sustained_out or beside(args.out, "sustained.csv"))
         if args.skip_burst:
@@ -125,29 +136,15 @@ def main():
     for length in [1024, 2048, 4096, 8192, 16384]:
         batch = max(1, 32768 // length)
         for causal in (True, False):
-            q, k_, v = (torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
-                        for _ in range(3))
-            grad = torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16)
             pairs = batch * (length * (length + 1) / 2 if causal else length * length)
             mean_len = 2 * pairs / (batch * length)
-            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                qd, kd, vd = q.detach(), k_.detach(), v.detach()  # the forward alone, no autograd record
-                fwd = timed(lambda: torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, is_causal=causal))
-                state = {}
-
-                def forward_only():
-                    for t_ in (q, k_, v):
-                        t_.grad = None
-                    state["out"] = torch.nn.functional.scaled_dot_product_attention(q, k_, v, is_causal=causal)
-
-                bwd = timed(lambda: state["out"].backward(grad), setup=forward_only)
+            fwd, bwd = time_flash(torch, dev, timed, batch, heads, length, d, causal, ("fwd", "bwd"))
             shape = {"pairs": pairs, "heads": heads, "head_dim": d, "mean_len": mean_len}
             rows.append(("flash_attention_fwd", shape, fwd))
             rows.append(("flash_attention_bwd", shape, bwd))
             fl = 4 * pairs * heads * d
             print(f"flash L={length} batch={batch} causal={causal}: fwd {fwd * 1e3:.3f} ms ({fl / fwd / 1e12:.0f} TFLOP/s),"
                   f" bwd {bwd * 1e3:.3f} ms ({2.5 * fl / bwd / 1e12:.0f} TFLOP/s)", flush=True)
-            del q, k_, v, qd, kd, vd, grad, state
 
     # HBM: device-to-device copies.
     # At least 256 MiB: smaller copies repeated back to back stay in L2 (50-60 MB on H100/H200) and
@@ -210,6 +207,93 @@ def main():
 GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 12288, 4096), (16384, 4096, 12288),
                (8192, 14336, 4096), (8192, 4096, 14336), (2048, 4096, 4096), (4096, 1024, 4096),
                (2048, 2048, 2048), (1024, 1024, 1024)]
+
+
+def time_flash(torch, dev, timed, batch, heads, length, d, causal, passes):
+    """FlashAttention-2 through SDPA (its FLASH_ATTENTION backend only) on [batch, heads, length, d]
+    bf16: the seconds of each pass asked for ("fwd": the forward alone, no autograd record; "bwd":
+    the backward alone, its forward run untimed before each timing)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16)
+    out = []
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        for p in passes:
+            if p == "fwd":
+                qd, kd, vd = q.detach(), k.detach(), v.detach()
+                out.append(timed(lambda: sdpa(qd, kd, vd, is_causal=causal)))
+            else:
+                state = {}
+
+                def forward_only():
+                    for t_ in (q, k, v):
+                        t_.grad = None
+                    state["out"] = sdpa(q, k, v, is_causal=causal)
+
+                out.append(timed(lambda: state["out"].backward(grad), setup=forward_only))
+    return out
+
+
+def parse_ops(path):
+    """(comment lines before it, op, {key: value}) for every row of a calibrate CSV."""
+    out, comments = [], []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line == "op,shape,time_s":
+                continue
+            if line.startswith("#"):
+                comments.append(line)
+                continue
+            op, shape, _ = line.split(",")
+            out.append((comments, op, {k: float(v) for k, v in (kv.split("=") for kv in shape.split(";"))}))
+            comments = []
+    return out
+
+
+def replay_attention_shape(shape):
+    """Equal causal sequences standing in for an attention call: length L = mean_len - 1 (the
+    mean keys per row of a causal pack is (L + 1) / 2) and as many as the call's rows fill."""
+    rows = 2 * shape["pairs"] / shape["mean_len"]
+    length = max(1, round(shape["mean_len"] - 1))
+    batch = max(1, round(rows / length))
+    return batch, length
+
+
+def replay(torch, dev, timed, ops_path, out_path, iters):
+    """Each kernel of a layer (parse_ops) measured as measure_gpu_ops measures its family."""
+    lines = ["op,shape,time_s",
+             f"# {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, CUDA {torch.version.cuda}; "
+             f"scripts/measure_gpu_ops.py --replay {ops_path}, median of {iters}"]
+    for comments, op, shape in parse_ops(ops_path):
+        if op == "gemm":
+            m, n, k = (int(shape[x]) for x in ("m", "n", "k"))
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+            w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+            t = timed(lambda: torch.matmul(x, w))
+            del x, w
+        elif op == "memory_bound":
+            nbytes = max(1, int(shape["bytes"] // 2))
+            src = torch.empty(nbytes, device=dev, dtype=torch.uint8).fill_(1)
+            dst = torch.empty_like(src)
+            t = timed(lambda: dst.copy_(src))
+            shape = {"bytes": 2 * nbytes}
+            del src, dst
+        elif op in ("flash_attention_fwd", "flash_attention_bwd"):
+            batch, length = replay_attention_shape(shape)
+            heads, d = int(shape["heads"]), int(shape["head_dim"])
+            (t,) = time_flash(torch, dev, timed, batch, heads, length, d, True, (op[-3:],))
+            pairs = batch * length * (length + 1) / 2
+            shape = {"pairs": pairs, "heads": heads, "head_dim": d, "mean_len": 2 * pairs / (batch * length)}
+        else:
+            sys.exit(f"measure_gpu_ops.py --replay: {ops_path}: unknown op {op}")
+        lines += comments
+        lines.append(op + "," + ";".join(f"{k}={v:.17g}" for k, v in shape.items()) + f",{t:.9g}")
+        print(f"{comments[-1] if comments else op}: {t * 1e3:.4f} ms", flush=True)
+    with open(out_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def measure_sustained(torch, dev, args, path):

@@ -252,7 +252,8 @@ Expected<std::vector<OpMeasurement>> load_measurements(const std::filesystem::pa
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const std::string text = trim(line);
-    if (text.empty() || text[0] == '#' || (out.empty() && text == "op,shape,time_s")) continue;
+    // The header may repeat: files of several runs concatenated (device_check.sh's replay.csv).
+    if (text.empty() || text[0] == '#' || text == "op,shape,time_s") continue;
     auto fail = [&](const std::string& why) {
       errors.list.push_back({file.string(), "", "line " + std::to_string(number) + ": " + why});
     };
@@ -397,7 +398,9 @@ Expected<std::vector<FamilyError>> op_family_errors(const ClusterSpec& hardware,
     double sum = 0, worst = -1;
     for (const auto& m : measurements) {
       if (!family.member(m) || !validate_measurement(m).empty()) continue;
-      const double ratio = predict_time_s(*model, m) / m.time_s;
+      const double predicted = predict_time_s(*model, m), ratio = predicted / m.time_s;
+      e.measured_s += m.time_s;
+      e.predicted_s += predicted;
       const double d = std::log(std::max(ratio, 1e-30));
       sum += d * d;
       ++e.n;

@@ -66,6 +66,7 @@ struct FamilyError {
   double rms_log = 0;
   double worst_ratio = 1;
   std::string worst;  // the worst measurement: "gemm m=1024;n=4096;k=4096"
+  double measured_s = 0, predicted_s = 0;  // the family's times summed
 };
 Expected<std::vector<FamilyError>> op_family_errors(const ClusterSpec& hardware, const json& stack,
                                                     const std::vector<OpMeasurement>& measurements);

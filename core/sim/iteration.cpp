@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "core/common/json_reader.h"
 #include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
 #include "core/sim/engine.h"
@@ -331,7 +332,8 @@ class IterationGraph {
 
   // The op timeline of two layers of the first non-empty micro-batch, forward then backward (one
   // device each), as price_ops simulates them: what each chunk task of the iteration trace is made
-  // of. Written beside the iteration's trace as NAME.layer.json.
+  // of. Written beside the iteration's trace as NAME.layer.json, and one layer's single kernels as
+  // NAME.layer_ops.csv (layer_ops_csv).
   Status write_layer_trace(const std::filesystem::path& path) {
     for (const PlanMicroBatch& mb : *replicas_.lists[0]) {
       if (mb.lengths.empty()) continue;
@@ -347,8 +349,12 @@ class IterationGraph {
       append_ops(g, cost_, ops.backward, 2, 1);
       auto sim = simulate_checked(g);
       if (!sim) return sim.errors();
-      std::filesystem::path layer_path = path;
+      std::filesystem::path layer_path = path, ops_path = path;
       layer_path.replace_extension(".layer.json");
+      // The same layer's single kernels with their predicted times, for a device to replay
+      // (scripts/measure_gpu_ops.py --replay) and `cpbench calibrate --check` to compare.
+      ops_path.replace_extension(".layer_ops.csv");
+      if (auto st = write_file_atomic(ops_path, layer_ops_csv(cost_, ops)); !st) return st;
       return write_chrome_trace(g, *sim, {"2 layers forward", "2 layers backward"}, layer_path, kLayerStreamNames);
     }
     return ok_status();

@@ -1,8 +1,10 @@
 #include "core/sim/layer_cost.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
+#include "core/cost/calibrate.h"
 #include "core/model/formulas.h"
 #include "core/model/model_flops.h"
 
@@ -16,9 +18,10 @@ constexpr double kAct = 2;  // bytes per 16-bit activation element
 struct Gemm {
   int64_t m, n, k;
 };
-double fwd(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.n, g.k); }
-double dgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.m, g.k, g.n); }
-double wgrad(const CostModel& c, const Gemm& g) { return c.gemm_s(g.k, g.n, g.m); }
+// The kernel each pass of a linear runs, as C[m,n] = A[m,k]·B[k,n].
+Gemm fwd(const Gemm& g) { return g; }
+Gemm dgrad(const Gemm& g) { return {g.m, g.k, g.n}; }
+Gemm wgrad(const Gemm& g) { return {g.k, g.n, g.m}; }
 
 // `ops` without ZeRO-3's parameter gathers and the waits for them (deps on them dropped, the rest
 // renumbered).
@@ -48,39 +51,51 @@ class OpBuilder {
   explicit OpBuilder(const CostModel& cost) : cost_(cost) {}
 
   int compute(std::string name, double s, std::vector<int> deps, int kernels = 1, bool sm_bound = true) {
-    return add({std::move(name), OpStream::compute, s, kernels, sm_bound, std::move(deps), {}});
+    return add({std::move(name), OpStream::compute, s, kernels, sm_bound, std::move(deps), {}, {}, {}});
   }
-  int gemm(std::string name, double s, std::vector<int> deps) { return compute(std::move(name), s, std::move(deps)); }
+  // One GEMM kernel (C[m,n] = A[m,k]·B[k,n]).
+  int gemm(std::string name, const Gemm& g, std::vector<int> deps) {
+    const int i = compute(std::move(name), cost_.gemm_s(g.m, g.n, g.k), std::move(deps));
+    measured_as(i, "gemm", {{"m", double(g.m)}, {"n", double(g.n)}, {"k", double(g.k)}});
+    return i;
+  }
   // An element-wise pass moving `bytes` through HBM in `kernels` kernels (each launch counted).
   int elementwise(std::string name, double bytes, std::vector<int> deps, int kernels = 1) {
     const double s = cost_.memory_bound_s(bytes) + (kernels - 1) * cost_.params().kernel_overhead_us * 1e-6;
-    return compute(std::move(name), s, std::move(deps), kernels, false);
+    const int i = compute(std::move(name), s, std::move(deps), kernels, false);
+    if (kernels == 1) measured_as(i, "memory_bound", {{"bytes", bytes}});
+    return i;
+  }
+  // Names op i as one kernel of a measured family (LayerOp::kernel).
+  void measured_as(int i, std::string kernel, std::map<std::string, double> shape) {
+    ops_[static_cast<size_t>(i)].kernel = std::move(kernel);
+    ops_[static_cast<size_t>(i)].shape = std::move(shape);
   }
   // A TP collective of `bytes` (collective_s's convention); with one TP rank there is none and
   // the data is `input` itself.
   int tp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
     if (group.size <= 1) return deps.empty() ? -1 : deps.front();
     return add({std::move(name), OpStream::tp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
-                collective_sent_bytes(kind, bytes, group)});
+                collective_sent_bytes(kind, bytes, group), {}, {}});
   }
   // One ring step of a TP collective split for overlap: `bytes` to the next rank.
   int tp_step(std::string name, double bytes, bool network, std::vector<int> deps) {
     LinkBytes sent;
     (network ? sent.network : sent.nvlink) = bytes;
     return add({std::move(name), OpStream::tp, cost_.p2p_s(bytes, network ? Link::network : Link::nvlink), 1, false,
-                std::move(deps), sent});
+                std::move(deps), sent, {}, {}});
   }
   // A ZeRO-3 collective of the layer's parameters or gradients over the DP×CP shards.
   int dp(std::string name, Collective kind, double bytes, const GroupPlacement& group, std::vector<int> deps) {
     if (group.size <= 1) return -1;
     return add({std::move(name), OpStream::dp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
-                collective_sent_bytes(kind, bytes, group)});
+                collective_sent_bytes(kind, bytes, group), {}, {}});
   }
   // The attention core waiting for CP transfers it could not hide (priced by the attention-plan
   // simulation, which already ran the transfers beside the tiles).
   int cp_wait(double s, std::vector<int> deps) {
     if (s <= 0) return -1;
-    return add({"cp wait", OpStream::cp, s, 0, false, std::move(deps), {}});
+    return add({"cp wait", OpStream::cp, s, 0, false, std::move(deps), {}, {}, {}});
   }
   // Appends `ops` (another list), its deps shifted; the first op also reads `after`.
   int append(const OpList& ops, const std::string& prefix, int after) {
@@ -108,9 +123,12 @@ class OpBuilder {
 };
 
 // The attention core (scores, softmax, weighted sum) of a micro-batch on one TP rank, without CP.
+// A flash core is one kernel of a measured family (`kernel`, `shape`: LayerOp's).
 struct CoreCost {
   double s = 0;
   int kernels = 0;
+  std::string kernel;
+  std::map<std::string, double> shape;
 };
 CoreCost attention_core(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
                         const PlanMicroBatch& mb, bool backward) {
@@ -129,6 +147,8 @@ CoreCost attention_core(const CostModel& cost, const ModelShape& m, const Parall
     p.s = backward ? cost.flash_attention_bwd_s(pairs, heads, d, mean_len)
                    : cost.flash_attention_fwd_s(pairs, heads, d, mean_len);
     p.kernels = 1;
+    p.kernel = backward ? "flash_attention_bwd" : "flash_attention_fwd";
+    p.shape = {{"pairs", pairs}, {"heads", double(heads)}, {"head_dim", double(d)}, {"mean_len", mean_len}};
     return p;
   }
   // Unfused (Megatron 2021): per sequence length, batched GEMMs over (sequences × heads); the
@@ -192,6 +212,7 @@ AttentionOps attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape
   }
   const CoreCost c = attention_core(cost, m, layout, mb, backward);
   out.kernels = out.done = b.compute(prefix + (backward ? "attention bwd" : "attention"), c.s, {input}, c.kernels);
+  if (!c.kernel.empty()) b.measured_as(out.kernels, c.kernel, c.shape);
   return out;
 }
 
@@ -279,7 +300,7 @@ class LayerLowering {
   std::pair<int, int> qkv_forward(OpBuilder& b, int in) const {
     if (!cp_overlap_) return {column_forward(b, "qkv", qkv_, in), -1};
     const int kv = column_forward(b, "qkv (k, v)", Gemm{T_, 2 * m_.kv_dim() / t_, h_}, in);
-    return {b.gemm("qkv (q)", fwd(cost_, Gemm{T_, h_ / t_, h_}), {kv}), kv};
+    return {b.gemm("qkv (q)", Gemm{T_, h_ / t_, h_}, {kv}), kv};
   }
   // With cp_comm_overlap, the Q columns' backward runs while dK/dV go home (the reduce-scatter of
   // the all-gathered K/V's gradients); else the QKV backward waits for them.
@@ -319,17 +340,18 @@ class LayerLowering {
   // the previous ones and their waves share the SMs: a chunk costs its share of one GEMM over
   // that many chunks' rows, plus its own launch.
   static constexpr int64_t kTeComputeStreams = 3;
-  using GemmTime = double (*)(const CostModel&, const Gemm&);
-  double chunk_s(GemmTime time, const Gemm& g) const {
+  using GemmTime = Gemm (*)(const Gemm&);
+  double chunk_s(GemmTime pass, const Gemm& g) const {
     const int64_t rows = (g.m + chunks_ - 1) / chunks_, together = std::min(chunks_, kTeComputeStreams);
     const double launch = cost_.params().kernel_overhead_us * 1e-6;
-    return (time(cost_, Gemm{together * rows, g.n, g.k}) - launch) / static_cast<double>(together) + launch;
+    const Gemm k = pass(Gemm{together * rows, g.n, g.k});
+    return (cost_.gemm_s(k.m, k.n, k.k) - launch) / static_cast<double>(together) + launch;
   }
   // All-gather + GEMM; returns the last chunk GEMM, `arrived` the last ring step (-1 without).
   int all_gather_gemm(OpBuilder& b, const std::string& name, const Gemm& g, GemmTime time, int in, int* arrived) const {
     int step = -1, gemm = -1;
     for (int64_t i = 0; i < chunks_; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {i == 0 ? in : step});
+      gemm = b.compute(name + " chunk " + std::to_string(i), chunk_s(time, g), {i == 0 ? in : step});
       if (i + 1 < chunks_) step = b.tp_step("tp ring all-gather step", a_bytes_ / t_, tp_network_, {i == 0 ? in : step});
     }
     if (arrived) *arrived = step;
@@ -339,7 +361,7 @@ class LayerLowering {
   int gemm_reduce_scatter(OpBuilder& b, const std::string& name, const Gemm& g, GemmTime time, int in) const {
     int step = -1, gemm = -1;
     for (int64_t i = 0; i < chunks_; ++i) {
-      gemm = b.gemm(name + " chunk " + std::to_string(i), chunk_s(time, g), {in});
+      gemm = b.compute(name + " chunk " + std::to_string(i), chunk_s(time, g), {in});
       if (i + 1 < chunks_) step = b.tp_step("tp ring reduce-scatter step", a_bytes_ / t_, tp_network_, {gemm, step});
     }
     return step >= 0 ? step : gemm;
@@ -347,10 +369,10 @@ class LayerLowering {
 
   // Forward GEMMs fed by f (column-parallel: QKV, FC1), and feeding g (row-parallel: proj, FC2).
   int column_forward(OpBuilder& b, const std::string& name, const Gemm& g, int in) const {
-    return overlap_ ? all_gather_gemm(b, name, g, fwd, in, nullptr) : b.gemm(name, fwd(cost_, g), {f_forward(b, in)});
+    return overlap_ ? all_gather_gemm(b, name, g, fwd, in, nullptr) : b.gemm(name, fwd(g), {f_forward(b, in)});
   }
   int row_forward(OpBuilder& b, const std::string& name, const Gemm& g, int in) const {
-    return overlap_ ? gemm_reduce_scatter(b, name, g, fwd, in) : g_forward(b, b.gemm(name, fwd(cost_, g), {in}));
+    return overlap_ ? gemm_reduce_scatter(b, name, g, fwd, in) : g_forward(b, b.gemm(name, fwd(g), {in}));
   }
 
   // Backward of a column-parallel GEMM (QKV, FC1) fed by f: with SP, Megatron all-gathers the
@@ -368,26 +390,26 @@ class LayerLowering {
         sp_ && tp_.size > 1 ? b.tp("tp all-gather (wgrad input)", Collective::all_gather, a_bytes_, tp_, {grad}) : -1;
     if (overlap_) {  // dgrad chunks feeding the ring reduce-scatter; wgrad beside, on the re-gathered input
       if (late_g) {
-        b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+        b.gemm(name + " wgrad", wgrad(g), {grad, regather});
         const int reduced = gemm_reduce_scatter(b, name + "+" + late_name + " dgrad", Gemm{g.m, g.n + late_g->n, g.k}, dgrad, late);
-        b.gemm(late_name + " wgrad", wgrad(cost_, *late_g), {late, regather});
+        b.gemm(late_name + " wgrad", wgrad(*late_g), {late, regather});
         return reduced;
       }
       const int reduced = gemm_reduce_scatter(b, name + " dgrad", g, dgrad, grad);
-      b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+      b.gemm(name + " wgrad", wgrad(g), {grad, regather});
       return reduced;
     }
-    int d = b.gemm(name + " dgrad", dgrad(cost_, g), {grad});
+    int d = b.gemm(name + " dgrad", dgrad(g), {grad});
     if (late_g) {
-      b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
-      d = b.gemm(late_name + " dgrad", dgrad(cost_, *late_g), {d, late});
+      b.gemm(name + " wgrad", wgrad(g), {grad, regather});
+      d = b.gemm(late_name + " dgrad", dgrad(*late_g), {d, late});
     }
     const bool beside = sp_ || layout_.async_tensor_model_parallel_allreduce;
     int reduced = beside ? b.tp(sp_ ? "tp reduce-scatter" : "tp all-reduce",
                                 sp_ ? Collective::reduce_scatter : Collective::all_reduce, a_bytes_, tp_, {d})
                          : -1;
-    const int w = late_g ? b.gemm(late_name + " wgrad", wgrad(cost_, *late_g), {late, regather})
-                         : b.gemm(name + " wgrad", wgrad(cost_, g), {grad, regather});
+    const int w = late_g ? b.gemm(late_name + " wgrad", wgrad(*late_g), {late, regather})
+                         : b.gemm(name + " wgrad", wgrad(g), {grad, regather});
     if (!beside) reduced = b.tp("tp all-reduce", Collective::all_reduce, a_bytes_, tp_, {d, w});
     return reduced == d || reduced < 0 ? d : reduced;
   }
@@ -397,12 +419,12 @@ class LayerLowering {
     if (overlap_) {
       int arrived = -1;
       const int d = all_gather_gemm(b, name + " dgrad", g, dgrad, grad, &arrived);
-      b.gemm(name + " wgrad", wgrad(cost_, g), {d, arrived});
+      b.gemm(name + " wgrad", wgrad(g), {d, arrived});
       return d;
     }
     const int gathered = g_backward(b, grad);
-    const int d = b.gemm(name + " dgrad", dgrad(cost_, g), {gathered});
-    b.gemm(name + " wgrad", wgrad(cost_, g), {gathered});
+    const int d = b.gemm(name + " dgrad", dgrad(g), {gathered});
+    b.gemm(name + " wgrad", wgrad(g), {gathered});
     return d;
   }
 
@@ -529,12 +551,12 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
   const double logit_bytes = 4.0 * static_cast<double>(T) * m.vocab / layout.tp;
   const GroupPlacement tp = tp_group(cost, layout);
   OpBuilder f(cost), b(cost);
-  int last = f.gemm("logits", fwd(cost, logits), {});
+  int last = f.gemm("logits", fwd(logits), {});
   for (const char* pass : {"logits max", "sum exp", "target logit"})
     last = f.tp("tp all-reduce", Collective::all_reduce, 4.0 * T, tp, {f.elementwise(pass, logit_bytes, {last})});
   const int g = b.elementwise("cross-entropy bwd", 2 * logit_bytes, {});
-  const int d = b.gemm("logits dgrad", dgrad(cost, logits), {g});
-  b.gemm("logits wgrad", wgrad(cost, logits), {g});
+  const int d = b.gemm("logits dgrad", dgrad(logits), {g});
+  b.gemm("logits wgrad", wgrad(logits), {g});
   b.tp("tp all-reduce", Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp, {d});
   return {f.take(), b.take()};
 }
@@ -664,6 +686,24 @@ LayerCost layer_cost(const CostModel& cost, const ModelShape& model, const Paral
                      const PlanMicroBatch& mb, const AttentionCost* attention) {
   const LayerOps ops = lower_layer(cost, model, layout, mb, attention);
   return {price_ops(cost, ops.forward), price_ops(cost, ops.backward)};
+}
+
+std::string layer_ops_csv(const CostModel& cost, const LayerOps& ops) {
+  std::string out = "op,shape,time_s\n";
+  char num[64];
+  for (const auto& [pass, list] : {std::pair<const char*, const OpList*>{"forward", &ops.forward}, {"backward", &ops.backward}})
+    for (const LayerOp& op : *list) {
+      if (op.kernel.empty()) continue;
+      OpMeasurement m{op.kernel, op.shape, 0};
+      std::string shape;
+      for (const auto& [k, v] : op.shape) {
+        std::snprintf(num, sizeof num, "%.17g", v);
+        shape += (shape.empty() ? "" : ";") + k + "=" + num;
+      }
+      std::snprintf(num, sizeof num, "%.9g", predict_time_s(cost, m));
+      out += std::string("# ") + pass + " " + op.name + "\n" + op.kernel + "," + shape + "," + num + "\n";
+    }
+  return out;
 }
 
 }  // namespace cpbench

@@ -14,6 +14,7 @@
 // kernel (EfficiencyParams::host_op_us), so short kernels become host-bound: price_ops.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct LayerOp {
   bool sm_bound = true;   // compute: bound by the SMs (GEMM, attention) or by HBM (element-wise)
   std::vector<int> deps;  // earlier ops of the same list whose results it needs
   LinkBytes bytes;        // communication: what this GPU sends
+  // The op as one kernel of a family `cpbench calibrate` measures (core/cost/calibrate.h: "gemm"
+  // m, n, k; "memory_bound" bytes; "flash_attention_fwd"/"_bwd" pairs, heads, head_dim,
+  // mean_len), so that a device can run it and compare (layer_ops_csv); empty when it is not one
+  // (communication, waits, TransformerEngine's chunked GEMMs, an unfused or CP attention core).
+  std::string kernel;
+  std::map<std::string, double> shape;
 };
 using OpList = std::vector<LayerOp>;
 
@@ -100,6 +107,12 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops);
 // The task graph price_ops simulates: `copies` copies of `ops` on `device` (streams: compute 0,
 // tp 1, cp 2, dp 3, host 4), the host tasks of kind 'o'.
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device = 0);
+
+// One layer's forward and backward ops that are single kernels of a measured family, as the CSV
+// `cpbench calibrate` reads (`op,key=value;…,time_s`), each with the model's time for it and a
+// comment line before it naming the op ("# forward qkv"): what scripts/measure_gpu_ops.py
+// --replay runs on a device, in stream order, and `cpbench calibrate --check` compares.
+std::string layer_ops_csv(const CostModel& cost, const LayerOps& ops);
 
 // The zero-length op a ZeRO-3 layer ends with: it waits for the next layer's parameters, so its
 // wait is the exposed all-gather (PassCost::dp_comm_s).

@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/cost/calibrate.h"
 #include "core/cost/cost_test_util.h"
 #include "core/experiment/registry.h"
 
@@ -58,6 +62,52 @@ double sum(const OpList& ops, OpStream stream) {
   for (const LayerOp& op : ops)
     if (op.stream == stream) s += op.duration_s;
   return s;
+}
+
+// The kernels a device replays (layer_ops_csv): every single-kernel GEMM, element-wise pass and
+// flash attention call of a layer, with the shape whose model time is exactly the op's; the
+// linears' forward, dgrad and wgrad GEMMs are Megatron's column/row-parallel shapes; the CSV is
+// what `cpbench calibrate` loads, one row per such op, each with its predicted time.
+TEST(LayerOps, SingleKernelOpsCarryTheShapeADeviceReplays) {
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape m = model("gpt_1.7b");
+  ParallelConfig layout;
+  layout.num_gpus = 8;
+  layout.tp = 2;
+  layout.sequence_parallel = true;
+  PlanMicroBatch mb;
+  mb.lengths = {2048, 1024};
+  const LayerOps ops = lower_layer(cost, m, layout, mb);
+  int gemms = 0, attention = 0, elementwise = 0;
+  std::set<std::vector<double>> gemm_shapes;
+  for (const OpList* list : {&ops.forward, &ops.backward})
+    for (const LayerOp& op : *list) {
+      if (op.kernel.empty()) {
+        EXPECT_TRUE(op.stream != OpStream::compute || op.kernels != 1 || op.duration_s == 0) << op.name;
+        continue;
+      }
+      const double predicted = predict_time_s(cost, OpMeasurement{op.kernel, op.shape, 0});
+      EXPECT_NEAR(predicted, op.duration_s, 1e-12 * op.duration_s) << op.name;
+      if (op.kernel == "gemm") {
+        ++gemms;
+        gemm_shapes.insert({op.shape.at("m"), op.shape.at("n"), op.shape.at("k")});
+      }
+      attention += op.kernel.rfind("flash_attention", 0) == 0;
+      elementwise += op.kernel == "memory_bound";
+    }
+  EXPECT_EQ(gemms, 12);  // QKV, proj, FC1, FC2: forward, dgrad, wgrad
+  EXPECT_EQ(attention, 2);
+  EXPECT_GE(elementwise, 10);
+  const double T = 3072, h = m.hidden, f = m.ffn_hidden;
+  EXPECT_TRUE(gemm_shapes.count({T, f / 2, h}));  // FC1 forward: [T, h] · [h, ffn/t]
+  EXPECT_TRUE(gemm_shapes.count({T, h, f / 2}));  // its dgrad: [T, ffn/t] · [ffn/t, h]
+  EXPECT_TRUE(gemm_shapes.count({h, f / 2, T}));  // its wgrad: [h, T] · [T, ffn/t]
+  const auto path = std::filesystem::path(testing::TempDir()) / "layer_ops.csv";
+  std::ofstream(path) << layer_ops_csv(cost, ops);
+  auto rows = load_measurements(path);
+  ASSERT_TRUE(rows.ok()) << rows.error_str();
+  EXPECT_EQ(rows->size(), static_cast<size_t>(gemms + attention + elementwise));
+  for (const OpMeasurement& r : *rows) EXPECT_NEAR(r.time_s, predict_time_s(cost, r), 1e-8 * r.time_s) << r.op;
 }
 
 TEST(LayerOps, BlockingTpCollectivesAreExposedInFullAndComputeIsTheSumOfItsKernels) {
