@@ -96,6 +96,21 @@ TEST_F(CliTest, CudaBackendWithoutADeviceSaysSoInOneLineAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out)) << r.out;
   // --dry-run executes nothing, so it needs no device.
   EXPECT_EQ(cpbench("run dcp/micro_causal --first 1 --backend cuda --dry-run").code, 0);
+  // exec and validate the same: one line, exit 1.
+  for (const char* command : {"exec", "validate"}) {
+    const auto e = cpbench(std::string(command) + " --backend cuda --ranks 2 --lengths 64,64");
+    EXPECT_EQ(e.code, 1) << e.out;
+    EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+    EXPECT_NE(e.out.find(std::string("cpbench ") + command + ": --backend cuda: "), std::string::npos) << e.out;
+  }
+}
+
+// --ranks is --backend cuda's: with cpu the ranks are mpirun's, and the flag is refused.
+TEST_F(CliTest, ExecRanksApplyToTheCudaBackendOnly) {
+  const auto r = cpbench("exec --ranks 2 --lengths 64,64");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--ranks: applies to --backend cuda"), std::string::npos) << r.out;
+  EXPECT_EQ(cpbench("exec --backend gpu --lengths 64,64").code, 2);
 }
 
 TEST_F(CliTest, ListShowsRegisteredExperimentsButNotPresets) {

@@ -42,7 +42,6 @@
 #include "core/experiment/strategy_registry.h"
 #include "core/reshard/reconfigure.h"
 #ifdef CPBENCH_HAVE_CUDA
-#include "core/runtime/cuda/cuda_runtime.h"
 #include "kernels/cuda/device_query.h"
 #endif
 
@@ -104,28 +103,6 @@ int mpi_world_size() {
   return size;
 }
 
-// The GPU runtime built into this binary (null without CUDA), for the backends that need devices.
-const DeviceRuntime* built_in_device() {
-#ifdef CPBENCH_HAVE_CUDA
-  return &cuda_runtime();
-#else
-  return nullptr;
-#endif
-}
-
-// Before anything is read or written: "" when `backend` can run here, else one line saying why
-// not (a backend that needs a GPU, in a build without CUDA or on a machine without a device).
-std::string backend_refusal(const std::string& backend) {
-  const Backend* b = find_backend(backend);
-  if (!b || !b->needs_devices) return "";
-  if (mpi_world_size() > 1)
-    return "--backend " + backend + " runs every rank of a plan as a thread of one process on this machine's GPU: "
-           "start it without mpirun";
-  const DeviceRuntime* device = built_in_device();
-  if (!device) return "--backend " + backend + ": this cpbench was built without CUDA (nvcc was not found when it was built)";
-  const std::string why = device->unavailable();
-  return why.empty() ? "" : "--backend " + backend + ": " + why;
-}
 
 
 // A numeric flag's value: finite and within [lo, hi]. CLI::Range alone lets "nan" through (every
@@ -210,7 +187,7 @@ struct RunArgs {
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
-  if (const std::string why = backend_refusal(a.backend); !why.empty() && !a.dry_run) {
+  if (const std::string why = backend_refusal(a.backend, mpi_world_size()); !why.empty() && !a.dry_run) {
     if (mpi_rank() == 0) std::cerr << "cpbench run: " << why << "\n";
     return kExitFailed;
   }
@@ -769,6 +746,13 @@ int run_cli(int argc, char** argv) {
                     "preset (cpu_local; validate: --preset)")
         ->check(finite_range(1e-3, kMaxTimeout_s))
         ->capture_default_str();
+    sub->add_option("--backend", ea.backend,
+                    "cpu: the MPI ranks of this job with CPU kernels; cuda: --ranks threads of this process on its "
+                    "GPU with CUDA kernels (without a device it says so and exits 1)")
+        ->check(CLI::IsMember({"cpu", "cuda"}))
+        ->capture_default_str();
+    sub->add_option("--ranks", ea.ranks, "--backend cuda: the plan's ranks, as threads sharing the GPU")
+        ->check(CLI::Range(1, 1024));
     sub->add_flag("--dynamic-cp", ea.dynamic_cp,
                   "plan the batch with Megatron's Dynamic-CP (strategy dynamic_cp) over the job's ranks and run every "
                   "round, each group as TransformerEngine's --layout (zigzag, all_gather, a2a, a2a+p2p; padded) on "
@@ -909,6 +893,11 @@ int run_cli(int argc, char** argv) {
       std::cerr << (ea.lengths.empty() ? "cpbench: give --lengths or --dataset\n"
                                        : "cpbench: error:\ncommand line: --dataset: give --lengths or --dataset, not "
                                          "both (the sequences would come from --lengths alone)\n");
+      return kExitBadInput;
+    }
+    if (ea.ranks > 0 && ea.backend != "cuda") {
+      std::cerr << "cpbench: error:\ncommand line: --ranks: applies to --backend cuda (thread ranks on the GPU); with "
+                   "cpu the ranks are the job's: mpirun -np N\n";
       return kExitBadInput;
     }
     return *exec ? cmd_exec(ea, experiments_dir) : cmd_validate(ea, validate_preset, experiments_dir);

@@ -1,14 +1,17 @@
 #include "apps/exec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 
 #include <unistd.h>
 
 #include "core/cost/cost_model.h"
+#include "core/evaluate/evaluate.h"
 #include "core/experiment/registry.h"
 #include "core/experiment/runner.h"
 #include "core/runtime/cpu_attention_kernels.h"
@@ -17,9 +20,33 @@
 #include "core/runtime/mpi_communicator.h"
 #include "core/runtime/mpi_session.h"
 #include "core/runtime/plan_exec.h"
+#include "core/runtime/thread_communicator.h"
 #include "core/sim/attention_sim.h"
+#ifdef CPBENCH_HAVE_CUDA
+#include "core/runtime/cuda/cuda_runtime.h"
+#endif
 
 namespace cpbench {
+
+const DeviceRuntime* built_in_device() {
+#ifdef CPBENCH_HAVE_CUDA
+  return &cuda_runtime();
+#else
+  return nullptr;
+#endif
+}
+
+std::string backend_refusal(const std::string& backend, int job_ranks) {
+  const Backend* b = find_backend(backend);
+  if (!b || !b->needs_devices) return "";
+  if (job_ranks > 1)
+    return "--backend " + backend + " runs every rank of a plan as a thread of one process on this machine's GPU: "
+           "start it without mpirun";
+  const DeviceRuntime* device = built_in_device();
+  if (!device) return "--backend " + backend + ": this cpbench was built without CUDA (nvcc was not found when it was built)";
+  const std::string why = device->unavailable();
+  return why.empty() ? "" : "--backend " + backend + ": " + why;
+}
 
 [[noreturn]] void fail(const std::string& message) { MpiCommunicator::abort_job(message, 1); }
 
@@ -266,14 +293,47 @@ std::string header(const ExecArgs& a, const ExecPlan& ep, int ranks) {
   return std::string(line) + (ep.planned.reason.empty() ? "" : "  " + ep.planned.reason + "\n");
 }
 
-}  // namespace
+// Runs body(communicator, kernels) on the job's ranks: with --backend cpu the MPI world and CPU
+// kernels; with cuda a.ranks thread ranks of this process on its GPU, each with its own kernels
+// (stream) and the device's copy, the worst exit code of them returned (2 bad input, 1 failure).
+int on_the_ranks(const char* command, const ExecArgs& a,
+                 const std::function<int(Communicator&, AttentionKernels&)>& body) {
+  if (a.backend != "cuda") {
+    auto world = open_world(command, timeout_of(a));
+    if (!world) return 2;
+    CpuAttentionKernels kernels;
+    return body(*world, kernels);
+  }
+  int job = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &job);
+  if (const std::string why = backend_refusal("cuda", job); !why.empty()) {
+    std::cerr << "cpbench " << command << ": " << why << "\n";
+    return 1;
+  }
+  if (a.ranks < 1) {
+    std::cerr << "cpbench " << command << ": --backend cuda runs the plan on --ranks N threads of this process: give --ranks\n";
+    return 2;
+  }
+  const DeviceRuntime& device = *built_in_device();
+  std::vector<int> codes(static_cast<size_t>(a.ranks), 0);
+  const std::vector<Status> st = run_thread_ranks(
+      a.ranks,
+      [&](Communicator& comm) -> Status {
+        std::unique_ptr<AttentionKernels> kernels = device.make_kernels();
+        codes[static_cast<size_t>(comm.rank())] = body(comm, *kernels);
+        return ok_status();
+      },
+      timeout_of(a), device.copy);
+  for (size_t r = 0; r < st.size(); ++r)
+    if (!st[r]) {
+      std::cerr << "cpbench " << command << ": thread rank " << r << ": " << st[r].error_str() << "\n";
+      return 1;
+    }
+  return *std::max_element(codes.begin(), codes.end());
+}
 
-int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
-  keep_freed_host_memory();
-  MpiSession session;  // a singleton MPI job when not started by mpirun
-  auto world = open_world("exec", timeout_of(a));
-  if (!world) return 2;
-  Communicator& comm = *world;
+int exec_on(Communicator& comm, AttentionKernels& kernels, const ExecArgs& a,
+            const std::filesystem::path& experiments_dir) {
   const int rank = comm.rank();
   const std::string command = a.dynamic_cp ? "exec --dynamic-cp" : "exec";
   // Every verdict before the first round depends on the arguments and the job's size only: every
@@ -286,7 +346,6 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   if (auto s = check_predicted_time(a, *sims, rank, preset, 1, true); !s) return refuse_input(rank, command, s.error_str());
   const Plan& plan = ep->planned.plan;
   if (rank == 0) std::fputs(header(a, *ep, comm.size()).c_str(), stdout);
-  CpuAttentionKernels kernels;
   double ok = 1;
   std::string reference;
   for (size_t k = 0; k < ep->rounds.size(); ++k) {
@@ -307,12 +366,20 @@ int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   return all[0] == comm.size() ? 0 : 1;
 }
 
-int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesystem::path& experiments_dir) {
+}  // namespace
+
+int cmd_exec(const ExecArgs& a, const std::filesystem::path& experiments_dir) {
   keep_freed_host_memory();
-  MpiSession session;
-  auto world = open_world("validate", timeout_of(a));
-  if (!world) return 2;
-  Communicator& comm = *world;
+  MpiSession session;  // a singleton MPI job when not started by mpirun
+  return on_the_ranks("exec", a, [&](Communicator& comm, AttentionKernels& kernels) {
+    return exec_on(comm, kernels, a, experiments_dir);
+  });
+}
+
+namespace {
+
+int validate_on(Communicator& comm, AttentionKernels& kernels, const ExecArgs& a, const std::string& preset,
+                const std::filesystem::path& experiments_dir) {
   const int rank = comm.rank();
   auto ep = plan_from_args(a, comm, experiments_dir);
   if (!ep) return refuse_input(rank, "validate", ep.error_str());
@@ -331,7 +398,6 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
     if (!seat) fail("rank " + std::to_string(rank) + ", round " + std::to_string(k) + ": " + seat.error_str());
     seats.push_back(std::move(*seat));
   }
-  CpuAttentionKernels kernels;
   std::vector<double> best{1e30, 1e30};  // step, this rank's kernel time
   for (int run = 0; run < 4; ++run) {
     if (auto s = comm.barrier(); !s) fail(s.error_str());
@@ -369,7 +435,25 @@ int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesy
               100 * (predicted - best[0]) / best[0]);
   for (int r = 0; r < comm.size(); ++r)
     std::printf("rank %d kernels: measured %.4f s, simulated %.4f s\n", r, kernel_times[r], predicted_kernels[r]);
+  if (a.backend == "cuda") {
+    // The ranks are threads sharing one GPU: its kernels run one after the other, not side by side.
+    double serial = 0;
+    for (const auto& groups : *sims)
+      for (const AttentionSimResult& sim : groups) serial += sim.serial_kernel_s();
+    std::printf("the %d ranks share one GPU: every rank's kernels one after the other, simulated %.4f s, error %+.1f%%\n",
+                comm.size(), serial, 100 * (serial - best[0]) / best[0]);
+  }
   return 0;
+}
+
+}  // namespace
+
+int cmd_validate(const ExecArgs& a, const std::string& preset, const std::filesystem::path& experiments_dir) {
+  keep_freed_host_memory();
+  MpiSession session;
+  return on_the_ranks("validate", a, [&](Communicator& comm, AttentionKernels& kernels) {
+    return validate_on(comm, kernels, a, preset, experiments_dir);
+  });
 }
 
 int cmd_calibrate_local(const std::string& out, const std::filesystem::path& experiments_dir) {

@@ -19,6 +19,7 @@ namespace cpbench {
 
 class Communicator;
 class MpiCommunicator;
+struct DeviceRuntime;
 
 // Shared by the MPI commands (exec, reshard):
 // the job's world communicator with a deadline on every wait, or null after printing why;
@@ -36,6 +37,14 @@ int refuse_input(int rank, const std::string& command, const std::string& why);
 // "" when every host has room, else why (the estimate and the limit), the same text on every rank.
 // `what` names what the bytes hold. Every rank calls it together.
 std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std::string& what);
+
+// The GPU runtime built into this binary (null without CUDA), for what needs a device.
+const DeviceRuntime* built_in_device();
+// Before anything is read or written: "" when `backend` (a row of the backend table, or exec's
+// "cpu" / "cuda") can run here, else one line saying why not: a backend that needs a GPU in a build
+// without CUDA, on a machine without a device, or under a launcher (`job_ranks` > 1: its ranks are
+// threads of one process).
+std::string backend_refusal(const std::string& backend, int job_ranks);
 
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);
 

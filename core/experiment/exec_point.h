@@ -47,6 +47,10 @@ struct ExecArgs {
   // TransformerEngine cp_comm_type of `layout` (CpLayout::te_comm_type: zigzag is p2p's).
   bool dynamic_cp = false;
   int64_t max_seqlen_per_rank = 0;
+  // Where the ranks run: "cpu" (the MPI ranks of the job, CPU kernels) or "cuda" (`ranks` threads
+  // of this process on its GPU, CUDA kernels, messages as device copies).
+  std::string backend = "cpu";
+  int ranks = 0;  // cuda: thread ranks (0: refused, say how many)
 };
 
 // The point of `args` on `ranks` ranks (GPUs of the cpu_local preset, --gpus-per-node to a node).
