@@ -58,12 +58,14 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   }
   if (!names.empty()) {
     std::vector<fs::path> chosen;
+    // Every preset of the name: a hardware and a stack preset may share one (cpu_local).
     for (const std::string& n : names) {
-      auto it = std::find_if(files.begin(), files.end(), [&](const fs::path& p) { return p.stem() == n; });
-      if (it == files.end())
+      const size_t before = chosen.size();
+      for (const fs::path& p : files)
+        if (p.stem() == n) chosen.push_back(p);
+      if (chosen.size() == before)
         return Error{"", n, "no preset named \"" + n + "\" in " + (experiments_dir / "hardware").string() + " or " +
                                 (experiments_dir / "stacks").string()};
-      chosen.push_back(*it);
     }
     files = chosen;
   }

@@ -48,6 +48,12 @@ TEST(Audit, EveryShippedConstantStatesItsKind) {
   const std::string line = rows->substr(line_start, rows->find('\n', line_start) - line_start);
   EXPECT_NE(line.find("calibration_fit"), std::string::npos) << line;
 
+  // A name both a hardware and a stack preset carry lists both.
+  auto both = audit_presets(dir, {"cpu_local"}, false);
+  ASSERT_TRUE(both.ok()) << both.error_str();
+  EXPECT_NE(both->find("hardware/cpu_local"), std::string::npos) << *both;
+  EXPECT_NE(both->find("stacks/cpu_local"), std::string::npos) << *both;
+
   auto unknown = audit_presets(dir, {"no_such_preset"}, true);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error_str().find("no preset named \"no_such_preset\""), std::string::npos);
