@@ -51,7 +51,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
   if (!L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
-    c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * params_per_gpu(model, L, longest, stage) / L.vp);
+    c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * chunk_params_per_gpu(model, L, longest, stage, chunk));
     c.bwd.kernels += 1;
   }
   if (stage == 0 && chunk == 0) {
@@ -393,7 +393,9 @@ class IterationGraph {
     const int64_t shards = L_.dp() * L_.cp;
     const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
     double end_of_step = stage_optimizer_s(0);
-    if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0);
+    // Stage 0's last backward is its first chunk's (interleaving runs the chunks' last backwards
+    // from the last chunk down): that chunk's last bucket follows it.
+    if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0, 0);
     if (gathers_params_at_end()) end_of_step += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
     // Every op waits, through stage 0's first, for stage 0's zeroed gradient buffer.
     const double start = zero_grad_s(0);
@@ -438,16 +440,19 @@ class IterationGraph {
   // collective issued as the backward completes it, all but the last during the chunk's last
   // backward; each pays the collective's latency, the last is exposed after it. (Megatron closes
   // a bucket at a tensor boundary once it holds B; the exact remainder is not modelled.)
-  double chunk_grad_bytes(int s) const { return L_.grad_bytes() * params_per_gpu(model_, L_, longest_, s) / v_; }
+  // Each chunk's own gradients: its layers, and the embedding or output layer where they live.
+  double chunk_grad_bytes(int s, int c) const {
+    return L_.grad_bytes() * chunk_params_per_gpu(model_, L_, longest_, s, c);
+  }
   Collective grad_reduction_kind() const {
     return L_.distributed_optimizer ? Collective::reduce_scatter : Collective::all_reduce;
   }
   struct GradReduction {
     double total_s = 0, late_s = 0;
   };
-  GradReduction grad_reduction(int s) const {
+  GradReduction grad_reduction(int s, int c) const {
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    const double bytes = chunk_grad_bytes(s);
+    const double bytes = chunk_grad_bytes(s, c);
     if (!L_.overlap_grad_reduce) {
       const double t = cost_.collective_s(grad_reduction_kind(), bytes, dp);
       return {t, t};
@@ -460,7 +465,7 @@ class IterationGraph {
     const double one = cost_.collective_s(grad_reduction_kind(), bytes / buckets, dp);
     return {buckets * one, one};
   }
-  double late_grad_reduction_s(int s) const { return grad_reduction(s).late_s; }
+  double late_grad_reduction_s(int s, int c) const { return grad_reduction(s, c).late_s; }
   // The distributed optimizer's all-gather of stage s's updated parameters at the step's end
   // (without overlap_param_gather; ZeRO-3 gathers on demand instead): bytes, and whether it runs.
   double param_gather_bytes(int s) const { return 2.0 * params_per_gpu(model_, L_, longest_, s); }
@@ -584,8 +589,8 @@ class IterationGraph {
     const std::vector<PipeOp>& ops = schedule_[s];
     const PipelineTasks& tasks = pipelines_[replica];
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    const double chunk_bytes = 2.0 * params_per_gpu(model_, L_, longest_, s) / v_;
     for (int c = 0; c < v_; ++c) {
+      const double chunk_bytes = 2.0 * chunk_params_per_gpu(model_, L_, longest_, s, c);
       size_t first = ops.size();
       for (size_t i = 0; i < ops.size() && first == ops.size(); ++i)
         if (ops[i].forward && ops[i].chunk == c) first = i;
@@ -625,11 +630,12 @@ class IterationGraph {
     if (L_.zero3) {
       if (group.size > 1) out += collective_sent_bytes(Collective::reduce_scatter, L_.grad_bytes() * zero3_outside_params(s), group);
     } else {
-      out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s), group) * v_;
+      for (int c = 0; c < v_; ++c) out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s, c), group);
     }
     if (L_.distributed_optimizer && !L_.zero3 && group.size > 1) {
       if (L_.overlap_param_gather)  // layer by layer, chunk by chunk (add_param_gather_prologue)
-        out += collective_sent_bytes(Collective::all_gather, param_gather_bytes(s) / v_, group) * v_;
+        for (int c = 0; c < v_; ++c)
+          out += collective_sent_bytes(Collective::all_gather, 2.0 * chunk_params_per_gpu(model_, L_, longest_, s, c), group);
       else
         out += collective_sent_bytes(Collective::all_gather, param_gather_bytes(s), group);
     }
@@ -650,11 +656,8 @@ class IterationGraph {
   // stage's last op.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
     if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
-    const double grad_bytes = chunk_grad_bytes(s);
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = grad_reduction_kind();
-    const GradReduction reduction = grad_reduction(s);
-    const double total_s = reduction.total_s;
     // Chunks in the order their last backward runs (interleaving finishes the last chunk first):
     // the dp stream is FIFO, so a chunk done early must not queue behind one done late.
     std::vector<std::pair<int, int>> last_of;  // (its last backward's index, chunk)
@@ -666,6 +669,9 @@ class IterationGraph {
     }
     std::sort(last_of.begin(), last_of.end());
     for (const auto& [last, c] : last_of) {
+      const double grad_bytes = chunk_grad_bytes(s, c);
+      const GradReduction reduction = grad_reduction(s, c);
+      const double total_s = reduction.total_s;
       // Without overlap the reduction runs after the stage's whole backward (Megatron's local DDP
       // reduces once the pipeline is flushed), every chunk's then; with it, each chunk's as soon
       // as its own last backward is done.

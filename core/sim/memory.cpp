@@ -17,6 +17,16 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
   return p / layout.tp;
 }
 
+double chunk_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage,
+                            int64_t chunk) {
+  const ParamCount pc = param_count(model, seq_length);
+  double p = pc.per_layer * static_cast<double>(chunk_layers(layout, model.layers, stage, chunk));
+  if (stage == 0 && chunk == 0) p += pc.embedding + pc.position;
+  if (stage == layout.pp - 1 && chunk == layout.vp - 1)
+    p += pc.final_norm + (pc.output_layer > 0 ? pc.output_layer : (layout.pp > 1 ? pc.embedding : 0));
+  return p / layout.tp;
+}
+
 int64_t longest_sequence(const Plan& plan) {
   int64_t longest = 0;
   for (const auto& rank : plan.micro_batches)

@@ -33,6 +33,11 @@ struct MemoryEstimate {
 // Parameters held by one GPU of pipeline stage `stage` (its layers, /tp; embedding on the
 // first stage, output layer on the last).
 double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage);
+// The same for one virtual chunk of the stage (chunk_layers of its layers; the embedding and
+// positions in stage 0's first chunk, the final norm and output layer in the last stage's last):
+// what Megatron's DDP keeps in that chunk's gradient buffer. The chunks of a stage sum to it.
+double chunk_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage,
+                            int64_t chunk);
 
 // The plan's longest sequence: what a learned position table must hold (param_count's seq_length).
 int64_t longest_sequence(const Plan& plan);

@@ -161,3 +161,38 @@ TEST(MemoryTimeline, OffloadingFreesAlongTheScheduleAndAlphaZeroIsNone) {
 
 }  // namespace
 }  // namespace cpbench
+
+namespace cpbench {
+namespace {
+
+// Megatron's DDP keeps one gradient buffer per virtual chunk: a chunk holds its own layers, and the
+// embedding (stage 0's first chunk) or the output layer (the last stage's last chunk) where they
+// live; the chunks of a stage sum to its parameters, also under the embedding- and loss-counted
+// pipeline split.
+TEST(ChunkParams, EachChunkHoldsItsLayersAndTheEmbeddingOrOutputWhereTheyLive) {
+  const ModelShape m = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
+  const ParamCount pc = param_count(m, 2048);
+  for (bool account_for_extras : {false, true}) {
+    ParallelConfig p;
+    p.num_gpus = 1024;
+    p.tp = 8;
+    p.pp = 8;
+    p.vp = account_for_extras ? 2 : 3;
+    p.account_for_embedding_in_pipeline_split = p.account_for_loss_in_pipeline_split = account_for_extras;
+    for (int64_t s = 0; s < p.pp; ++s) {
+      double sum = 0;
+      for (int64_t c = 0; c < p.vp; ++c) sum += chunk_params_per_gpu(m, p, 2048, s, c);
+      EXPECT_NEAR(sum, params_per_gpu(m, p, 2048, s), 1e-6 * sum) << s;
+    }
+    const double layer = pc.per_layer / p.tp;
+    EXPECT_NEAR(chunk_params_per_gpu(m, p, 2048, 0, 0),
+                layer * chunk_layers(p, m.layers, 0, 0) + (pc.embedding + pc.position) / p.tp, 1);
+    EXPECT_NEAR(chunk_params_per_gpu(m, p, 2048, 0, 1), layer * chunk_layers(p, m.layers, 0, 1), 1);
+    // Without the counted split the embedding comes on top of an equal share of layers.
+    if (!account_for_extras)
+      EXPECT_GT(chunk_params_per_gpu(m, p, 2048, 0, 0), chunk_params_per_gpu(m, p, 2048, 0, 1) + pc.embedding / p.tp / 2);
+  }
+}
+
+}  // namespace
+}  // namespace cpbench
