@@ -6,7 +6,7 @@
 #   here:  scripts/device_check.sh --prepare   (builds the GPU tests, fills build/device_libs)
 #   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test",
 #          "build/cuda_tensor_ops_gpu_test", "build/cuda_attention_kernels_gpu_test",
-#          "build/executed_plans_gpu_test", "build/device_libs"]
+#          "build/executed_plans_gpu_test", "build/nccl_communicator_gpu_test", "build/device_libs"]
 #   by hand on a GPU machine: scripts/device_check.sh --prepare, then scripts/device_check.sh
 #
 # --prepare builds the GPU tests (Release) and puts beside them, in build/device_libs (put on
@@ -30,7 +30,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
 out="${OUT:-/tmp/device_check}"
 export LD_LIBRARY_PATH="$build/device_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-gpu_tests=(flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test executed_plans_gpu_test)
+# NCCL for nccl_communicator_gpu_test: the machine's own, else the one PyTorch's wheel ships.
+nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
+[ -n "$nccl_dir" ] && [ -d "$nccl_dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+gpu_tests=(flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test executed_plans_gpu_test
+           nccl_communicator_gpu_test)
 
 if [ "${1:-}" = "--prepare" ]; then
   BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" || exit 1
@@ -43,6 +47,7 @@ if [ "${1:-}" = "--prepare" ]; then
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*) ;;  # every Linux has them
       libopenblas.so*) cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 "$libs/$name" ;;
       libgfortran.so*|libquadmath.so*) ;;  # OpenBLAS's, not the reference BLAS's
+      libnccl.so*) ;;  # too large to carry: the device's PyTorch wheel has one (below)
       *) cp -L "$path" "$libs/$name" ;;
     esac
   done
