@@ -182,10 +182,11 @@ Expected<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(Communicato
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (!comm_) return;
-  if (healthy()) cudaStreamSynchronize(as_stream(stream_));
-  // A healthy communicator is destroyed; one a failure left unusable was aborted already.
-  ncclCommDestroy(as_comm(comm_));
+  if (!comm_) return;  // aborted after a failure
+  // A non-blocking communicator is finalized (its outstanding operations flushed, polled within the
+  // deadline), then destroyed; one that does not finish in time is aborted.
+  cudaStreamSynchronize(as_stream(stream_));
+  if (settle(ncclCommFinalize(as_comm(comm_)), "ncclCommFinalize")) ncclCommDestroy(as_comm(comm_));
 }
 
 int NcclCommunicator::world_rank_of(int rank) const {
@@ -434,7 +435,10 @@ Expected<std::unique_ptr<Communicator>> NcclCommunicator::do_split(int color, in
   ncclComm_t child = nullptr;
   const ncclResult_t r = ncclCommSplit(as_comm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
   if (r != ncclSuccess && r != ncclInProgress) return abort(std::string("ncclCommSplit: ") + ncclGetErrorString(r)).errors();
-  if (color < 0) return std::unique_ptr<Communicator>();
+  if (color < 0) {  // in no group: the split is done when the parent has issued it
+    if (Status s = settle(r, "ncclCommSplit"); !s) return s.errors();
+    return std::unique_ptr<Communicator>();
+  }
   if (Status s = await_init(child, timeout(), "ncclCommSplit"); !s) return s.errors();
   std::vector<std::pair<int, int>> members;  // (key, rank)
   for (int q = 0; q < size_; ++q)
