@@ -262,6 +262,21 @@ def replay_attention_shape(shape):
     return batch, length
 
 
+def gemm_operands(torch, dev, m, n, k, name):
+    """The operands of a linear layer's GEMM C[m,n] = A[m,k]·B[k,n] laid out as training lays them
+    (activations [tokens, features] row-major, an nn.Linear weight [out, in]), from the op's name
+    in the layer ("... wgrad", "... dgrad", else a forward): forward X·Wᵀ (B a transposed view of
+    W[n,k]); dgrad dY·W (both row-major); wgrad Xᵀ·dY (A a transposed view of X[k,m], the token
+    dimension k strided)."""
+    def randn(*size):
+        return torch.randn(*size, device=dev, dtype=torch.bfloat16)
+    if name.endswith("wgrad"):
+        return randn(k, m).t(), randn(k, n)
+    if name.endswith("dgrad"):
+        return randn(m, k), randn(k, n)
+    return randn(m, k), randn(n, k).t()
+
+
 def replay(torch, dev, timed, ops_path, out_path, iters):
     """Each kernel of a layer (parse_ops) measured as measure_gpu_ops measures its family."""
     lines = ["op,shape,time_s",
@@ -270,8 +285,7 @@ def replay(torch, dev, timed, ops_path, out_path, iters):
     for comments, op, shape in parse_ops(ops_path):
         if op == "gemm":
             m, n, k = (int(shape[x]) for x in ("m", "n", "k"))
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
-            w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+            x, w = gemm_operands(torch, dev, m, n, k, comments[-1] if comments else "")
             t = timed(lambda: torch.matmul(x, w))
             del x, w
         elif op == "memory_bound":

@@ -26,8 +26,11 @@ def load_script():
 class FakeTensor:
     """Just enough of a tensor for replay(): it records the calls made on it."""
 
-    def __init__(self, log, shape):
-        self.log, self.shape, self.grad = log, shape, None
+    def __init__(self, log, shape, transposed=False):
+        self.log, self.shape, self.grad, self.transposed = log, shape, None, transposed
+
+    def t(self):
+        return FakeTensor(self.log, tuple(reversed(self.shape)), not self.transposed)
 
     def fill_(self, _):
         return self
@@ -57,7 +60,7 @@ def stand_in_torch(log):
     torch.empty_like = lambda t: FakeTensor(log, t.shape)
 
     def matmul(a, b):
-        log.append(("matmul", a.shape, b.shape))
+        log.append(("matmul", a.shape, b.shape, a.transposed, b.transposed))
         return FakeTensor(log, (a.shape[0], b.shape[1]))
 
     def sdpa(q, k, v, is_causal):
@@ -105,6 +108,14 @@ def replay_with_a_stand_in_torch(mod):
                 assert abs(got["mean_len"] - want["mean_len"]) <= 1, (want, got)
     kinds = [entry[0] for entry in log]
     assert "matmul" in kinds and "copy" in kinds and "sdpa" in kinds and "backward" in kinds, kinds
+    # Each pass of a linear in training's layout: forward X·Wᵀ, dgrad dY·W, wgrad Xᵀ·dY.
+    assert mod.gemm_operands(torch, "cuda", 8, 4, 2, "# backward fc1 wgrad")[0].transposed
+    a, b = mod.gemm_operands(torch, "cuda", 8, 4, 2, "# backward fc1 dgrad")
+    assert not a.transposed and not b.transposed and a.shape == (8, 2) and b.shape == (2, 4)
+    a, b = mod.gemm_operands(torch, "cuda", 8, 4, 2, "# forward qkv")
+    assert not a.transposed and b.transposed and b.shape == (2, 4), (a.shape, b.shape)
+    a, b = mod.gemm_operands(torch, "cuda", 8, 4, 2, "# backward qkv wgrad")
+    assert a.shape == (8, 2) and b.shape == (2, 4)
     assert all(causal for entry in log if entry[0] == "sdpa" for causal in [entry[2]])
     for name in ("torch", "torch.nn", "torch.nn.attention"):
         del sys.modules[name]

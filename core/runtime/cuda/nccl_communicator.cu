@@ -420,41 +420,51 @@ Status NcclCommunicator::do_barrier() {
 }
 
 Expected<std::unique_ptr<Communicator>> NcclCommunicator::do_split(int color, int key) {
-  // Every rank's (color, key), to name the new group's world ranks (NCCL orders it by (key, rank)
-  // as MPI_Comm_split does).
-  std::vector<double> mine{static_cast<double>(color), static_cast<double>(key)};
-  std::vector<double> all(2 * static_cast<std::size_t>(size_));
+  // Every rank's (color, key) and, from each group's first member, a new unique id: each group
+  // then creates its communicator as a new one (ordered by (key, rank), as MPI_Comm_split orders
+  // it). Not ncclCommSplit: NCCL 2.28 refuses it on a one-rank communicator ("invalid argument"),
+  // and a new communicator from an id is what create() already does.
+  struct Entry {
+    double color, key;
+    UniqueId id;
+  };
+  std::vector<std::pair<int, int>> members;  // (key, rank) of this rank's color, filled below
+  Entry mine{static_cast<double>(color), static_cast<double>(key), {}};
+  // Who leads each color needs everyone's (color, key) first.
+  std::vector<double> ck{mine.color, mine.key}, all_ck(2 * static_cast<std::size_t>(size_));
   std::vector<std::size_t> counts(static_cast<std::size_t>(size_), 2 * sizeof(double)), displs(static_cast<std::size_t>(size_));
   for (int r = 0; r < size_; ++r) displs[static_cast<std::size_t>(r)] = 2 * sizeof(double) * static_cast<std::size_t>(r);
-  if (Status s = all_gatherv(std::as_bytes(std::span<const double>(mine)), std::as_writable_bytes(std::span<double>(all)),
+  if (Status s = all_gatherv(std::as_bytes(std::span<const double>(ck)), std::as_writable_bytes(std::span<double>(all_ck)),
                              counts, displs);
       !s)
     return s.errors();
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclComm_t child = nullptr;
-  const ncclResult_t r = ncclCommSplit(as_comm(comm_), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
-  if (r != ncclSuccess && r != ncclInProgress) return abort(std::string("ncclCommSplit: ") + ncclGetErrorString(r)).errors();
-  if (color < 0) {  // in no group: the split is done when the parent has issued it
-    if (Status s = settle(r, "ncclCommSplit"); !s) return s.errors();
-    return std::unique_ptr<Communicator>();
-  }
-  if (Status s = await_init(child, timeout(), "ncclCommSplit"); !s) return s.errors();
-  std::vector<std::pair<int, int>> members;  // (key, rank)
   for (int q = 0; q < size_; ++q)
-    if (static_cast<int>(all[2 * static_cast<std::size_t>(q)]) == color)
-      members.push_back({static_cast<int>(all[2 * static_cast<std::size_t>(q) + 1]), q});
+    if (color >= 0 && static_cast<int>(all_ck[2 * static_cast<std::size_t>(q)]) == color)
+      members.push_back({static_cast<int>(all_ck[2 * static_cast<std::size_t>(q) + 1]), q});
   std::sort(members.begin(), members.end());
+  if (!members.empty() && members.front().second == rank_) {
+    auto id = new_unique_id();
+    if (!id) return id.errors();
+    mine.id = *id;
+  }
+  std::vector<char> ids(mine.id.size() * static_cast<std::size_t>(size_));
+  if (Status s = all_gather(std::as_bytes(std::span<const char>(mine.id.data(), mine.id.size())),
+                            std::as_writable_bytes(std::span<char>(ids)));
+      !s)
+    return s.errors();
+  if (color < 0) return std::unique_ptr<Communicator>();
+  UniqueId id;
+  const auto leader = static_cast<std::size_t>(members.front().second);
+  std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(leader * id.size()), id.size(), id.begin());
   std::vector<int> world;
   int new_rank = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
     world.push_back(world_ranks_[static_cast<std::size_t>(members[i].second)]);
     if (members[i].second == rank_) new_rank = static_cast<int>(i);
   }
-  auto out = std::unique_ptr<NcclCommunicator>(
-      new NcclCommunicator(child, new_rank, static_cast<int>(members.size()), std::move(world), stream_));
-  out->set_timeout(timeout());
-  return std::unique_ptr<Communicator>(std::move(out));
+  auto child = create(id, new_rank, static_cast<int>(members.size()), std::move(world), stream_, timeout());
+  if (!child) return child.errors();
+  return std::unique_ptr<Communicator>(std::move(*child));
 }
 
 }  // namespace cpbench
