@@ -131,6 +131,17 @@ double from_log(double u, const EfficiencyParamInfo& info) {
 }
 double to_log(double v) { return std::log(std::max(v, 1e-3)); }
 
+// The cost model of the machine `hardware` running the stack `stack` (experiments/stacks/ form);
+// errors name the stack's fields.
+Expected<CostModel> stack_model(const ClusterSpec& hardware, const json& stack) {
+  Diagnostics diag("stack");
+  JsonObject o(stack, "", diag);
+  ClusterSpec cluster = hardware;
+  apply_stack(cluster, parse_stack(o));
+  if (!diag.ok()) return diag.errors();
+  return CostModel::create(cluster, "stack");
+}
+
 std::string format_g(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", x);
@@ -296,13 +307,9 @@ Expected<std::vector<OpMeasurement>> load_measurements(const std::filesystem::pa
 Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
                                const std::vector<OpMeasurement>& measurements,
                                const std::string& measurements_file) {
-  Diagnostics diag("stack");
-  JsonObject o(stack, "", diag);
-  ClusterSpec cluster = hardware;
-  apply_stack(cluster, parse_stack(o));
-  if (!diag.ok()) return diag.errors();
-  auto start = CostModel::create(cluster, "stack");
+  auto start = stack_model(hardware, stack);
   if (!start) return start.errors();
+  const ClusterSpec& cluster = start->cluster();
   Errors bad;
   for (size_t i = 0; i < measurements.size(); ++i)
     if (const std::string why = validate_measurement(measurements[i]); !why.empty())
@@ -384,12 +391,7 @@ Expected<json> calibrate_stack(const ClusterSpec& hardware, const json& stack,
 
 Expected<std::vector<FamilyError>> op_family_errors(const ClusterSpec& hardware, const json& stack,
                                                     const std::vector<OpMeasurement>& measurements) {
-  Diagnostics diag("stack");
-  JsonObject o(stack, "", diag);
-  ClusterSpec cluster = hardware;
-  apply_stack(cluster, parse_stack(o));
-  if (!diag.ok()) return diag.errors();
-  auto model = CostModel::create(cluster, "stack");
+  auto model = stack_model(hardware, stack);
   if (!model) return model.errors();
   std::vector<FamilyError> out;
   for (const Family& family : families()) {

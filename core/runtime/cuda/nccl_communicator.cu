@@ -257,51 +257,39 @@ Status NcclCommunicator::do_group_end() {
   return close_batch(b);
 }
 
-Expected<std::unique_ptr<RequestState>> NcclCommunicator::do_isend(const void* data, std::size_t count, DataType type,
-                                                                   int dest, int /*tag*/) {
-  const std::size_t bytes = count * element_size_bytes(type);
+Expected<std::unique_ptr<RequestState>> NcclCommunicator::post(bool receive, void* data, std::size_t bytes,
+                                                               int peer) {
   const bool alone = !open_;
   std::shared_ptr<Batch> b = batch();
   if (alone)
     if (Status s = settle(ncclGroupStart(), "ncclGroupStart"); !s) return s.errors();
-  // A host buffer is copied to the device first (the copy from pageable memory is done when the
-  // call returns, so the caller may reuse it at once, as a buffered send allows).
-  auto view = DeviceView::of(data, bytes, true, as_stream(stream_));
+  // A host buffer goes through a device copy: a send's is filled first (the copy from pageable
+  // memory is done when the call returns, so the caller may reuse it at once, as a buffered send
+  // allows); a receive's is written back when it completes.
+  auto view = DeviceView::of(data, bytes, !receive, as_stream(stream_));
   if (!view) return view.errors();
-  if (Status s = settle(ncclSend(view->device(), bytes, ncclInt8, dest, as_comm(comm_), as_stream(stream_)), "ncclSend");
-      !s)
-    return s.errors();
+  const ncclResult_t r = receive ? ncclRecv(view->device(), bytes, ncclInt8, peer, as_comm(comm_), as_stream(stream_))
+                                 : ncclSend(view->device(), bytes, ncclInt8, peer, as_comm(comm_), as_stream(stream_));
+  if (Status s = settle(r, receive ? "ncclRecv" : "ncclSend"); !s) return s.errors();
   if (alone)
     if (Status s = close_batch(b); !s) return s.errors();
-  auto r = std::make_unique<NcclRequest>();
-  r->batch = std::move(b);
-  r->peer = dest;
-  r->bytes = bytes;
-  r->staged = std::make_shared<DeviceView>(*view);
-  return std::unique_ptr<RequestState>(std::move(r));
+  auto req = std::make_unique<NcclRequest>();
+  req->batch = std::move(b);
+  req->peer = peer;
+  req->receive = receive;
+  req->bytes = bytes;
+  req->staged = std::make_shared<DeviceView>(*view);
+  return std::unique_ptr<RequestState>(std::move(req));
+}
+
+Expected<std::unique_ptr<RequestState>> NcclCommunicator::do_isend(const void* data, std::size_t count, DataType type,
+                                                                   int dest, int /*tag*/) {
+  return post(false, const_cast<void*>(data), count * element_size_bytes(type), dest);
 }
 
 Expected<std::unique_ptr<RequestState>> NcclCommunicator::do_irecv(void* data, std::size_t count, DataType type,
                                                                    int source, int /*tag*/) {
-  const std::size_t bytes = count * element_size_bytes(type);
-  const bool alone = !open_;
-  std::shared_ptr<Batch> b = batch();
-  if (alone)
-    if (Status s = settle(ncclGroupStart(), "ncclGroupStart"); !s) return s.errors();
-  auto view = DeviceView::of(data, bytes, false, as_stream(stream_));
-  if (!view) return view.errors();
-  if (Status s = settle(ncclRecv(view->device(), bytes, ncclInt8, source, as_comm(comm_), as_stream(stream_)), "ncclRecv");
-      !s)
-    return s.errors();
-  if (alone)
-    if (Status s = close_batch(b); !s) return s.errors();
-  auto r = std::make_unique<NcclRequest>();
-  r->batch = std::move(b);
-  r->peer = source;
-  r->receive = true;
-  r->bytes = bytes;
-  r->staged = std::make_shared<DeviceView>(*view);
-  return std::unique_ptr<RequestState>(std::move(r));
+  return post(true, data, count * element_size_bytes(type), source);
 }
 
 Expected<bool> NcclCommunicator::do_test(RequestState& state, std::size_t& received_bytes) {

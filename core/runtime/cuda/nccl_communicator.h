@@ -78,6 +78,8 @@ class NcclCommunicator final : public Communicator {
   Status settle(int result, const char* what);
   // Waits until the stream has run everything issued so far, watching NCCL's asynchronous errors.
   Status synchronize(const char* what);
+  // One send or receive of `bytes` with `peer`, in the open batch or as a batch of its own.
+  Expected<std::unique_ptr<RequestState>> post(bool receive, void* data, std::size_t bytes, int peer);
   // A batch of point-to-point operations issued as one group (the open one, or a new one).
   std::shared_ptr<Batch> batch();
   Status close_batch(const std::shared_ptr<Batch>& b);
