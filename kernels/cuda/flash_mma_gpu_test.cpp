@@ -1,0 +1,94 @@
+// flash_mma_gpu_test.cpp (label gpu: built everywhere CUDA is, run on a device by
+// scripts/device_check.sh) — the tensor-core forward gives the SIMT kernel's host results on the
+// same bf16 inputs: every mask kind, GQA, head dims 64 and 128, a whole tile and tiles over part of
+// the keys (rows without keys there: O = 0, LSE = −inf), lengths that are not multiples of the
+// 64-row blocks. Tolerances: P enters P·V rounded to bf16 (relative error ≤ 2⁻⁹ per element), so
+// O atol 4e-3, rtol 1e-2; LSE comes from fp32 scores, atol and rtol 1e-4.
+#include "kernels/cuda/flash_mma.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/reference/attention_testing.h"
+
+namespace cpbench::kernels {
+namespace {
+
+template <class T>
+T* upload(const std::vector<T>& host) {
+  T* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  return p;
+}
+
+template <class T>
+std::vector<T> download(const T* p, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+std::vector<Bf16> bf16(const std::vector<float>& x) {
+  std::vector<Bf16> out;
+  for (float v : x) out.push_back(to_bf16(v));
+  return out;
+}
+
+void mma_equals_simt(const std::string& mask, int64_t D, int64_t L, int64_t key_begin, int64_t rows_k) {
+  SCOPED_TRACE(mask + " d" + std::to_string(D) + " L" + std::to_string(L) + " keys " + std::to_string(key_begin) +
+               "+" + std::to_string(rows_k));
+  const int64_t Hq = 8, Hkv = 2;
+  const VarlenBatch b = testing::make_batch({Hq, Hkv, D, 0.0}, {L}, {L}, testing::mask_by_name(mask));
+  const auto q = bf16(testing::random_tensor(L * Hq * D, 11)), k = bf16(testing::random_tensor(L * Hkv * D, 12)),
+             v = bf16(testing::random_tensor(L * Hkv * D, 13));
+  SimtTile<Bf16> host;
+  host.q = q.data();
+  host.k = k.data() + key_begin * Hkv * D;
+  host.v = v.data() + key_begin * Hkv * D;
+  host.ranges = b.row_ranges.data();
+  host.rows_q = L, host.rows_k = rows_k, host.key_begin = key_begin;
+  host.heads_q = Hq, host.heads_kv = Hkv, host.head_dim = D;
+  host.scale = static_cast<float>(b.dims.softmax_scale());
+  std::vector<float> out(L * Hq * D), lse(Hq * L);
+  simt_forward_host(host, out.data(), lse.data(), L);
+
+  Bf16 *dq = upload(q), *dk = upload(k), *dv = upload(v);
+  KeyRanges* dranges = upload(b.row_ranges);
+  float *dout = upload(std::vector<float>(out.size(), -7.0f)), *dlse = upload(std::vector<float>(lse.size(), -7.0f));
+  SimtTile<Bf16> dev = host;
+  dev.q = dq, dev.k = dk + key_begin * Hkv * D, dev.v = dv + key_begin * Hkv * D, dev.ranges = dranges;
+  ASSERT_TRUE(mma_forward_supports(dev));
+  ASSERT_EQ(mma_forward_cuda(dev, dout, dlse, L, nullptr), 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(testing::all_close(download(dout, out.size()), out, 4e-3, 1e-2));
+  EXPECT_TRUE(testing::all_close(download(dlse, lse.size()), lse, 1e-4, 1e-4));
+  for (void* p : {(void*)dq, (void*)dk, (void*)dv, (void*)dranges, (void*)dout, (void*)dlse}) cudaFree(p);
+}
+
+TEST(MmaGpu, ForwardGivesTheSimtKernelsResults) {
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess) << "no CUDA device: run this on a GPU (scripts/device_check.sh)";
+  ASSERT_GT(devices, 0);
+  for (const std::string mask : {"full", "causal", "lambda", "two_range"})
+    for (int64_t D : {64, 128}) {
+      mma_equals_simt(mask, D, 300, 0, 300);
+      mma_equals_simt(mask, D, 300, 100, 150);
+      mma_equals_simt(mask, D, 777, 700, 77);
+    }
+}
+
+// A tile the kernel cannot take is refused before anything is launched.
+TEST(MmaGpu, RefusesHeadDimsItHasNoKernelFor) {
+  SimtTile<Bf16> t;
+  t.head_dim = 96;
+  EXPECT_FALSE(mma_forward_supports(t));
+  EXPECT_EQ(mma_forward_cuda(t, nullptr, nullptr, 0, nullptr), static_cast<int>(cudaErrorInvalidValue));
+}
+
+}  // namespace
+}  // namespace cpbench::kernels
