@@ -4,54 +4,67 @@
 # time limit, in well under the 15 minutes a session has, so a second try fits.
 #
 #   here:  scripts/device_check.sh --prepare   (builds the GPU tests, fills build/device_libs)
-#   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/flash_simt_gpu_test",
-#          "build/cuda_tensor_ops_gpu_test", "build/cuda_attention_kernels_gpu_test",
-#          "build/executed_plans_gpu_test", "build/nccl_communicator_gpu_test", "build/device_libs"]
+#   run (device tool): command "OUT=$OUT scripts/device_check.sh", carry ["build/device_bin"]
+#          (--prepare puts the GPU tests, the GPU bench and their libraries there)
 #   by hand on a GPU machine: scripts/device_check.sh --prepare, then scripts/device_check.sh
 #
-# --prepare builds the GPU tests (Release) and puts beside them, in build/device_libs (put on
-# LD_LIBRARY_PATH), the shared libraries they need that a bare machine with a CUDA driver may lack:
+# --prepare builds the GPU tests and bench (Release), copies them to build/device_bin and puts
+# beside them, in build/device_bin/lib (put on LD_LIBRARY_PATH), the shared libraries they need
+# that a bare machine with a CUDA driver may lack:
 # this machine's libcudart and libgomp, and, for OpenBLAS (which executed_plans_gpu_test links
 # through the CPU kernels but never calls: its references are the naive kernels at the tests'
 # sizes, its kernels the GPU's), Debian's 0.2 MB reference BLAS under OpenBLAS's file name, so that
 # the carried folder stays far below the device tool's 64 MiB (OpenBLAS is 35 MB). A BLAS call
 # there would fail loudly, naming the missing openblas_* symbol. The tests need no MPI and no
 # Zoltan (the GPU tests link with --as-needed; DCP's planner, which needs both, is not in them).
-# Without the binaries it builds them there when CMake and the dependencies are present. Then,
+# cuDNN, NVRTC and NCCL are too large to carry (0.5 GB, 110 MB, 250 MB): they are taken from the
+# device's PyTorch wheels (nvidia.* packages), whose versions environment.txt records.
+# Without the binaries it builds them there when CMake and the dependencies are present. After the
+# tests, attention_gpu_bench (our tensor-core and SIMT forwards beside cuDNN's forward and backward
+# through SdpaRunner) and torch's cuDNN and FlashAttention SDPA backends on the same shapes
+# (measure_gpu_ops.py --sdpa) go to attention.txt: issue 32's speed targets. Then,
 # where PyTorch has CUDA, the op measurements `cpbench calibrate` reads (scripts/measure_gpu_ops.py:
 # GEMMs, FlashAttention-2, HBM copies, host time per call) and the training-size GEMMs again after
 # 10 s of back-to-back load each, with the SM clock and power (the steady clock a training step
 # sees; issue 30), and the layer replays (experiments/replay: one layer's kernels of published
 # configurations, as the simulator lowers them). Writes at most 8 files to $OUT (default
 # /tmp/device_check): environment.txt, summary.txt (one line per test or measurement: exit code,
-# milliseconds), tests.log, tests.json, ops.csv, sustained.csv, host_ops.txt, replay.csv.
+# milliseconds; then the host time per eager call), tests.log, tests.json, attention.txt, ops.csv,
+# sustained.csv, replay.csv.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${BUILD_DIR:-$root/build}"
+bin="$build/device_bin"
 out="${OUT:-/tmp/device_check}"
-export LD_LIBRARY_PATH="$build/device_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# NCCL for nccl_communicator_gpu_test: the machine's own, else the one PyTorch's wheel ships.
-nccl_dir=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)
-[ -n "$nccl_dir" ] && [ -d "$nccl_dir" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
-gpu_tests=(flash_simt_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test executed_plans_gpu_test
-           nccl_communicator_gpu_test)
+export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL, cuDNN and NVRTC: the machine's own, else the ones PyTorch's wheels ship (nvidia.*/lib).
+wheel_libs=$(python3 -c "
+import glob, os, nvidia
+dirs = {os.path.dirname(f) for p in nvidia.__path__ for pat in ('libnccl.so*', 'libcudnn.so*', 'libnvrtc.so*')
+        for f in glob.glob(os.path.join(p, '**', pat), recursive=True)}
+print(':'.join(sorted(dirs)))" 2>/dev/null)
+[ -n "$wheel_libs" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$wheel_libs"
+gpu_tests=(flash_simt_gpu_test flash_mma_gpu_test cuda_tensor_ops_gpu_test cuda_attention_kernels_gpu_test
+           executed_plans_gpu_test sdpa_runner_gpu_test nccl_communicator_gpu_test)
+gpu_bench=attention_gpu_bench
 
 if [ "${1:-}" = "--prepare" ]; then
-  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" || exit 1
-  libs="$build/device_libs"
-  rm -rf "$libs" && mkdir -p "$libs"
-  for t in "${gpu_tests[@]}"; do
+  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" "$gpu_bench" || exit 1
+  rm -rf "$bin" && mkdir -p "$bin/lib"
+  for t in "${gpu_tests[@]}" "$gpu_bench"; do cp "$build/$t" "$bin/"; done
+  libs="$bin/lib"
+  for t in "${gpu_tests[@]}" "$gpu_bench"; do
     ldd "$build/$t" | awk '/=> \//{print $1, $3}'
   done | sort -u | while read -r name path; do
     case "$name" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*) ;;  # every Linux has them
       libopenblas.so*) cp -L /usr/lib/x86_64-linux-gnu/blas/libblas.so.3 "$libs/$name" ;;
       libgfortran.so*|libquadmath.so*) ;;  # OpenBLAS's, not the reference BLAS's
-      libnccl.so*) ;;  # too large to carry: the device's PyTorch wheel has one (below)
+      libnccl.so*|libcudnn*.so*|libnvrtc*.so*) ;;  # too large to carry: the device's PyTorch wheels have them
       *) cp -L "$path" "$libs/$name" ;;
     esac
   done
-  du -sh "$libs" "${gpu_tests[@]/#/$build/}"
+  du -sh "$bin" "$libs"
   exit 0
 fi
 
@@ -65,11 +78,12 @@ mkdir -p "$out"
 cat "$out/environment.txt"
 
 shopt -s nullglob
-tests=("$build"/*_gpu_test)
+tests=("$bin"/*_gpu_test)
 if [ ${#tests[@]} -eq 0 ]; then
-  echo "device_check: no *_gpu_test in $build; building them" >&2
-  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" >"$out/tests.log" 2>&1 || true
-  tests=("$build"/*_gpu_test)
+  echo "device_check: no *_gpu_test in $bin; building them" >&2
+  BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" "$gpu_bench" >"$out/tests.log" 2>&1 || true
+  mkdir -p "$bin" && cp "$build"/*_gpu_test "$build/$gpu_bench" "$bin/" 2>/dev/null
+  tests=("$bin"/*_gpu_test)
 fi
 : > "$out/summary.txt"
 echo "[" > "$out/tests.json"
@@ -91,11 +105,29 @@ for t in "${tests[@]}"; do
   [ $rc -eq 0 ] || status=1
 done
 echo "]" >> "$out/tests.json"
+# Speeds: our kernels beside cuDNN (Google Benchmark CSV), then torch's SDPA backends.
+if [ -x "$bin/$gpu_bench" ]; then
+  start=$(date +%s%N)
+  timeout 180 "$bin/$gpu_bench" --benchmark_format=csv > "$out/attention.txt" 2>> "$out/tests.log"
+  rc=$?
+  echo "$gpu_bench rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
+  [ $rc -eq 0 ] || status=1
+fi
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
   start=$(date +%s%N)
-  timeout 300 python3 "$root/scripts/measure_gpu_ops.py" --out "$out/ops.csv" --sustained 10 >> "$out/tests.log" 2>&1
+  timeout 120 python3 "$root/scripts/measure_gpu_ops.py" --sdpa --out "$out/sdpa.csv" >> "$out/tests.log" 2>&1
+  rc=$?
+  echo "measure_gpu_ops --sdpa rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
+  { echo; cat "$out/sdpa.csv"; } >> "$out/attention.txt" 2>/dev/null
+  rm -f "$out/sdpa.csv"
+  [ $rc -eq 0 ] || status=1
+  start=$(date +%s%N)
+  timeout 300 python3 "$root/scripts/measure_gpu_ops.py" --out "$out/ops.csv" --sustained 10 \
+    --host-out "$out/host_ops.txt" >> "$out/tests.log" 2>&1
   rc=$?
   echo "measure_gpu_ops rc=$rc ms=$(( ($(date +%s%N) - start) / 1000000 ))" | tee -a "$out/summary.txt"
+  cat "$out/host_ops.txt" >> "$out/summary.txt" 2>/dev/null
+  rm -f "$out/host_ops.txt"
   [ $rc -eq 0 ] || status=1
   # Layer replays: each committed layer's kernels (experiments/replay/*.layer_ops.csv, written by
   # `cpbench run --trace`) measured on this device into one file, a "# layer NAME" line before

@@ -60,6 +60,8 @@ def main():
     ap.add_argument("--sustained-out", default=None, help="where to write the sustained GEMMs (default: beside --out)")
     ap.add_argument("--skip-burst", action="store_true", help="only the sustained GEMMs (with --sustained)")
     ap.add_argument("--replay", default=None, help="a layer's kernels to measure instead (NAME.layer_ops.csv)")
+    ap.add_argument("--sdpa", action="store_true",
+                    help="instead: torch's cuDNN and FlashAttention SDPA backends on attention_gpu_bench's shapes")
     args = ap.parse_args()
     if args.skip_burst and args.sustained <= 0:
         ap.error("--skip-burst needs --sustained SECONDS")
@@ -114,6 +116,9 @@ def main():
 
     if args.replay:
         replay(torch, dev, timed, args.replay, args.out, args.iters)
+        return
+    if args.sdpa:
+        sdpa_backends(torch, dev, timed, args.out)
         return
 
     if args.sustained > 0:
@@ -209,17 +214,24 @@ GEMM_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 12288, 4096), (16
                (2048, 2048, 2048), (1024, 1024, 1024)]
 
 
-def time_flash(torch, dev, timed, batch, heads, length, d, causal, passes):
-    """FlashAttention-2 through SDPA (its FLASH_ATTENTION backend only) on [batch, heads, length, d]
-    bf16: the seconds of each pass asked for ("fwd": the forward alone, no autograd record; "bwd":
-    the backward alone, its forward run untimed before each timing)."""
+def time_flash(torch, dev, timed, batch, heads, length, d, causal, passes, backend="FLASH_ATTENTION", thd=False):
+    """FlashAttention-2 through SDPA (its FLASH_ATTENTION backend only, or the SDPBackend named) on
+    [batch, heads, length, d] bf16 (with thd, views of [batch, length, heads, d] tensors: a token's
+    heads side by side, the rows cpbench's kernels and cuDNN graphs read): the seconds of each pass
+    asked for ("fwd": the forward alone, no autograd record; "bwd": the backward alone, its forward
+    run untimed before each timing)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    q, k, v = (torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16, requires_grad=True)
-               for _ in range(3))
-    grad = torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16)
+    def tensor(requires_grad):
+        if thd:
+            t = torch.randn(batch, length, heads, d, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+            return t.detach().requires_grad_() if requires_grad else t  # a leaf with the strides of the view
+        return torch.randn(batch, heads, length, d, device=dev, dtype=torch.bfloat16, requires_grad=requires_grad)
+
+    q, k, v = (tensor(True) for _ in range(3))
+    grad = tensor(False)
     out = []
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+    with sdpa_kernel([getattr(SDPBackend, backend)]):
         for p in passes:
             if p == "fwd":
                 qd, kd, vd = q.detach(), k.detach(), v.detach()
@@ -234,6 +246,27 @@ def time_flash(torch, dev, timed, batch, heads, length, d, causal, passes):
 
                 out.append(timed(lambda: state["out"].backward(grad), setup=forward_only))
     return out
+
+
+def sdpa_backends(torch, dev, timed, path):
+    """torch's SDPA backends on bench/attention_gpu_bench.cpp's shapes (one sequence, 32 heads of
+    128, bf16, causal and full; FLOPs counted alike), one line each, beside that bench's rows."""
+    heads, d = 32, 128
+    lines = [f"# torch SDPA backends, {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}, "
+             f"cuDNN {torch.backends.cudnn.version()}; scripts/measure_gpu_ops.py --sdpa",
+             "backend,mask,L,heads,head_dim,pass,time_ms,TFLOP/s"]
+    for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION"):
+        for length in (2048, 8192):
+            for causal in (True, False):
+                pairs = length * (length + 1) / 2 if causal else length * length
+                fl = 4 * pairs * heads * d
+                fwd, bwd = time_flash(torch, dev, timed, 1, heads, length, d, causal, ("fwd", "bwd"), backend, thd=True)
+                for name, t, f in (("fwd", fwd, fl), ("bwd", bwd, 2.5 * fl)):
+                    lines.append(f"{backend},{'causal' if causal else 'full'},{length},{heads},{d},{name},"
+                                 f"{t * 1e3:.4f},{f / t / 1e12:.1f}")
+                print(lines[-2] + "\n" + lines[-1], flush=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 def parse_ops(path):

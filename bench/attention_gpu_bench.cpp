@@ -1,0 +1,188 @@
+// attention_gpu_bench.cpp — our attention kernels beside cuDNN's fused SDPA on one GPU, on the
+// shapes issue 32's targets name: one sequence of L tokens (8K by default), 32 heads of 128, bf16,
+// causal and full. Rows: our tensor-core forward (flash_mma), our SIMT forward (the correctness
+// path), cuDNN's forward and backward through SdpaRunner (the GPU backend's fast path). torch's own
+// SDPA backends run on the same shapes from scripts/measure_gpu_ops.py --sdpa, so the two files read
+// side by side (scripts/device_check.sh writes both).
+// Requires: a CUDA device; cuDNN and cudnn-frontend at build time (CMake builds *_gpu_bench files
+// only then). Run: ./build/attention_gpu_bench [--benchmark_format=csv].
+// Note: each timing is one call between two CUDA events (manual time), after a warm-up call that
+// also builds cuDNN's plan. TFLOP/s counts 4·pairs·heads·d forward and 2.5× that backward
+// (FlashAttention-2, Dao 2023, §4.1), pairs = allowed (query, key) pairs: a causal call is credited
+// half the work of a full one, as FlashAttention's and cuDNN's benchmarks count it.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/flash_mma.h"
+#include "kernels/cuda/flash_simt_cuda.h"
+#include "kernels/cudnn/sdpa_graph.h"
+
+namespace {
+
+using namespace cpbench::kernels;
+
+constexpr int64_t kHeads = 32, kHeadDim = 128;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "attention_gpu_bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Device buffers of one sequence: bf16 Q, K, V, dO and outputs, its key ranges.
+struct Problem {
+  int64_t L = 0;
+  bool causal = false;
+  Bf16 *q = nullptr, *k = nullptr, *v = nullptr, *d_o = nullptr, *o16 = nullptr, *dq = nullptr, *dk = nullptr,
+       *dv = nullptr;
+  float *o32 = nullptr, *lse = nullptr;
+  KeyRanges* ranges = nullptr;
+
+  Problem(int64_t length, bool is_causal) : L(length), causal(is_causal) {
+    const size_t n = static_cast<size_t>(L * kHeads * kHeadDim);
+    std::vector<Bf16> host(n);
+    uint64_t x = 88172645463325252ull;  // xorshift: values in [−1, 1)
+    for (Bf16& e : host) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      e = to_bf16(static_cast<float>(x >> 40) / static_cast<float>(1ull << 23) - 1.0f);
+    }
+    for (Bf16** p : {&q, &k, &v, &d_o, &o16, &dq, &dk, &dv}) {
+      check(cudaMalloc(p, n * sizeof(Bf16)), "cudaMalloc");
+      check(cudaMemcpy(*p, host.data(), n * sizeof(Bf16), cudaMemcpyHostToDevice), "upload");
+    }
+    check(cudaMalloc(&o32, n * sizeof(float)), "cudaMalloc");
+    check(cudaMalloc(&lse, static_cast<size_t>(L * kHeads) * sizeof(float)), "cudaMalloc");
+    std::vector<KeyRanges> r;
+    for (int64_t i = 0; i < L; ++i) r.push_back(causal ? KeyRanges{0, i + 1, 0, 0} : KeyRanges{0, L, 0, 0});
+    check(cudaMalloc(&ranges, r.size() * sizeof(KeyRanges)), "cudaMalloc");
+    check(cudaMemcpy(ranges, r.data(), r.size() * sizeof(KeyRanges), cudaMemcpyHostToDevice), "upload");
+  }
+  ~Problem() {
+    for (void* p : {(void*)q, (void*)k, (void*)v, (void*)d_o, (void*)o16, (void*)dq, (void*)dk, (void*)dv, (void*)o32,
+                    (void*)lse, (void*)ranges})
+      cudaFree(p);
+  }
+  SimtTile<Bf16> tile() const {
+    SimtTile<Bf16> t;
+    t.q = q, t.k = k, t.v = v, t.ranges = ranges;
+    t.rows_q = t.rows_k = L;
+    t.heads_q = t.heads_kv = kHeads;
+    t.head_dim = kHeadDim;
+    t.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    return t;
+  }
+  double forward_flops() const {
+    const double pairs = causal ? 0.5 * static_cast<double>(L) * static_cast<double>(L + 1) : static_cast<double>(L * L);
+    return 4.0 * pairs * kHeads * kHeadDim;
+  }
+};
+
+// Times `call` once per iteration between two events; reports TFLOP/s of `flops` per call.
+template <class Call>
+void run_timed(benchmark::State& state, double flops, Call call) {
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  call();  // warm-up (and cuDNN's plan build)
+  check(cudaDeviceSynchronize(), "warm-up");
+  for (auto _ : state) {
+    check(cudaEventRecord(a), "cudaEventRecord");
+    call();
+    check(cudaEventRecord(b), "cudaEventRecord");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    state.SetIterationTime(ms * 1e-3);
+  }
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+}
+
+void label(benchmark::State& state, const Problem& p) {
+  state.SetLabel(std::string(p.causal ? "causal" : "full") + " L=" + std::to_string(p.L) + " H=" +
+                 std::to_string(kHeads) + " d=" + std::to_string(kHeadDim));
+}
+
+// Args: L, causal (0/1).
+void BM_OursTensorCoreForward(benchmark::State& state) {
+  const Problem p(state.range(0), state.range(1) != 0);
+  run_timed(state, p.forward_flops(), [&] { check(static_cast<cudaError_t>(mma_forward_cuda(p.tile(), p.o32, p.lse, p.L, nullptr)), "mma forward"); });
+  label(state, p);
+}
+
+void BM_OursSimtForward(benchmark::State& state) {
+  const Problem p(state.range(0), state.range(1) != 0);
+  run_timed(state, p.forward_flops(), [&] { check(static_cast<cudaError_t>(simt_forward_cuda(p.tile(), p.o32, p.lse, p.L, nullptr)), "simt forward"); });
+  label(state, p);
+}
+
+SdpaShape sdpa_shape(const Problem& p) {
+  SdpaShape s;
+  s.heads_q = s.heads_kv = kHeads;
+  s.s_q = s.s_kv = p.L;
+  s.head_dim = kHeadDim;
+  return s;
+}
+
+void cudnn_pass(benchmark::State& state, bool backward) {
+  const Problem p(state.range(0), state.range(1) != 0);
+  std::string error;
+  auto runner = SdpaRunner::create(nullptr, &error);
+  if (!runner) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  const TileMode mode{p.causal ? TileMask::causal_top_left : TileMask::full, 0};
+  SdpaTensors t;
+  t.q = p.q, t.k = p.k, t.v = p.v, t.o = p.o16, t.stats = p.lse;
+  t.o_in = p.o16, t.stats_in = p.lse, t.d_o = p.d_o, t.dq = p.dq, t.dk = p.dk, t.dv = p.dv;
+  const SdpaStatus fwd = runner->forward(sdpa_shape(p), mode, t);  // the backward's inputs, and a check
+  if (!fwd.ok) {
+    state.SkipWithError(fwd.message.c_str());
+    return;
+  }
+  run_timed(state, backward ? 2.5 * p.forward_flops() : p.forward_flops(), [&] {
+    const SdpaStatus st = backward ? runner->backward(sdpa_shape(p), mode, t) : runner->forward(sdpa_shape(p), mode, t);
+    if (!st.ok) {
+      std::fprintf(stderr, "attention_gpu_bench: cuDNN %s: %s\n", backward ? "backward" : "forward", st.message.c_str());
+      std::exit(1);
+    }
+  });
+  label(state, p);
+}
+void BM_CudnnForward(benchmark::State& state) { cudnn_pass(state, false); }
+void BM_CudnnBackward(benchmark::State& state) { cudnn_pass(state, true); }
+
+void shapes(benchmark::internal::Benchmark* b) {
+  for (int64_t L : {2048, 8192})
+    for (int64_t causal : {1, 0}) b->Args({L, causal});
+  b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+}
+
+BENCHMARK(BM_OursTensorCoreForward)->Apply(shapes);
+BENCHMARK(BM_CudnnForward)->Apply(shapes);
+BENCHMARK(BM_CudnnBackward)->Apply(shapes);
+BENCHMARK(BM_OursSimtForward)->Args({2048, 1})->Args({8192, 1})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    std::fprintf(stderr, "attention_gpu_bench: no CUDA device\n");
+    return 1;
+  }
+  benchmark::AddCustomContext("device", prop.name);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
