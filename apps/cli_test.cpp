@@ -105,6 +105,48 @@ TEST_F(CliTest, CudaBackendWithoutADeviceSaysSoInOneLineAndWritesNothing) {
   }
 }
 
+// `cpbench commbench`: bad arguments exit 2 with the flag named; on one rank (no mpirun) a small run
+// prints nccl-tests' table and exits 0, and --csv is refused (one rank prices nothing); --backend
+// nccl without a device (or a build without NCCL) says so in one line and exits 1, writing nothing.
+TEST_F(CliTest, CommbenchRefusesBadArgumentsAndNcclWithoutADevice) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"-b 0", "--min-bytes: at least 4"}, {"-b 1M -e 1K", "--max-bytes 1024 is below --min-bytes"},
+      {"-e 8G", "--max-bytes: at most 4G"}, {"-b -5", "a size has no sign"}, {"-b 1X", "--min-bytes"},
+      {"--ops foo", "--ops"}, {"--ops sendrecv,sendrecv", "sendrecv is named twice"}, {"-f 1", "--step-factor"},
+      {"-n 0", "--iters"}, {"-w -1", "--warmup"}, {"--backend tcp", "--backend"}};
+  for (const auto& [args, message] : bad) {
+    const auto r = cpbench("commbench " + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << "\n" << r.out;
+  }
+  const fs::path csv = dir_ / "commbench.csv";
+  const auto one = cpbench("commbench -e 64 --csv " + csv.string());
+  EXPECT_EQ(one.code, 2) << one.out;
+  EXPECT_NE(one.out.find("--csv needs 2 ranks or more"), std::string::npos) << one.out;
+  const auto small = cpbench("commbench -b 8 -e 256 -f 4 -n 2 -w 1");
+  EXPECT_EQ(small.code, 0) << small.out;
+  for (const char* text : {"# cpbench commbench: backend mpi, 1 rank(s)", "# all_reduce (in place)", "#wrong",
+                           "# Wrong elements       : 0 OK", "# Avg bus bandwidth    : "})
+    EXPECT_NE(small.out.find(text), std::string::npos) << text << "\n" << small.out;
+
+  const bool gpu = cpbench("--version").out.find("GPU 0:") != std::string::npos;
+  const auto nccl = cpbench("commbench --backend nccl -e 64");
+  if (gpu && nccl.out.find("built without NCCL") == std::string::npos) {
+    EXPECT_EQ(nccl.code, 0) << nccl.out;
+    return;
+  }
+  EXPECT_EQ(nccl.code, 1) << nccl.out;
+  EXPECT_EQ(std::count(nccl.out.begin(), nccl.out.end(), '\n'), 1) << nccl.out;
+  EXPECT_EQ(nccl.out.rfind("cpbench commbench: --backend nccl: ", 0), 0u) << nccl.out;
+  // Two ranks with --csv: the same refusal, and no file.
+  if (shell("command -v mpirun").code != 0) return;
+  const auto two = shell("mpirun --oversubscribe --allow-run-as-root -np 2 " + std::string(CPBENCH_BINARY) +
+                         " commbench --backend nccl -e 64 --csv " + csv.string());
+  EXPECT_NE(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("cpbench commbench: --backend nccl: "), std::string::npos) << two.out;
+  EXPECT_FALSE(fs::exists(csv)) << two.out;
+}
+
 // --ranks is --backend cuda's: with cpu the ranks are mpirun's, and the flag is refused.
 TEST_F(CliTest, ExecRanksApplyToTheCudaBackendOnly) {
   const auto r = cpbench("exec --ranks 2 --lengths 64,64");

@@ -24,6 +24,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include "apps/commbench.h"
 #include "apps/compare.h"
 #include "apps/exec.h"
 #include "apps/reshard.h"
@@ -800,6 +801,44 @@ int run_cli(int argc, char** argv) {
   reshard->add_option("--timeout", rs.timeout_s, "seconds a rank waits for a peer")->check(CLI::Range(1.0, 604800.0))
       ->capture_default_str();
 
+  CommbenchArgs cb;
+  auto* commbench = app.add_subcommand(
+      "commbench", "nccl-tests' table for the ranks of this job (mpirun -np N, one process per rank or GPU): time, algbw, "
+                   "busbw and #wrong of send/recv, all-to-all, all-gather, reduce-scatter and all-reduce over a range "
+                   "of sizes, every output checked exactly; --csv writes the rows `cpbench calibrate` reads");
+  std::vector<std::string> commbench_op_names;
+  for (const CommbenchOp& op : commbench_ops()) commbench_op_names.push_back(op.name);
+  commbench->add_option("--ops", cb.options.ops, "operations, comma separated (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(commbench_op_names));
+  // CLI11 reads "-5" into an unsigned value as 2^64 − 5: a sign is refused before the size is read.
+  const CLI::Validator unsigned_size([](std::string& text) {
+    return text.find_first_of("+-") == std::string::npos ? std::string() : "a size has no sign, got " + text;
+  }, "");
+  commbench->add_option("-b,--min-bytes", cb.options.min_bytes, "smallest size in bytes (K, M, G: powers of 1024)")
+      ->check(unsigned_size)
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  commbench->add_option("-e,--max-bytes", cb.options.max_bytes, "largest size in bytes (at most 4G)")
+      ->check(unsigned_size)
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  commbench->add_option("-f,--step-factor", cb.options.step_factor, "each size is the last one times this")
+      ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{1} << 20))
+      ->capture_default_str();
+  commbench->add_option("-n,--iters", cb.options.iters, "timed iterations per size")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  commbench->add_option("-w,--warmup", cb.options.warmup, "untimed iterations before them")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  commbench->add_option("--backend", cb.backend,
+                        "mpi: the job's MPI ranks on host memory; nccl: NCCL, one GPU per rank (local rank % devices)")
+      ->check(CLI::IsMember({"mpi", "nccl"}))
+      ->capture_default_str();
+  commbench->add_option("--csv", cb.csv, "write the collectives' and sendrecv's times as `cpbench calibrate`'s CSV");
+  commbench->add_option("--seed", cb.options.seed, "seed of the checked values")->capture_default_str();
+
   CompareArgs ca;
   auto* compare = app.add_subcommand("compare", "rank every strategy on your own sequence lengths, model and cluster "
                                                 "(same batches for all), and say what to run in Megatron-LM and torchtitan");
@@ -844,7 +883,7 @@ int run_cli(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? kExitOk : kExitBadInput;
   }
-  if (!*show && experiments_dir.empty()) {  // `show` reads a results file only
+  if (!*show && !*commbench && experiments_dir.empty()) {  // `show` reads a results file only, commbench nothing
     std::error_code ec;
     auto found = find_experiments_dir(fs::current_path(ec), fs::read_symlink("/proc/self/exe", ec));
     if (!found) return report_errors(found.errors());
@@ -858,6 +897,7 @@ int run_cli(int argc, char** argv) {
     return kExitOk;
   }
   if (*reshard) return cmd_reshard(rs, experiments_dir);
+  if (*commbench) return cmd_commbench(cb);
   if (*search) return cmd_search(search_experiment, search_sets, search_top, search_spec_out, experiments_dir);
   if (*run) {
     for (int i = 0; i < argc; ++i) ra.command_line += (i ? " " : "") + shell_quote(argv[i]);
