@@ -8,11 +8,15 @@
 // and a singleton MPI job needs Open MPI's orted, which a device machine lacks (device_check.sh
 // carries binaries, not an MPI installation). DCP's plans run through the same executor, tensor
 // ops and copies; `cpbench run dcp/... --backend cuda` runs them where MPI is installed.
+// The fast path (CudaAttentionKernels::Path::fast: cuDNN for tiles of its modes, our tensor-core
+// forward otherwise) runs every layout's bf16 plans (value_bytes 2, whose check allows bf16's
+// error) at head dim 64 under every mask, and must have sent tiles to both.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "core/layouts/cp_layouts_test_util.h"
+#include "core/runtime/cuda/cuda_attention_kernels.h"
 #include "core/runtime/cuda/cuda_runtime.h"
 #include "core/runtime/executor_test_util.h"
 
@@ -51,6 +55,43 @@ TEST_P(LayoutsOnTheGpu, MatchReferenceAndPlannedBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, LayoutsOnTheGpu, ::testing::ValuesIn(cp_layout_names()), LayoutTestName());
+
+TEST(FastPathOnTheGpu, Bf16PlansOfEveryLayoutMatchTheReference) {
+  const auto before = CudaAttentionKernels::tiles_run();
+  const KernelsFactory fast = [] { return std::make_unique<CudaAttentionKernels>(CudaAttentionKernels::Path::fast); };
+  int ran = 0;
+  for (const std::string& layout : cp_layout_names()) {
+    if (layout == "single") continue;
+    for (const MaskCase& m : every_mask(16, 16))
+      for (int cp : {2, 4}) {
+        const std::string what = layout + " " + m.name + " cp=" + std::to_string(cp) + " fast path";
+        CpLayoutRequest req;
+        req.layout = layout;
+        req.cp = cp;
+        req.a2a_size = layout == "a2a+p2p" ? 2 : layout == "double_ring" ? 1 : 0;
+        if (layout == "double_ring") req.window = cp >= 4 ? 2 : 1;
+        req.seq_lengths = {37, 100, 5, 64};
+        req.mask = m.mask;
+        req.heads_q = 8;
+        req.heads_kv = 4;
+        req.head_dim = 64;
+        req.pad = true;
+        auto plan = plan_cp_layout(req);
+        ASSERT_TRUE(plan.ok()) << what << ": " << plan.error_str();
+        plan->value_bytes = 2;
+        expect_runs_on_thread_ranks(*plan, 7, what, fast, cuda_runtime().copy);
+        ++ran;
+      }
+  }
+  const auto after = CudaAttentionKernels::tiles_run();
+  EXPECT_GE(ran, 20);
+  EXPECT_GT(after.cudnn, before.cudnn) << "no tile reached cuDNN";
+  EXPECT_GT(after.tensor_core, before.tensor_core) << "no tile reached the tensor-core forward";
+  std::printf("fast path: %lld tiles on cuDNN, %lld on the tensor-core forward, %lld on SIMT\n",
+              static_cast<long long>(after.cudnn - before.cudnn),
+              static_cast<long long>(after.tensor_core - before.tensor_core),
+              static_cast<long long>(after.simt - before.simt));
+}
 
 }  // namespace
 }  // namespace cpbench

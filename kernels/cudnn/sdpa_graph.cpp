@@ -71,7 +71,7 @@ SdpaGraphOf make_graph(const SdpaShape& s, const TileMode& mode, bool backward, 
   g.set_io_data_type(s.bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   r.q = thd_tensor(g, "Q", s, s.heads_q, s.s_q);
   r.k = thd_tensor(g, "K", s, s.heads_kv, s.s_kv);
   r.v = thd_tensor(g, "V", s, s.heads_kv, s.s_kv);
@@ -171,7 +171,8 @@ SdpaStatus validate_sdpa_graph(const SdpaShape& s, const TileMode& mode, bool ba
 
 struct SdpaRunner::Impl {
   cudnnHandle_t handle = nullptr;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, int64_t, bool>, SdpaGraphOf>
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, float, int, int64_t, bool>,
+           SdpaGraphOf>
       graphs;
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
@@ -204,7 +205,7 @@ SdpaStatus SdpaRunner::prepare(const SdpaShape& s, const TileMode& mode, bool ba
 
 std::pair<SdpaStatus, const void*> SdpaRunner::graph_for(const SdpaShape& s, const TileMode& mode, bool backward) {
   if (!sdpa_mode_supported(mode)) return {refusal(mode), nullptr};
-  const auto key = std::make_tuple(s.batch, s.heads_q, s.heads_kv, s.s_q, s.s_kv, s.head_dim, s.bf16, s.ragged,
+  const auto key = std::make_tuple(s.batch, s.heads_q, s.heads_kv, s.s_q, s.s_kv, s.head_dim, s.bf16, s.ragged, s.scale,
                                    static_cast<int>(mode.mask), mode.window, backward);
   if (auto it = impl_->graphs.find(key); it != impl_->graphs.end()) return {{true, ""}, &it->second};
   SdpaGraphOf g = make_graph(s, mode, backward, 0);

@@ -33,6 +33,7 @@ struct SdpaShape {
   int64_t head_dim = 128;
   bool bf16 = true;       // bf16, else fp16 (cuDNN's fused SDPA has no fp32 path)
   bool ragged = false;    // THD: sequences of different lengths packed, by offsets and lengths
+  float scale = 0.0f;     // the softmax scale; 0 = 1/sqrt(head_dim)
 };
 
 // The outcome of one check: ok, or cuDNN's (or cpbench's) reason.

@@ -1,10 +1,24 @@
-// cuda_attention_kernels.h — CudaAttentionKernels: the executor's tile kernels on one GPU, our SIMT
-// kernel (kernels/cuda/flash_simt_cuda.h: any mask, GQA, fp32) on CudaTensorOps memory, every call
-// on that memory's stream. The correctness path; cuDNN's graphs (kernels/cudnn) become the fast
-// path for the tiles the classifier sends there.
-// Requires: CUDA and a device (library cpbench_core_cuda); the calls' tensors in memory(), their key
-// ranges on the host (copied to the device with each call, in stream order).
+// cuda_attention_kernels.h — CudaAttentionKernels: the executor's tile kernels on one GPU, every
+// call on its memory's stream (CudaTensorOps). Two paths:
+// - exact (the default): our SIMT kernel (kernels/cuda/flash_simt_cuda.h: any mask, GQA) in fp32,
+//   the correctness path for every tile a plan can hold;
+// - fast: bf16 arithmetic, as training runs it. A tile whose mask is one of cuDNN's modes
+//   (kernels/reference/tile_mode.h's classifier) goes to cuDNN's fused SDPA (kernels/cudnn), forward
+//   and backward; any other tile's forward to our tensor-core kernel (kernels/cuda/flash_mma.h, head
+//   dims 64 and 128), and what neither takes to the SIMT kernel. The tile's fp32 Q, K, V (and O,
+//   dO) are rounded to bf16 first, so its results carry bf16's error: it is for plans whose values
+//   travel as bf16 (value_bytes 2), whose check allows that error.
+// Requires: CUDA and a device (library cpbench_core_cuda); the fast path also cuDNN and
+// cudnn-frontend at build time (CPBENCH_HAVE_CUDNN; without them asking for it throws). The calls'
+// tensors in memory(), their key ranges on the host (copied to the device with each call, in
+// stream order).
+// Note: cuDNN's statistics are the natural-log LSE in [B, H, S, 1]; a tile is one sequence (B = 1),
+// so they are the executor's [Hq, rows_q] exactly and the forward writes them in place; the
+// backward's LSE rows, at a stride of lse_stride, are packed for it first.
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/cuda/cuda_tensor_ops.h"
@@ -13,12 +27,28 @@ namespace cpbench {
 
 class CudaAttentionKernels final : public AttentionKernels {
  public:
+  enum class Path { exact, fast };
+  explicit CudaAttentionKernels(Path path = Path::exact);
+  ~CudaAttentionKernels() override;
+
   TensorOps& memory() override { return memory_; }
   void tile_forward(const ForwardCall& call) override;
   void tile_backward(const BackwardCall& call) override;
 
+  // Tile calls run by each kernel since the process started, over every object (the fast path's
+  // tests read which kernels a plan's tiles reached).
+  struct TileCounts {
+    int64_t cudnn = 0, tensor_core = 0, simt = 0;
+  };
+  static TileCounts tiles_run();
+
  private:
+  struct Fast;
+  bool fast_forward(const ForwardCall& call);
+  bool fast_backward(const BackwardCall& call);
+
   CudaTensorOps memory_;
+  std::unique_ptr<Fast> fast_;
 };
 
 }  // namespace cpbench
