@@ -51,28 +51,6 @@ std::string argument_problem(const CommbenchArgs& a, int ranks) {
   return "";
 }
 
-// Ranks per node (the most on one host) and hosts, from MPI's shared-memory split; this rank's
-// index on its host picks its GPU.
-struct Placement {
-  int local_rank = 0, ranks_per_node = 1, hosts = 1;
-};
-Expected<Placement> find_placement(MpiCommunicator& world) {
-  MPI_Comm local = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local) != MPI_SUCCESS)
-    return runtime_error("commbench: MPI_Comm_split_type (the ranks of each host) failed");
-  Placement p;
-  int local_size = 1;
-  MPI_Comm_rank(local, &p.local_rank);
-  MPI_Comm_size(local, &local_size);
-  MPI_Comm_free(&local);
-  double most = local_size, firsts = p.local_rank == 0 ? 1 : 0;
-  if (Status s = world.all_reduce(std::span<double>(&most, 1), ReduceOp::kMax); !s) return s.errors();
-  if (Status s = world.all_reduce(std::span<double>(&firsts, 1), ReduceOp::kSum); !s) return s.errors();
-  p.ranks_per_node = int(most);
-  p.hosts = int(firsts);
-  return p;
-}
-
 std::string host_name() {
   char host[256] = {0};
   if (::gethostname(host, sizeof host - 1) != 0) return "?";
@@ -180,7 +158,7 @@ int cmd_commbench(const CommbenchArgs& a) {
       return 1;
     }
   }
-  auto placement = find_placement(*world);
+  auto placement = node_placement(*world);
   if (!placement) fail(placement.error_str());
   // The MPI backend's buffers are host memory: refused before allocating when a host cannot hold them.
   if (a.backend == "mpi")

@@ -36,14 +36,16 @@ const DeviceRuntime* built_in_device() {
 #endif
 }
 
-std::string backend_refusal(const std::string& backend, int job_ranks) {
+std::string backend_refusal(const std::string& backend, int job_ranks, bool gpu_per_rank) {
   const Backend* b = find_backend(backend);
   if (!b || !b->needs_devices) return "";
-  if (job_ranks > 1)
+  if (job_ranks > 1 && !gpu_per_rank)
     return "--backend " + backend + " runs every rank of a plan as a thread of one process on this machine's GPU: "
            "start it without mpirun";
   const DeviceRuntime* device = built_in_device();
   if (!device) return "--backend " + backend + ": this cpbench was built without CUDA (nvcc was not found when it was built)";
+  // One GPU per rank over NCCL: a build without NCCL says so before anything else.
+  if (job_ranks > 1 && !device->world_over) return "--backend " + backend + " under mpirun needs NCCL, which this build lacks";
   const std::string why = device->unavailable();
   return why.empty() ? "" : "--backend " + backend + ": " + why;
 }
@@ -293,9 +295,35 @@ std::string header(const ExecArgs& a, const ExecPlan& ep, int ranks) {
   return std::string(line) + (ep.planned.reason.empty() ? "" : "  " + ep.planned.reason + "\n");
 }
 
+// Under mpirun with --backend cuda: this process's GPU, its kernels, and the job's NCCL
+// communicator (made over the MPI world, on the kernels' stream); --ranks, if given, must be the
+// job's size. A rank that cannot set up ends the job naming itself.
+int on_gpu_per_rank(const char* command, const ExecArgs& a, const DeviceRuntime& device,
+                    const std::function<int(Communicator&, AttentionKernels&)>& body) {
+  auto world = open_world(command, timeout_of(a));
+  if (!world) return 2;
+  if (a.ranks > 0 && a.ranks != world->size()) {
+    if (world->rank() == 0)
+      std::cerr << "cpbench " << command << ": --ranks " << a.ranks << " under mpirun -np " << world->size()
+                << ": the ranks are the job's, one GPU each; leave --ranks out\n";
+    return 2;
+  }
+  auto placement = node_placement(*world);
+  if (!placement) fail("rank " + std::to_string(world->rank()) + ": " + placement.error_str());
+  if (Status s = device.use_device(placement->local_rank); !s)
+    fail("rank " + std::to_string(world->rank()) + ": " + s.error_str());
+  std::unique_ptr<AttentionKernels> kernels = device.make_kernels();
+  auto nccl = device.world_over(*world, *kernels);
+  if (!nccl) fail("rank " + std::to_string(world->rank()) + ": NCCL: " + nccl.error_str());
+  (*nccl)->set_timeout(timeout_of(a));
+  return body(**nccl, *kernels);
+}
+
 // Runs body(communicator, kernels) on the job's ranks: with --backend cpu the MPI world and CPU
-// kernels; with cuda a.ranks thread ranks of this process on its GPU, each with its own kernels
-// (stream) and the device's copy, the worst exit code of them returned (2 bad input, 1 failure).
+// kernels; with cuda, under mpirun, one GPU per rank (device local_rank % GPUs of the host) and an
+// NCCL communicator over the world; else a.ranks thread ranks of this process on its GPU, each
+// with its own kernels (stream) and the device's copy, the worst exit code of them returned
+// (2 bad input, 1 failure).
 int on_the_ranks(const char* command, const ExecArgs& a,
                  const std::function<int(Communicator&, AttentionKernels&)>& body) {
   if (a.backend != "cuda") {
@@ -304,17 +332,20 @@ int on_the_ranks(const char* command, const ExecArgs& a,
     CpuAttentionKernels kernels;
     return body(*world, kernels);
   }
-  int job = 1;
+  int job = 1, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &job);
-  if (const std::string why = backend_refusal("cuda", job); !why.empty()) {
-    std::cerr << "cpbench " << command << ": " << why << "\n";
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (const std::string why = backend_refusal("cuda", job, true); !why.empty()) {
+    if (me == 0) std::cerr << "cpbench " << command << ": " << why << "\n";
     return 1;
   }
+  const DeviceRuntime& device = *built_in_device();
+  if (job > 1) return on_gpu_per_rank(command, a, device, body);
   if (a.ranks < 1) {
-    std::cerr << "cpbench " << command << ": --backend cuda runs the plan on --ranks N threads of this process: give --ranks\n";
+    std::cerr << "cpbench " << command << ": --backend cuda runs the plan on --ranks N threads of this process "
+                 "(or on one GPU per rank under mpirun): give --ranks\n";
     return 2;
   }
-  const DeviceRuntime& device = *built_in_device();
   std::vector<int> codes(static_cast<size_t>(a.ranks), 0);
   const std::vector<Status> st = run_thread_ranks(
       a.ranks,
@@ -435,7 +466,9 @@ int validate_on(Communicator& comm, AttentionKernels& kernels, const ExecArgs& a
               100 * (predicted - best[0]) / best[0]);
   for (int r = 0; r < comm.size(); ++r)
     std::printf("rank %d kernels: measured %.4f s, simulated %.4f s\n", r, kernel_times[r], predicted_kernels[r]);
-  if (a.backend == "cuda") {
+  int job = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &job);
+  if (a.backend == "cuda" && job == 1) {
     // The ranks are threads sharing one GPU: its kernels run one after the other, not side by side.
     double serial = 0;
     for (const auto& groups : *sims)

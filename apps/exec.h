@@ -42,9 +42,9 @@ std::string host_memory_verdict(Communicator& comm, double rank_bytes, const std
 const DeviceRuntime* built_in_device();
 // Before anything is read or written: "" when `backend` (a row of the backend table, or exec's
 // "cpu" / "cuda") can run here, else one line saying why not: a backend that needs a GPU in a build
-// without CUDA, on a machine without a device, or under a launcher (`job_ranks` > 1: its ranks are
-// threads of one process).
-std::string backend_refusal(const std::string& backend, int job_ranks);
+// without CUDA, on a machine without a device, or under a launcher (`job_ranks` > 1) unless the
+// command runs one GPU per rank (`gpu_per_rank`: exec and validate, over NCCL, where it is built).
+std::string backend_refusal(const std::string& backend, int job_ranks, bool gpu_per_rank = false);
 
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);
 

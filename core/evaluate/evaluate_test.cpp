@@ -188,7 +188,8 @@ const DeviceRuntime& host_standin() {
         ++g_host_copies;
         std::memcpy(dst, src, bytes);
         return ok_status();
-      }};
+      },
+      nullptr, nullptr};
   return rt;
 }
 

@@ -382,4 +382,21 @@ Expected<std::unique_ptr<Communicator>> MpiCommunicator::do_split(int color, int
   return std::unique_ptr<Communicator>(std::move(*c));
 }
 
+Expected<NodePlacement> node_placement(MpiCommunicator& world) {
+  MPI_Comm local = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(world.comm(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local) != MPI_SUCCESS)
+    return runtime_error("MPI_Comm_split_type (the ranks of each host) failed");
+  NodePlacement p;
+  int local_size = 1;
+  MPI_Comm_rank(local, &p.local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_free(&local);
+  double most = local_size, firsts = p.local_rank == 0 ? 1 : 0;
+  if (Status s = world.all_reduce(std::span<double>(&most, 1), ReduceOp::kMax); !s) return s.errors();
+  if (Status s = world.all_reduce(std::span<double>(&firsts, 1), ReduceOp::kSum); !s) return s.errors();
+  p.ranks_per_node = static_cast<int>(most);
+  p.hosts = static_cast<int>(firsts);
+  return p;
+}
+
 }  // namespace cpbench

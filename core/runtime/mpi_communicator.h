@@ -83,4 +83,11 @@ class MpiCommunicator final : public Communicator {
   std::vector<MPI_Request> abandoned_;
 };
 
+// Where the job's ranks sit: this rank's index among the ranks of its host (which picks its GPU),
+// the most ranks on one host, and the hosts, from MPI's shared-memory split. Collective over world.
+struct NodePlacement {
+  int local_rank = 0, ranks_per_node = 1, hosts = 1;
+};
+Expected<NodePlacement> node_placement(MpiCommunicator& world);
+
 }  // namespace cpbench

@@ -6,6 +6,9 @@
 #include <string>
 
 #include "core/runtime/cuda/cuda_attention_kernels.h"
+#if defined(CPBENCH_HAVE_NCCL)
+#include "core/runtime/cuda/nccl_communicator.h"
+#endif
 #include "kernels/cuda/device_query.h"
 
 namespace cpbench {
@@ -47,10 +50,30 @@ Status copy(void* dst, const void* src, std::size_t bytes) {
   return ok_status();
 }
 
+Status use_device(int local_rank) {
+  int n = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) return fail(e, "cudaGetDeviceCount");
+  if (n == 0) return runtime_error("no CUDA device here");
+  if (cudaError_t e = cudaSetDevice(local_rank % n); e != cudaSuccess) return fail(e, "cudaSetDevice");
+  return ok_status();
+}
+
+#if defined(CPBENCH_HAVE_NCCL)
+Expected<std::unique_ptr<Communicator>> world_over(Communicator& bootstrap, AttentionKernels& kernels) {
+  auto* memory = dynamic_cast<CudaTensorOps*>(&kernels.memory());
+  if (!memory) return runtime_error("an NCCL communicator needs kernels on CUDA memory");
+  auto nccl = NcclCommunicator::create(bootstrap, memory->stream());
+  if (!nccl) return nccl.errors();
+  return std::unique_ptr<Communicator>(std::move(*nccl));
+}
+#else
+constexpr auto world_over = nullptr;  // no NCCL in this build: one process per GPU is refused
+#endif
+
 }  // namespace
 
 const DeviceRuntime& cuda_runtime() {
-  static const DeviceRuntime rt{"cuda", unavailable, describe, make_kernels, copy};
+  static const DeviceRuntime rt{"cuda", unavailable, describe, make_kernels, copy, use_device, world_over};
   return rt;
 }
 
