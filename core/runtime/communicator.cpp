@@ -1,12 +1,19 @@
 // communicator.cpp — validation, byte counting and error wording shared by every Communicator.
 #include "core/runtime/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "core/runtime/collective_args.h"
 
 namespace cpbench {
+
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::time_point::max() - now);
+  return timeout >= room ? std::chrono::steady_clock::time_point::max() : now + std::max(timeout, std::chrono::milliseconds(0));
+}
 
 std::size_t element_size_bytes(DataType type) {
   switch (type) {

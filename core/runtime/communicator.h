@@ -22,6 +22,9 @@ enum class DataType { kByte, kFloat32, kFloat64 };
 enum class ReduceOp { kSum, kMax };
 
 std::size_t element_size_bytes(DataType type);
+// now + timeout on the steady clock, saturated (a timeout of milliseconds::max() means no
+// deadline; a negative one, now): the deadline of a wait every implementation polls against.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout);
 const char* reduce_op_name(ReduceOp op);
 
 // What an implementation keeps for one pending non-blocking operation (an MPI_Request, say).

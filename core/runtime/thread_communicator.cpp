@@ -64,13 +64,6 @@ namespace {
 
 struct DoneSend final : RequestState {};
 
-// now + timeout, saturated: a caller's milliseconds::max() means no deadline.
-std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::time_point::max() - now);
-  return timeout >= room ? std::chrono::steady_clock::time_point::max() : now + std::max(timeout, std::chrono::milliseconds(0));
-}
-
 template <class T>
 void reduce_into(T* acc, const T* x, std::size_t count, ReduceOp op) {
   for (std::size_t i = 0; i < count; ++i) acc[i] = op == ReduceOp::kSum ? acc[i] + x[i] : std::max(acc[i], x[i]);

@@ -81,12 +81,6 @@ class DeviceView {
   bool owned_ = false;
 };
 
-std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::time_point::max() - now);
-  return timeout >= room ? std::chrono::steady_clock::time_point::max() : now + timeout;
-}
-
 // Waits for NCCL's non-blocking initialisation of `comm` (ncclInProgress until it is done).
 Status await_init(ncclComm_t comm, std::chrono::milliseconds timeout, const char* what) {
   const auto deadline = deadline_after(timeout);
@@ -354,8 +348,8 @@ Status NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::si
   return out->finish(true, as_stream(stream_));
 }
 
-// all-to-all(v) and all-gather(v) as one group of sends and receives, one pair per peer (what
-// NCCL's own all-to-all is), the block to this rank itself copied on the stream.
+// all-to-all(v) (and an irregular all-gather(v)) as one group of sends and receives, one pair per
+// peer (what NCCL's own all-to-all is), the block to this rank itself copied on the stream.
 Status NcclCommunicator::do_all_to_allv(const void* send, const std::size_t* send_counts, const std::size_t* send_displs,
                                         void* recv, const std::size_t* recv_counts, const std::size_t* recv_displs,
                                         DataType type) {
@@ -398,6 +392,25 @@ Status NcclCommunicator::do_all_to_allv(const void* send, const std::size_t* sen
 
 Status NcclCommunicator::do_all_gatherv(const void* send, std::size_t send_count, void* recv,
                                         const std::size_t* recv_counts, const std::size_t* recv_displs, DataType type) {
+  // Equal blocks back to back in rank order: NCCL's own all-gather (its ring algorithm, what a
+  // training step's parameter gathers run). Anything else: a group of sends and receives.
+  bool regular = true;
+  for (int r = 0; r < size_; ++r)
+    regular = regular && recv_counts[r] == send_count && recv_displs[r] == send_count * static_cast<std::size_t>(r);
+  if (regular) {
+    const std::size_t block = send_count * element_size_bytes(type);
+    auto in = DeviceView::of(send, block, true, as_stream(stream_));
+    if (!in) return in.errors();
+    auto out = DeviceView::of(recv, block * static_cast<std::size_t>(size_), false, as_stream(stream_));
+    if (!out) return out.errors();
+    if (Status s = settle(ncclAllGather(in->device(), out->device(), block, ncclChar, as_comm(comm_), as_stream(stream_)),
+                          "ncclAllGather");
+        !s)
+      return s;
+    if (Status s = synchronize("ncclAllGather"); !s) return s;
+    if (Status s = in->finish(false, as_stream(stream_)); !s) return s;
+    return out->finish(true, as_stream(stream_));
+  }
   std::vector<std::size_t> send_counts(static_cast<std::size_t>(size_), send_count), send_displs(static_cast<std::size_t>(size_), 0);
   return do_all_to_allv(send, send_counts.data(), send_displs.data(), recv, recv_counts, recv_displs, type);
 }
