@@ -155,6 +155,23 @@ TEST_F(CliTest, ExecRanksApplyToTheCudaBackendOnly) {
   EXPECT_EQ(cpbench("exec --backend gpu --lengths 64,64").code, 2);
 }
 
+// --kernels fast is bf16 arithmetic on a GPU: with the cpu backend or fp32 values it is refused
+// before anything runs; asked for rightly, without a device it is the device's one line (exit 1).
+TEST_F(CliTest, FastKernelsNeedTheCudaBackendAndBf16) {
+  for (const char* args : {"exec --kernels fast --dtype bf16 --lengths 64,64",
+                           "validate --backend cuda --ranks 2 --kernels fast --lengths 64,64"}) {
+    const auto r = cpbench(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("--kernels fast: applies to --backend cuda with --dtype bf16"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(cpbench("exec --backend cuda --ranks 2 --kernels quick --dtype bf16 --lengths 64,64").code, 2);
+  const auto r = cpbench("exec --backend cuda --ranks 2 --kernels fast --dtype bf16 --lengths 64,64");
+  if (r.code != 0) {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("--backend cuda"), std::string::npos) << r.out;
+  }
+}
+
 TEST_F(CliTest, ListShowsRegisteredExperimentsButNotPresets) {
   auto r = cpbench("list");
   EXPECT_EQ(r.code, 0);

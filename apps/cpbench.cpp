@@ -749,11 +749,17 @@ int run_cli(int argc, char** argv) {
         ->capture_default_str();
     sub->add_option("--backend", ea.backend,
                     "cpu: the MPI ranks of this job with CPU kernels; cuda: --ranks threads of this process on its "
-                    "GPU with CUDA kernels (without a device it says so and exits 1)")
+                    "GPU with CUDA kernels, or under mpirun one GPU per rank over NCCL (without a device it says so "
+                    "and exits 1)")
         ->check(CLI::IsMember({"cpu", "cuda"}))
         ->capture_default_str();
     sub->add_option("--ranks", ea.ranks, "--backend cuda: the plan's ranks, as threads sharing the GPU")
         ->check(CLI::Range(1, 1024));
+    sub->add_option("--kernels", ea.kernels,
+                    "--backend cuda: exact (our SIMT kernels, fp32) or fast (bf16 arithmetic: cuDNN's fused attention "
+                    "for tiles of its mask modes, our tensor-core forward for the others; needs --dtype bf16)")
+        ->check(CLI::IsMember({"exact", "fast"}))
+        ->capture_default_str();
     sub->add_flag("--dynamic-cp", ea.dynamic_cp,
                   "plan the batch with Megatron's Dynamic-CP (strategy dynamic_cp) over the job's ranks and run every "
                   "round, each group as TransformerEngine's --layout (zigzag, all_gather, a2a, a2a+p2p; padded) on "
@@ -933,6 +939,11 @@ int run_cli(int argc, char** argv) {
       std::cerr << (ea.lengths.empty() ? "cpbench: give --lengths or --dataset\n"
                                        : "cpbench: error:\ncommand line: --dataset: give --lengths or --dataset, not "
                                          "both (the sequences would come from --lengths alone)\n");
+      return kExitBadInput;
+    }
+    if (ea.kernels == "fast" && (ea.backend != "cuda" || ea.dtype != "bf16")) {
+      std::cerr << "cpbench: error:\ncommand line: --kernels fast: applies to --backend cuda with --dtype bf16 (its "
+                   "bf16 arithmetic is checked against the reference with bf16's tolerance)\n";
       return kExitBadInput;
     }
     if (ea.ranks > 0 && ea.backend != "cuda") {

@@ -295,6 +295,11 @@ std::string header(const ExecArgs& a, const ExecPlan& ep, int ranks) {
   return std::string(line) + (ep.planned.reason.empty() ? "" : "  " + ep.planned.reason + "\n");
 }
 
+// The kernels --kernels asks for (checked available by backend_refusal).
+std::unique_ptr<AttentionKernels> (*kernels_of(const DeviceRuntime& device, const ExecArgs& a))() {
+  return a.kernels == "fast" ? device.make_fast_kernels : device.make_kernels;
+}
+
 // Under mpirun with --backend cuda: this process's GPU, its kernels, and the job's NCCL
 // communicator (made over the MPI world, on the kernels' stream); --ranks, if given, must be the
 // job's size. A rank that cannot set up ends the job naming itself.
@@ -312,7 +317,7 @@ int on_gpu_per_rank(const char* command, const ExecArgs& a, const DeviceRuntime&
   if (!placement) fail("rank " + std::to_string(world->rank()) + ": " + placement.error_str());
   if (Status s = device.use_device(placement->local_rank); !s)
     fail("rank " + std::to_string(world->rank()) + ": " + s.error_str());
-  std::unique_ptr<AttentionKernels> kernels = device.make_kernels();
+  std::unique_ptr<AttentionKernels> kernels = kernels_of(device, a)();
   auto nccl = device.world_over(*world, *kernels);
   if (!nccl) fail("rank " + std::to_string(world->rank()) + ": NCCL: " + nccl.error_str());
   (*nccl)->set_timeout(timeout_of(a));
@@ -340,17 +345,22 @@ int on_the_ranks(const char* command, const ExecArgs& a,
     return 1;
   }
   const DeviceRuntime& device = *built_in_device();
+  if (!kernels_of(device, a)) {
+    if (me == 0) std::cerr << "cpbench " << command << ": --kernels fast needs cuDNN and cudnn-frontend, which this build lacks\n";
+    return 1;
+  }
   if (job > 1) return on_gpu_per_rank(command, a, device, body);
   if (a.ranks < 1) {
     std::cerr << "cpbench " << command << ": --backend cuda runs the plan on --ranks N threads of this process "
                  "(or on one GPU per rank under mpirun): give --ranks\n";
     return 2;
   }
+  const auto make = kernels_of(device, a);
   std::vector<int> codes(static_cast<size_t>(a.ranks), 0);
   const std::vector<Status> st = run_thread_ranks(
       a.ranks,
       [&](Communicator& comm) -> Status {
-        std::unique_ptr<AttentionKernels> kernels = device.make_kernels();
+        std::unique_ptr<AttentionKernels> kernels = make();
         codes[static_cast<size_t>(comm.rank())] = body(comm, *kernels);
         return ok_status();
       },

@@ -184,6 +184,7 @@ const DeviceRuntime& host_standin() {
         const int n = g_kernels_made++;
         return std::make_unique<PlantedKernels>(g_plant && n == 1);
       },
+      nullptr,
       [](void* dst, const void* src, std::size_t bytes) -> Status {
         ++g_host_copies;
         std::memcpy(dst, src, bytes);

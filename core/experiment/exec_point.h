@@ -48,9 +48,13 @@ struct ExecArgs {
   bool dynamic_cp = false;
   int64_t max_seqlen_per_rank = 0;
   // Where the ranks run: "cpu" (the MPI ranks of the job, CPU kernels) or "cuda" (`ranks` threads
-  // of this process on its GPU, CUDA kernels, messages as device copies).
+  // of this process on its GPU, CUDA kernels, messages as device copies; under mpirun one GPU per
+  // rank over NCCL).
   std::string backend = "cpu";
   int ranks = 0;  // cuda: thread ranks (0: refused, say how many)
+  // cuda: "exact" (our SIMT kernels in fp32) or "fast" (bf16 arithmetic: cuDNN's fused attention
+  // for tiles of its modes, our tensor-core forward for the others; needs dtype bf16).
+  std::string kernels = "exact";
 };
 
 // The point of `args` on `ranks` ranks (GPUs of the cpu_local preset, --gpus-per-node to a node).

@@ -28,6 +28,9 @@ struct DeviceRuntime {
   std::string (*describe)();
   // One rank's kernels, and the memory they address, on the current device.
   std::unique_ptr<AttentionKernels> (*make_kernels)();
+  // The same with bf16 arithmetic on the device's fast kernels (cuDNN's fused attention, our
+  // tensor-core forward); null where the build has none.
+  std::unique_ptr<AttentionKernels> (*make_fast_kernels)();
   // Any of the ranks' buffers (or host memory) to any, once the device's queued work is done:
   // the MemoryCopy of the thread ranks that share the device (ThreadCommunicator::group).
   Status (*copy)(void* dst, const void* src, std::size_t bytes);

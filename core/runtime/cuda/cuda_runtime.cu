@@ -32,6 +32,13 @@ std::string describe() {
 }
 
 std::unique_ptr<AttentionKernels> make_kernels() { return std::make_unique<CudaAttentionKernels>(); }
+#if defined(CPBENCH_HAVE_CUDNN)
+std::unique_ptr<AttentionKernels> make_fast_kernels() {
+  return std::make_unique<CudaAttentionKernels>(CudaAttentionKernels::Path::fast);
+}
+#else
+constexpr auto make_fast_kernels = nullptr;  // no cuDNN in this build
+#endif
 
 Status fail(cudaError_t e, const char* what) {
   return runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(e));
@@ -73,7 +80,8 @@ constexpr auto world_over = nullptr;  // no NCCL in this build: one process per 
 }  // namespace
 
 const DeviceRuntime& cuda_runtime() {
-  static const DeviceRuntime rt{"cuda", unavailable, describe, make_kernels, copy, use_device, world_over};
+  static const DeviceRuntime rt{"cuda",     unavailable, describe,  make_kernels, make_fast_kernels,
+                                copy,       use_device,  world_over};
   return rt;
 }
 
