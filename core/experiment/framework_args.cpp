@@ -227,6 +227,10 @@ FrameworkArgs torchtitan_config(const PointConfig& point) {
   }
   if (l.cp > 1) kv("context_parallel_rotate_method", q(l.cp_comm_type == "all_gather" ? "allgather" : "alltoall"));
   if (shard) kv("fsdp_reshard_after_forward", q(l.zero3 && l.zero3_reshard_after_forward ? "always" : "never"));
+  if (l.zero3 && l.zero3_sharding == "flat")
+    out.notes.push_back("torchtitan shards with FSDP2 (zero3_sharding per_parameter: its parameters are copied out of "
+                        "each all-gather and its gradients into each reduce-scatter); this point models FSDP1's flat "
+                        "parameters");
   kv("enable_async_tensor_parallel", l.tp_comm_overlap ? "true" : "false");
   out.lines.push_back("");
   out.lines.push_back("[activation_checkpoint]");

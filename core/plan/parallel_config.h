@@ -57,6 +57,13 @@ struct ParallelConfig {
   // stage 3's default), again before its backward; its gradients reduce-scattered after it.
   bool zero3 = false;
   bool zero3_reshard_after_forward = true;
+  // How ZeRO-3 holds a layer's parameters: "flat" (FSDP1's FlatParameter: the all-gather writes
+  // the unsharded flat tensor the parameters are views of, the reduce-scatter reads the flat
+  // gradient in place) or "per_parameter" (FSDP2's fully_shard: each parameter its own DTensor
+  // shard; the all-gather output is copied out into the parameters and the gradients copied in
+  // to the reduce-scatter input, both on the compute stream — torch/distributed/fsdp/_fully_shard/
+  // _fsdp_collectives.py, foreach_all_gather_copy_out and foreach_reduce_scatter_copy_in).
+  std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
   // (core/layouts/cp_layouts.h: "single" (cp 1), "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the

@@ -23,13 +23,13 @@ Gemm fwd(const Gemm& g) { return g; }
 Gemm dgrad(const Gemm& g) { return {g.m, g.k, g.n}; }
 Gemm wgrad(const Gemm& g) { return {g.k, g.n, g.m}; }
 
-// `ops` without ZeRO-3's parameter gathers and the waits for them (deps on them dropped, the rest
-// renumbered).
+// `ops` without ZeRO-3's parameter gathers, the waits for them and FSDP2's copy-out of them (deps
+// on them dropped, the rest renumbered).
 OpList without_zero3_ops(const OpList& ops) {
   std::vector<int> index(ops.size(), -1);
   OpList out;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].stream == OpStream::dp || ops[i].name == kZero3WaitOp) continue;
+    if (ops[i].stream == OpStream::dp || ops[i].name == kZero3WaitOp || ops[i].name == kZero3CopyOutOp) continue;
     LayerOp op = ops[i];
     std::vector<int> deps;
     for (int d : op.deps)
@@ -231,6 +231,7 @@ class LayerLowering {
         tp_(tp_group(cost, layout)), sp_(layout.sequence_parallel), a_bytes_(kAct * static_cast<double>(T_) * h_),
         overlap_(sp_ && layout.tp_comm_overlap && tp_.size > 1), tp_network_(tp_.ranks_per_node < tp_.size),
         chunks_(overlap_ ? t_ : 1), zero3_(layout.zero3 && layout.dp() * layout.cp > 1),
+        per_parameter_(zero3_ && layout.zero3_sharding == "per_parameter"),
         cp_overlap_(layout.cp_comm_overlap && attention && mb.cp > 1),
         layer_params_(static_cast<double>(param_count(m, 0).per_layer) / t_),
         shards_(placement(layout.dp() * layout.cp, t_, cost.cluster().gpus_per_node)) {
@@ -256,7 +257,7 @@ class LayerLowering {
   // bias-dropout-add — under ZeRO-3 with the next layer's parameters gathered beside it.
   OpList forward() const {
     OpBuilder f(cost_);
-    const int n1 = f.elementwise("norm1", norm_bytes_, {});
+    const int n1 = f.elementwise("norm1", norm_bytes_, {copy_out_parameters(f, -1)});
     const int gather = prefetch_next_layer(f, n1);
     const auto [q, kv] = qkv_forward(f, n1);
     const int a = attention_ops(f, cost_, m_, layout_, mb_, attention_, false, q, "", kv).done;
@@ -273,7 +274,8 @@ class LayerLowering {
   // layout asks for; under ZeRO-3 the gradients reduce-scattered at the end.
   OpList backward(const OpList& forward) const {
     OpBuilder bw(cost_);
-    const int start = recompute_ == Recompute::full ? recompute_layer(bw, forward) : -1;
+    int start = layout_.zero3_reshard_after_forward ? copy_out_parameters(bw, -1) : -1;
+    if (recompute_ == Recompute::full) start = recompute_layer(bw, forward, start);
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes_, {start}, bda_kernels_);
     const int gather = layout_.zero3_reshard_after_forward ? prefetch_next_layer(bw, b2) : -1;
     const int f2 = row_backward(bw, "fc2", fc2_, recompute_for_wgrad(bw, "activation", act_bytes_, b2, act_kernels_));
@@ -443,14 +445,21 @@ class LayerLowering {
     if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
   }
   void reduce_scatter_gradients(OpBuilder& b, int after) const {
+    if (per_parameter_)  // FSDP2: the gradients (16-bit) copied into the reduce-scatter input, in its dtype
+      after = b.elementwise("dp grad copy-in", (kAct + layout_.grad_bytes()) * layer_params_, {after});
     b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
+  }
+  // FSDP2: this layer's parameters copied out of their all-gather's output (read and write, 16-bit)
+  // before its first kernel; -1 (no op) otherwise.
+  int copy_out_parameters(OpBuilder& b, int after) const {
+    return per_parameter_ ? b.elementwise(kZero3CopyOutOp, 2 * kAct * layer_params_, {after}) : after;
   }
 
   // ---- recomputation ----------------------------------------------------------------------------------
   // Full: the layer's forward again, under ZeRO-3 on the parameters the backward gathered (no
   // gather of its own).
-  int recompute_layer(OpBuilder& b, const OpList& forward) const {
-    return b.append(without_zero3_ops(forward), "recompute ", -1);
+  int recompute_layer(OpBuilder& b, const OpList& forward, int after) const {
+    return b.append(without_zero3_ops(forward), "recompute ", after);
   }
   // Balanced checkpointing (Kwai's GEMM-last): the element-wise output a weight gradient reads —
   // the MLP activation's for FC2, each norm's for FC1 and QKV — recomputed right before it.
@@ -475,7 +484,7 @@ class LayerLowering {
   const double a_bytes_;  // an activation [T, h], 16-bit: what a TP collective moves
   const bool overlap_, tp_network_;
   const int64_t chunks_;
-  const bool zero3_, cp_overlap_;
+  const bool zero3_, per_parameter_, cp_overlap_;
   const double layer_params_;
   const GroupPlacement shards_;
   double norm_bytes_ = 0, act_bytes_ = 0, bda_bytes_ = 0;

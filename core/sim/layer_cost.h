@@ -117,6 +117,9 @@ std::string layer_ops_csv(const CostModel& cost, const LayerOps& ops);
 // The zero-length op a ZeRO-3 layer ends with: it waits for the next layer's parameters, so its
 // wait is the exposed all-gather (PassCost::dp_comm_s).
 inline constexpr const char* kZero3WaitOp = "wait for next layer's parameters";
+// FSDP2 (zero3_sharding per_parameter): the gathered parameters copied out of the all-gather's
+// output before the layer runs.
+inline constexpr const char* kZero3CopyOutOp = "dp param copy-out";
 
 // The shares of the GPU a communication kernel holds while it runs (TaskSpec::sm_share,
 // hbm_share): the stack's comm_sm_fraction of the SMs, and of HBM what it reads and writes —

@@ -45,10 +45,15 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // the one prefetched (16-bit) — and one layer's full gradients before their reduce-scatter.
     // Without reshard_after_forward every layer stays gathered from its forward to its backward:
     // the whole stage's 16-bit parameters.
+    // FSDP2 (per_parameter) holds one layer more while a layer's parameters are copied out of
+    // their all-gather's output (both alive), and the layer's 16-bit gradients beside their
+    // copy in the reduce-scatter's input.
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
-    const double gathered = L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params;
-    return (2 + L.grad_bytes() + 12) * params / shards + gathered + L.grad_bytes() * layer;
+    const bool per_parameter = L.zero3_sharding == "per_parameter";
+    const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0);
+    const double gradients = (L.grad_bytes() + (per_parameter ? 2 : 0)) * layer;
+    return (2 + L.grad_bytes() + 12) * params / shards + gathered + gradients;
   }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
   return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer, L.grad_bytes());
