@@ -13,31 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gpu_test_util.h"
 #include "kernels/reference/attention_testing.h"
 
 namespace cpbench::kernels {
 namespace {
 
-template <class T>
-T* upload(const std::vector<T>& host) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return p;
-}
-
-template <class T>
-std::vector<T> download(const T* p, size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
-std::vector<Bf16> bf16(const std::vector<float>& x) {
-  std::vector<Bf16> out;
-  for (float v : x) out.push_back(to_bf16(v));
-  return out;
-}
+using testing::bf16;
+using testing::download;
+using testing::upload;
 
 void mma_equals_simt(const std::string& mask, int64_t D, int64_t L, int64_t key_begin, int64_t rows_k) {
   SCOPED_TRACE(mask + " d" + std::to_string(D) + " L" + std::to_string(L) + " keys " + std::to_string(key_begin) +

@@ -12,25 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gpu_test_util.h"
 #include "kernels/reference/attention_testing.h"
 
 namespace cpbench::kernels {
 namespace {
 
-template <class T>
-T* upload(const std::vector<T>& host) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return p;
-}
-
-template <class T>
-std::vector<T> download(const T* p, size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+using testing::download;
+using testing::upload;
 
 template <class T>
 std::vector<T> as(const std::vector<float>& x) {

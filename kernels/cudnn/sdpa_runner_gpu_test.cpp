@@ -14,34 +14,16 @@
 #include <vector>
 
 #include "kernels/cuda/flash_simt.h"
+#include "kernels/cuda/gpu_test_util.h"
 #include "kernels/reference/attention_testing.h"
 
 namespace cpbench::kernels {
 namespace {
 
-template <class T>
-T* upload(const std::vector<T>& host) {
-  T* p = nullptr;
-  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(1, host.size()) * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  return p;
-}
-template <class T>
-std::vector<T> download(const T* p, size_t n) {
-  std::vector<T> host(n);
-  EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-std::vector<Bf16> bf16(const std::vector<float>& x) {
-  std::vector<Bf16> out;
-  for (float v : x) out.push_back(to_bf16(v));
-  return out;
-}
-std::vector<float> f32(const std::vector<Bf16>& x) {
-  std::vector<float> out;
-  for (Bf16 v : x) out.push_back(to_f32(v));
-  return out;
-}
+using testing::bf16;
+using testing::download;
+using testing::f32;
+using testing::upload;
 
 // Sequences of lens[b] query rows and lens_kv[b] keys packed as THD rows; the SIMT reference runs
 // each sequence as its own tile with the ranges tile_mode_allows gives.
