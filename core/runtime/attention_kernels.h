@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/runtime/tensor_ops.h"
@@ -52,6 +53,11 @@ class AttentionKernels {
   virtual void stage_backward(std::span<const BackwardCall> calls) {
     for (const BackwardCall& c : calls) tile_backward(c);
   }
+  // The seconds the device spent in this object's tile calls since the last take (or since it was
+  // made), where the device times them itself (a GPU's events: the host's clock around an
+  // asynchronous launch measures the launch, not the kernel); waits for those calls to finish.
+  // nullopt where the calls run on the host's thread, whose clock is the kernels' time.
+  virtual std::optional<double> take_kernel_seconds() { return std::nullopt; }
 };
 
 }  // namespace cpbench

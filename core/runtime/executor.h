@@ -36,7 +36,7 @@ struct HomeResult {
 
 struct ExecutionReport {
   std::vector<HomeResult> home;
-  double compute_s = 0;    // wall time in kernels
+  double compute_s = 0;    // time in kernels: the host's wall time, or the device's own (CUDA events)
   double wait_s = 0;       // wall time blocked on communication
   double bytes_sent = 0, bytes_received = 0;  // payload, as counted by the Communicator
 };

@@ -88,7 +88,38 @@ CudaAttentionKernels::CudaAttentionKernels(Path path) {
 #endif
 }
 
-CudaAttentionKernels::~CudaAttentionKernels() = default;
+CudaAttentionKernels::~CudaAttentionKernels() {
+  for (auto [start, end] : events_) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(start));
+    cudaEventDestroy(static_cast<cudaEvent_t>(end));
+  }
+}
+
+template <class F>
+void CudaAttentionKernels::timed(F call) {
+  const auto stream = static_cast<cudaStream_t>(memory_.stream());
+  cudaEvent_t start = nullptr, end = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&end), "cudaEventCreate");
+  events_.emplace_back(start, end);
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  call();
+  check(cudaEventRecord(end, stream), "cudaEventRecord");
+}
+
+std::optional<double> CudaAttentionKernels::take_kernel_seconds() {
+  double seconds = 0;
+  for (auto [start, end] : events_) {
+    float ms = 0;
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(end)), "cudaEventSynchronize");
+    check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)), "cudaEventElapsedTime");
+    seconds += 1e-3 * ms;
+    cudaEventDestroy(static_cast<cudaEvent_t>(start));
+    cudaEventDestroy(static_cast<cudaEvent_t>(end));
+  }
+  events_.clear();
+  return seconds;
+}
 
 CudaAttentionKernels::TileCounts CudaAttentionKernels::tiles_run() {
   return {cudnn_tiles.load(), tensor_core_tiles.load(), simt_tiles.load()};
@@ -96,6 +127,15 @@ CudaAttentionKernels::TileCounts CudaAttentionKernels::tiles_run() {
 
 void CudaAttentionKernels::tile_forward(const ForwardCall& c) {
   if (c.tile.rows_q == 0) return;
+  timed([&] { run_tile_forward(c); });
+}
+
+void CudaAttentionKernels::tile_backward(const BackwardCall& c) {
+  if (c.tile.rows_q == 0 && c.tile.rows_k == 0) return;
+  timed([&] { run_tile_backward(c); });
+}
+
+void CudaAttentionKernels::run_tile_forward(const ForwardCall& c) {
   if (fast_ && fast_forward(c)) return;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
@@ -103,8 +143,7 @@ void CudaAttentionKernels::tile_forward(const ForwardCall& c) {
   ++simt_tiles;
 }
 
-void CudaAttentionKernels::tile_backward(const BackwardCall& c) {
-  if (c.tile.rows_q == 0 && c.tile.rows_k == 0) return;
+void CudaAttentionKernels::run_tile_backward(const BackwardCall& c) {
   if (fast_ && fast_backward(c)) return;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);

@@ -19,6 +19,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/cuda/cuda_tensor_ops.h"
@@ -34,6 +37,8 @@ class CudaAttentionKernels final : public AttentionKernels {
   TensorOps& memory() override { return memory_; }
   void tile_forward(const ForwardCall& call) override;
   void tile_backward(const BackwardCall& call) override;
+  // Every tile call is bracketed by two CUDA events on the stream; their intervals summed.
+  std::optional<double> take_kernel_seconds() override;
 
   // Tile calls run by each kernel since the process started, over every object (the fast path's
   // tests read which kernels a plan's tiles reached).
@@ -46,9 +51,15 @@ class CudaAttentionKernels final : public AttentionKernels {
   struct Fast;
   bool fast_forward(const ForwardCall& call);
   bool fast_backward(const BackwardCall& call);
+  void run_tile_forward(const ForwardCall& call);
+  void run_tile_backward(const BackwardCall& call);
+  // Records `call` between two events on the stream, kept until take_kernel_seconds.
+  template <class F>
+  void timed(F call);
 
   CudaTensorOps memory_;
   std::unique_ptr<Fast> fast_;
+  std::vector<std::pair<void*, void*>> events_;  // (start, end) cudaEvent_t of each call not yet taken
 };
 
 }  // namespace cpbench

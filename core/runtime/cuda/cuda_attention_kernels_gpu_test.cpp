@@ -93,6 +93,13 @@ TEST(CudaAttentionKernels, TileCallsAsTheSameRowsOnTheHost) {
       EXPECT_TRUE(close(on_gpu.dv, on_cpu.dv));
     }
   }
+  // The device timed its tile calls itself: a positive time, taken once; the host's kernels
+  // leave the timing to the host's clock.
+  const std::optional<double> device = gpu.take_kernel_seconds();
+  ASSERT_TRUE(device.has_value());
+  EXPECT_GT(*device, 0.0);
+  EXPECT_EQ(gpu.take_kernel_seconds(), 0.0);
+  EXPECT_FALSE(cpu.take_kernel_seconds().has_value());
 }
 
 }  // namespace
