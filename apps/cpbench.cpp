@@ -188,7 +188,9 @@ struct RunArgs {
 };
 
 int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
-  if (const std::string why = backend_refusal(a.backend, mpi_world_size()); !why.empty() && !a.dry_run) {
+  // Under mpirun the points are spread over the ranks; with a device backend each rank runs its
+  // points' plans on its own GPU, so the job's size does not matter here.
+  if (const std::string why = backend_refusal(a.backend, 1); !why.empty() && !a.dry_run) {
     if (mpi_rank() == 0) std::cerr << "cpbench run: " << why << "\n";
     return kExitFailed;
   }
@@ -239,6 +241,12 @@ int cmd_run(const RunArgs& a, const fs::path& experiments_dir) {
   RunOptions run{a.out, a.jobs, {}, a.trace, a.backend, experiments_dir, a.cpu_budget_s, &g_stop_signal,
                  a.progress_every_s, world.get()};
   run.device = built_in_device();
+  // A device backend under mpirun: each rank on GPU local_rank % (GPUs of its host).
+  if (const Backend* b = find_backend(a.backend); world && b && b->needs_devices && run.device && !a.dry_run) {
+    auto placement = node_placement(*world);
+    if (!placement) return report_errors(placement.errors());
+    if (Status s = run.device->use_device(placement->local_rank); !s) return report_errors(s.errors());
+  }
   const fs::path dir = fs::path(a.out) / spec->name;
   // One run at a time per results folder: rank 0 writes it and takes its lock; every rank learns
   // the verdict, so a refused job ends on all of them.

@@ -43,7 +43,8 @@ const DeviceRuntime* built_in_device();
 // Before anything is read or written: "" when `backend` (a row of the backend table, or exec's
 // "cpu" / "cuda") can run here, else one line saying why not: a backend that needs a GPU in a build
 // without CUDA, on a machine without a device, or under a launcher (`job_ranks` > 1) unless the
-// command runs one GPU per rank (`gpu_per_rank`: exec and validate, over NCCL, where it is built).
+// command runs one GPU per rank (`gpu_per_rank`: exec and validate, over NCCL, where it is built;
+// `run` asks with job_ranks 1: its ranks take points, each on its own GPU).
 std::string backend_refusal(const std::string& backend, int job_ranks, bool gpu_per_rank = false);
 
 int cmd_exec(const ExecArgs& args, const std::filesystem::path& experiments_dir);

@@ -470,8 +470,9 @@ const std::vector<Backend>& backends() {
        true, true, false, evaluate_cpu},
       {"cuda",
        "the plans' CP attention executed on this machine's GPU (every rank a thread with its own stream) with CUDA "
-       "kernels, checked against the reference, measured beside predicted",
-       true, true, true, evaluate_cuda},
+       "kernels, checked against the reference, measured beside predicted; under mpirun the points are spread over "
+       "the ranks, each on its own GPU",
+       false, true, true, evaluate_cuda},
   };
   return table;
 }

@@ -38,6 +38,8 @@ TEST(Backends, OneRowPerBackendFoundByName) {
   EXPECT_FALSE(find_backend("sim")->executes);
   EXPECT_TRUE(find_backend("cpu")->executes);
   EXPECT_TRUE(find_backend("cpu")->every_rank_together);
+  // cuda runs each plan on thread ranks of one GPU: under mpirun the points are spread, each rank on its GPU.
+  EXPECT_FALSE(find_backend("cuda")->every_rank_together);
   EXPECT_FALSE(find_backend("cpu")->needs_devices);
   EXPECT_TRUE(find_backend("cuda")->executes);
   EXPECT_TRUE(find_backend("cuda")->needs_devices);

@@ -589,7 +589,9 @@ Expected<PointResults> run_experiment(const Spec& spec, const RunOptions& option
     }
     return finish();
   }
-  int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
+  // A device backend runs one point at a time on the rank's GPU, so that a point's measured time
+  // is its own.
+  int jobs = backend->needs_devices ? 1 : std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(mine.size(), 1))));
   std::vector<std::thread> threads;
   prepare_partitioner(spec);
   for (int t = 0; t < jobs; ++t) threads.emplace_back(worker);
