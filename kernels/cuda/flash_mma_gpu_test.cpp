@@ -30,14 +30,8 @@ void mma_equals_simt(const std::string& mask, int64_t D, int64_t L, int64_t key_
   const VarlenBatch b = testing::make_batch({Hq, Hkv, D, 0.0}, {L}, {L}, testing::mask_by_name(mask));
   const auto q = bf16(testing::random_tensor(L * Hq * D, 11)), k = bf16(testing::random_tensor(L * Hkv * D, 12)),
              v = bf16(testing::random_tensor(L * Hkv * D, 13));
-  SimtTile<Bf16> host;
-  host.q = q.data();
-  host.k = k.data() + key_begin * Hkv * D;
-  host.v = v.data() + key_begin * Hkv * D;
-  host.ranges = b.row_ranges.data();
-  host.rows_q = L, host.rows_k = rows_k, host.key_begin = key_begin;
-  host.heads_q = Hq, host.heads_kv = Hkv, host.head_dim = D;
-  host.scale = static_cast<float>(b.dims.softmax_scale());
+  const SimtTile<Bf16> host = testing::tile_of(q.data(), k.data() + key_begin * Hkv * D, v.data() + key_begin * Hkv * D,
+                                               b.row_ranges.data(), L, rows_k, key_begin, b.dims);
   std::vector<float> out(L * Hq * D), lse(Hq * L);
   simt_forward_host(host, out.data(), lse.data(), L);
 

@@ -45,14 +45,8 @@ void gpu_equals_host(const std::string& mask_name, testing::MaskFn mask) {
   const VarlenBatch b = testing::make_batch({Hq, Hkv, D, 0.0}, {L}, {L}, mask);
   const auto q = as<T>(testing::random_tensor(L * Hq * D, 1)), k = as<T>(testing::random_tensor(L * Hkv * D, 2)),
              v = as<T>(testing::random_tensor(L * Hkv * D, 3)), dout = as<T>(testing::random_tensor(L * Hq * D, 4));
-  SimtTile<T> host;
-  host.q = q.data();
-  host.k = k.data() + k0 * Hkv * D;
-  host.v = v.data() + k0 * Hkv * D;
-  host.ranges = b.row_ranges.data();
-  host.rows_q = L, host.rows_k = rows_k, host.key_begin = k0;
-  host.heads_q = Hq, host.heads_kv = Hkv, host.head_dim = D;
-  host.scale = static_cast<float>(b.dims.softmax_scale());
+  const SimtTile<T> host = testing::tile_of(q.data(), k.data() + k0 * Hkv * D, v.data() + k0 * Hkv * D,
+                                            b.row_ranges.data(), L, rows_k, k0, b.dims);
   std::vector<float> out(L * Hq * D), lse(Hq * L), dq(L * Hq * D, 0.0f), dk(rows_k * Hkv * D, 0.0f), dv = dk;
   simt_forward_host(host, out.data(), lse.data(), L);
   simt_backward_host(host, out.data(), lse.data(), L, dout.data(), dq.data(), dk.data(), dv.data());

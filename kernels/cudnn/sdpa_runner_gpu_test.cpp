@@ -49,14 +49,9 @@ void cudnn_equals_simt(const TileMode& mode, int64_t D, int64_t Hkv, const std::
         if (tile_mode_allows(mode, lens[b], lens_kv[b], i, j)) r.b0 = r.e0 == 0 ? j : r.b0, r.e0 = j + 1;
       ranges.push_back(r);
     }
-    SimtTile<Bf16> t;
-    t.q = q.data() + cu[b] * Hq * D;
-    t.k = k.data() + cu_kv[b] * Hkv * D;
-    t.v = v.data() + cu_kv[b] * Hkv * D;
-    t.ranges = ranges.data();
-    t.rows_q = lens[b], t.rows_k = lens_kv[b];
-    t.heads_q = Hq, t.heads_kv = Hkv, t.head_dim = D;
-    t.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const SimtTile<Bf16> t = testing::tile_of(q.data() + cu[b] * Hq * D, k.data() + cu_kv[b] * Hkv * D,
+                                              v.data() + cu_kv[b] * Hkv * D, ranges.data(), lens[b], lens_kv[b], 0,
+                                              AttentionDims{Hq, Hkv, D, 0.0});
     std::vector<float> lse_b(Hq * lens[b]);
     simt_forward_host(t, out.data() + cu[b] * Hq * D, lse_b.data(), lens[b]);
     for (int64_t h = 0; h < Hq; ++h)
