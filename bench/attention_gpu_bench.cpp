@@ -1,9 +1,9 @@
 // attention_gpu_bench.cpp — our attention kernels beside cuDNN's fused SDPA on one GPU, on the
 // shapes issue 32's targets name: one sequence of L tokens (8K by default), 32 heads of 128, bf16,
-// causal and full. Rows: our tensor-core forward (flash_mma), our SIMT forward (the correctness
-// path), cuDNN's forward and backward through SdpaRunner (the GPU backend's fast path). torch's own
-// SDPA backends run on the same shapes from scripts/measure_gpu_ops.py --sdpa, so the two files read
-// side by side (scripts/device_check.sh writes both).
+// causal and full. Rows: our tensor-core forward and backward (flash_mma), our SIMT forward (the
+// correctness path), cuDNN's forward and backward through SdpaRunner (the GPU backend's fast
+// path). torch's own SDPA backends run on the same shapes from scripts/measure_gpu_ops.py --sdpa,
+// so the two files read side by side (scripts/device_check.sh writes both).
 // Requires: a CUDA device; cuDNN and cudnn-frontend at build time (CMake builds *_gpu_bench files
 // only then). Run: ./build/attention_gpu_bench [--benchmark_format=csv].
 // Note: each timing is one call between two CUDA events (manual time), after a warm-up call that
@@ -41,7 +41,7 @@ struct Problem {
   bool causal = false;
   Bf16 *q = nullptr, *k = nullptr, *v = nullptr, *d_o = nullptr, *o16 = nullptr, *dq = nullptr, *dk = nullptr,
        *dv = nullptr;
-  float *o32 = nullptr, *lse = nullptr;
+  float *o32 = nullptr, *lse = nullptr, *dq32 = nullptr, *dk32 = nullptr, *dv32 = nullptr;
   KeyRanges* ranges = nullptr;
 
   Problem(int64_t length, bool is_causal) : L(length), causal(is_causal) {
@@ -56,7 +56,10 @@ struct Problem {
       check(cudaMalloc(p, n * sizeof(Bf16)), "cudaMalloc");
       check(cudaMemcpy(*p, host.data(), n * sizeof(Bf16), cudaMemcpyHostToDevice), "upload");
     }
-    check(cudaMalloc(&o32, n * sizeof(float)), "cudaMalloc");
+    for (float** p : {&o32, &dq32, &dk32, &dv32}) {
+      check(cudaMalloc(p, n * sizeof(float)), "cudaMalloc");
+      check(cudaMemset(*p, 0, n * sizeof(float)), "cudaMemset");
+    }
     check(cudaMalloc(&lse, static_cast<size_t>(L * kHeads) * sizeof(float)), "cudaMalloc");
     std::vector<KeyRanges> r;
     for (int64_t i = 0; i < L; ++i) r.push_back(causal ? KeyRanges{0, i + 1, 0, 0} : KeyRanges{0, L, 0, 0});
@@ -65,7 +68,7 @@ struct Problem {
   }
   ~Problem() {
     for (void* p : {(void*)q, (void*)k, (void*)v, (void*)d_o, (void*)o16, (void*)dq, (void*)dk, (void*)dv, (void*)o32,
-                    (void*)lse, (void*)ranges})
+                    (void*)lse, (void*)ranges, (void*)dq32, (void*)dk32, (void*)dv32})
       cudaFree(p);
   }
   SimtTile<Bf16> tile() const {
@@ -114,6 +117,17 @@ void label(benchmark::State& state, const Problem& p) {
 void BM_OursTensorCoreForward(benchmark::State& state) {
   const Problem p(state.range(0), state.range(1) != 0);
   run_timed(state, p.forward_flops(), [&] { check(static_cast<cudaError_t>(mma_forward_cuda(p.tile(), p.o32, p.lse, p.L, nullptr)), "mma forward"); });
+  label(state, p);
+}
+
+// Our tensor-core backward on the forward's O and LSE (gradients added into fp32 buffers).
+void BM_OursTensorCoreBackward(benchmark::State& state) {
+  const Problem p(state.range(0), state.range(1) != 0);
+  check(static_cast<cudaError_t>(mma_forward_cuda(p.tile(), p.o32, p.lse, p.L, nullptr)), "mma forward");
+  run_timed(state, 2.5 * p.forward_flops(), [&] {
+    check(static_cast<cudaError_t>(mma_backward_cuda(p.tile(), p.o32, p.lse, p.L, p.d_o, p.dq32, p.dk32, p.dv32, nullptr)),
+          "mma backward");
+  });
   label(state, p);
 }
 
@@ -167,6 +181,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_OursTensorCoreForward)->Apply(shapes);
+BENCHMARK(BM_OursTensorCoreBackward)->Apply(shapes);
 BENCHMARK(BM_CudnnForward)->Apply(shapes);
 BENCHMARK(BM_CudnnBackward)->Apply(shapes);
 BENCHMARK(BM_OursSimtForward)->Args({2048, 1})->Args({8192, 1})->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);

@@ -16,7 +16,8 @@
 # sizes, its kernels the GPU's), Debian's 0.2 MB reference BLAS under OpenBLAS's file name, so that
 # the carried folder stays far below the device tool's 64 MiB (OpenBLAS is 35 MB). A BLAS call
 # there would fail loudly, naming the missing openblas_* symbol. The tests need no MPI and no
-# Zoltan (the GPU tests link with --as-needed; DCP's planner, which needs both, is not in them).
+# Zoltan (the GPU tests link with --as-needed; DCP's planner, which needs both, is not in them:
+# its plans travel as build/dcp_test_plans.json, which the build writes and --prepare carries).
 # cuDNN, NVRTC and NCCL are too large to carry (0.5 GB, 110 MB, 250 MB): they are taken from the
 # device's PyTorch wheels (nvidia.* packages), whose versions environment.txt records.
 # Without the binaries it builds them there when CMake and the dependencies are present. After the
@@ -37,6 +38,8 @@ build="${BUILD_DIR:-$root/build}"
 bin="$build/device_bin"
 out="${OUT:-/tmp/device_check}"
 export LD_LIBRARY_PATH="$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The DCP plans executed_plans_gpu_test runs, planned here by --prepare (the build's file else).
+[ -f "$bin/dcp_test_plans.json" ] && export CPBENCH_DCP_TEST_PLANS="$bin/dcp_test_plans.json"
 # NCCL, cuDNN and NVRTC: the machine's own, else the ones PyTorch's wheels ship (nvidia.*/lib).
 wheel_libs=$(python3 -c "
 import glob, os, nvidia
@@ -52,6 +55,7 @@ if [ "${1:-}" = "--prepare" ]; then
   BUILD_TYPE=Release "$root/scripts/build.sh" "${gpu_tests[@]}" "$gpu_bench" || exit 1
   rm -rf "$bin" && mkdir -p "$bin/lib"
   for t in "${gpu_tests[@]}" "$gpu_bench"; do cp "$build/$t" "$bin/"; done
+  cp "$build/dcp_test_plans.json" "$bin/" || exit 1  # DCP's plans, made here (Zoltan needs MPI)
   libs="$bin/lib"
   for t in "${gpu_tests[@]}" "$gpu_bench"; do
     ldd "$build/$t" | awk '/=> \//{print $1, $3}'

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cost/cost_model.h"
+#include "core/plan/attention_plan_json.h"
 #include "core/runtime/executor_test_util.h"
 #include "core/strategies/dcp.h"
 
@@ -66,6 +67,23 @@ void for_each_executed_dcp_request(int32_t ranks, F f) {
         f(r, std::string(c.name) + " on " + std::to_string(ranks) + " ranks, divisions " + std::to_string(divisions) +
                  ", head blocks " + std::to_string(head_blocks));
       }
+}
+
+// Every plan for_each_executed_dcp_request names on 2, 4 and 8 ranks, planned with ideal_cost(),
+// labelled: what dcp_test_plans_main writes for the GPU test, which cannot plan DCP itself (Zoltan
+// needs MPI). A planning error is returned.
+inline Expected<std::vector<LabelledPlan>> executed_dcp_plans() {
+  const CostModel cost = ideal_cost();
+  std::vector<LabelledPlan> out;
+  Errors errors;
+  for (int32_t ranks : {2, 4, 8})
+    for_each_executed_dcp_request(ranks, [&](const DcpRequest& r, const std::string& label) {
+      auto d = plan_dcp(r, cost);
+      if (d.ok()) out.push_back({"DCP " + label, d->plan});
+      else errors.list.insert(errors.list.end(), d.errors().list.begin(), d.errors().list.end());
+    });
+  if (!errors.list.empty()) return errors;
+  return out;
 }
 
 }  // namespace cpbench

@@ -4,18 +4,21 @@
 // with its own CudaAttentionKernels (its own stream) and every message a device copy
 // (cuda_runtime()). Every rank's O, LSE, dQ, dK and dV match the single-device reference and every
 // rank moves exactly the bytes plan_bytes predicts.
-// Note: DCP's plans are not here: its planner partitions with Zoltan, which needs MPI initialised,
-// and a singleton MPI job needs Open MPI's orted, which a device machine lacks (device_check.sh
-// carries binaries, not an MPI installation). DCP's plans run through the same executor, tensor
-// ops and copies; `cpbench run dcp/... --backend cuda` runs them where MPI is installed.
+// DCP's plans (every mask, 1 and 4 divisions, three head-block choices, all-to-all and
+// point-to-point exchanges, on 2, 4 and 8 ranks: for_each_executed_dcp_request) are read from the
+// plans file the build wrote (build/dcp_test_plans.json; $CPBENCH_DCP_TEST_PLANS names another,
+// as device_check.sh does): DCP's planner partitions with Zoltan, which needs MPI, and a device
+// machine runs the carried binaries without it.
 // The fast path (CudaAttentionKernels::Path::fast: cuDNN for tiles of its modes, our tensor-core
-// forward otherwise) runs every layout's bf16 plans (value_bytes 2, whose check allows bf16's
+// forward and backward otherwise) runs every layout's bf16 plans (value_bytes 2, whose check allows bf16's
 // error) at head dim 64 under every mask, and must have sent tiles to both.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/layouts/cp_layouts_test_util.h"
+#include "core/plan/attention_plan_json.h"
 #include "core/runtime/cuda/cuda_attention_kernels.h"
 #include "core/runtime/cuda/cuda_runtime.h"
 #include "core/runtime/executor_test_util.h"
@@ -55,6 +58,24 @@ TEST_P(LayoutsOnTheGpu, MatchReferenceAndPlannedBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, LayoutsOnTheGpu, ::testing::ValuesIn(cp_layout_names()), LayoutTestName());
+
+TEST(DcpOnTheGpu, EveryPlanOfTheFileMatchesReferenceAndPlannedBytes) {
+  const char* env = std::getenv("CPBENCH_DCP_TEST_PLANS");
+  const std::string path = env != nullptr && *env != '\0' ? env : CPBENCH_DCP_TEST_PLANS;
+  auto plans = read_attention_plans(path);
+  ASSERT_TRUE(plans.ok()) << plans.error_str();
+  ASSERT_GE(plans->size(), 60u) << path;
+  int relays = 0, collective = 0;
+  for (const LabelledPlan& p : *plans) {
+    ASSERT_EQ(check_attention_plan(p.plan), "") << p.label;
+    for (const AttnStage& st : p.plan.stages)
+      for (const AttnTransfer& t : st.transfers) relays += t.relay;
+    collective += p.plan.collective_exchange;
+    expect_runs_on_the_gpu(p.plan, 7, p.label);
+  }
+  EXPECT_GT(relays, 0);
+  EXPECT_GT(collective, 0);
+}
 
 TEST(FastPathOnTheGpu, Bf16PlansOfEveryLayoutMatchTheReference) {
   const auto before = CudaAttentionKernels::tiles_run();

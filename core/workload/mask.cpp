@@ -171,6 +171,28 @@ MaskSpec parse_mask_value(const json& value, const std::string& pointer, Diagnos
   return parse_mask(o);
 }
 
+json mask_json(const MaskSpec& mask) {
+  json j = {{"kind", mask_kind_name(mask.kind)}};
+  switch (mask.kind) {
+    case MaskKind::lambda:
+      j["sink_tokens"] = mask.sink_tokens;
+      j["window_tokens"] = mask.window_tokens;
+      break;
+    case MaskKind::shared_question:
+      j["question_fraction"] = mask.question_fraction;
+      j["answers"] = mask.answers;
+      break;
+    case MaskKind::causal_blockwise:
+      j["block_tokens"] = mask.block_tokens;
+      j["local_blocks"] = mask.local_blocks;
+      break;
+    case MaskKind::full:
+    case MaskKind::causal:
+      break;
+  }
+  return j;
+}
+
 Expected<MaskSpec> mask_from_name(const std::string& name) {
   for (size_t i = 0; i < kMaskNames.size(); ++i)
     if (kMaskNames[i] == name) {

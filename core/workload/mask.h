@@ -75,6 +75,9 @@ MaskSpec parse_mask(JsonObject& o);
 // A mask given either as a name ("causal") with default parameters, or as an object.
 MaskSpec parse_mask_value(const json& value, const std::string& pointer, Diagnostics& diag);
 
+// The object parse_mask reads back to the same mask: the kind and that kind's own parameters.
+json mask_json(const MaskSpec& mask);
+
 // A mask by name with default parameters; an error lists the known names.
 Expected<MaskSpec> mask_from_name(const std::string& name);
 

@@ -1,4 +1,4 @@
-// flash_mma.h — our attention forward on tensor cores (bf16 inputs, fp32 accumulation): the fast
+// flash_mma.h — our attention forward and backward on tensor cores (bf16 inputs, fp32 accumulation): the fast
 // kernel of our own, beside the SIMT correctness path (flash_simt.h) and cuDNN's fused attention
 // (kernels/cudnn). FlashAttention-2's forward (Dao 2023, Algorithm 1): a block of 64 query rows of
 // one head, four warps of 16 rows, walks the key blocks of 64 its rows may see; S = Q·Kᵀ and
@@ -59,6 +59,23 @@ inline KeySpan block_key_span(const KeyRanges* ranges, int64_t row0, int64_t row
   return span;
 }
 
+// The backward (FlashAttention-2, Algorithm 2): a block of 64 keys of one KV head, four warps of
+// 16 keys, holds its dK and dV in registers and walks the blocks of 64 query rows (of every query
+// head of its group) that may see its keys. Per query block: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on tensor
+// cores, Pᵀ = 2^(Sᵀ − LSE), dSᵀ = Pᵀ∘(dPᵀ − D) with D = rowsum(dO∘O) (a pass of its own before),
+// dV += Pᵀ·dO and dK += dSᵀ·Q from the accumulators, and dQ += dS·K after dSᵀ is stored
+// transposed to shared memory, added to global memory with atomics (key blocks run in parallel).
+//
+// Where warp w's Sᵀ accumulator (n-tile nt of 8 query rows, element e) lies in the 64-row × 64-key
+// block: the dQ multiplication reads dS from shared memory at (row, key) as its A fragments.
+CPB_HD constexpr FragCoord mma_bwd_row_key(int warp, int lane, int nt, int e) {
+  return {nt * 8 + mma_c_coord(lane, e).col, warp * 16 + mma_c_coord(lane, e).row};
+}
+// Whether a query row's key span (row_key_span) meets the tile keys [k_lo, k_hi): the backward
+// skips a query block none of whose rows does. Conservative: the span is the hull of a row's two
+// ranges, so a block may be visited for keys in the gap between them (its P is 0 there).
+CPB_HD inline bool span_meets(KeySpan s, int64_t k_lo, int64_t k_hi) { return s.lo < s.hi && s.lo < k_hi && s.hi > k_lo; }
+
 // Whether the tensor-core forward takes the tile: head dim 64 or 128, whole GQA groups, q, k and v
 // 16-byte aligned (rows are read 8 elements at a time), fewer than 2³¹ keys.
 bool mma_forward_supports(const SimtTile<Bf16>& t);
@@ -67,5 +84,16 @@ bool mma_forward_supports(const SimtTile<Bf16>& t);
 // lse[h·lse_stride + i]. Returns the CUDA error of the launch (0 = success; cudaErrorInvalidValue
 // for a tile mma_forward_supports refuses); asynchronous on `stream` (a cudaStream_t).
 int mma_forward_cuda(const SimtTile<Bf16>& t, float* out, float* lse, int64_t lse_stride, void* stream);
+
+// Whether the tensor-core backward takes the tile: what the forward takes, and dO 16-byte aligned.
+bool mma_backward_supports(const SimtTile<Bf16>& t, const Bf16* dout);
+
+// The backward of the tile, gradients ADDED as the SIMT backward adds them: dq (rows_q, Hq, d) by
+// atomics, dk and dv (rows_k, Hkv, d). out (rows_q, Hq, d) fp32 and lse (natural log, at
+// lse[h·lse_stride + i]) are the rows' final forward results; dout (rows_q, Hq, d) bf16. Returns
+// the CUDA error (cudaErrorInvalidValue for a tile mma_backward_supports refuses); asynchronous
+// on `stream`, with D in a stream-ordered allocation (cudaMallocAsync) freed after the kernel.
+int mma_backward_cuda(const SimtTile<Bf16>& t, const float* out, const float* lse, int64_t lse_stride,
+                      const Bf16* dout, float* dq, float* dk, float* dv, void* stream);
 
 }  // namespace cpbench::kernels

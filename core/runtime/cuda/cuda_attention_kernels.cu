@@ -177,6 +177,19 @@ bool cudnn_takes(kernels::SdpaRunner& runner, const kernels::TileInput& t, const
   return runner.prepare(sdpa_shape(t), mode, backward).ok;
 }
 
+// The tile on its bf16 copies, for our tensor-core kernels (its ranges set by the caller).
+kernels::SimtTile<kernels::Bf16> bf16_tile(const kernels::TileInput& t, const std::byte* q16, const std::byte* k16,
+                                           const std::byte* v16) {
+  kernels::SimtTile<kernels::Bf16> m;
+  m.q = reinterpret_cast<const kernels::Bf16*>(q16);
+  m.k = reinterpret_cast<const kernels::Bf16*>(k16);
+  m.v = reinterpret_cast<const kernels::Bf16*>(v16);
+  m.rows_q = t.rows_q, m.rows_k = t.rows_k, m.key_begin = t.key_begin;
+  m.heads_q = t.dims.heads_q, m.heads_kv = t.dims.heads_kv, m.head_dim = t.dims.head_dim;
+  m.scale = static_cast<float>(t.dims.softmax_scale());
+  return m;
+}
+
 }  // namespace
 
 bool CudaAttentionKernels::fast_forward(const ForwardCall& c) {
@@ -201,13 +214,7 @@ bool CudaAttentionKernels::fast_forward(const ForwardCall& c) {
     ++cudnn_tiles;
     return true;
   }
-  kernels::SimtTile<kernels::Bf16> m;
-  m.q = reinterpret_cast<const kernels::Bf16*>(q16);
-  m.k = reinterpret_cast<const kernels::Bf16*>(k16);
-  m.v = reinterpret_cast<const kernels::Bf16*>(v16);
-  m.rows_q = t.rows_q, m.rows_k = t.rows_k, m.key_begin = t.key_begin;
-  m.heads_q = t.dims.heads_q, m.heads_kv = t.dims.heads_kv, m.head_dim = t.dims.head_dim;
-  m.scale = static_cast<float>(t.dims.softmax_scale());
+  kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, q16, k16, v16);
   if (!kernels::mma_forward_supports(m)) return false;
   DeviceRanges ranges(t, stream);
   m.ranges = ranges.get();
@@ -219,19 +226,31 @@ bool CudaAttentionKernels::fast_forward(const ForwardCall& c) {
 bool CudaAttentionKernels::fast_backward(const BackwardCall& c) {
   const kernels::TileInput& t = c.tile;
   const kernels::TileMode mode = kernels::classify_tile(t);
-  if (!cudnn_takes(*fast_->cudnn, t, mode, true)) return false;  // no tensor-core backward of ours yet
+  if (mode.mask == kernels::TileMask::empty) return false;  // no pair: the SIMT backward adds nothing
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   const int64_t hq = t.dims.heads_q, d = t.dims.head_dim;
   const int64_t nq = t.rows_q * hq * d, nk = t.rows_k * t.dims.heads_kv * d;
   std::byte *q16 = fast_->q.bytes(2 * nq, stream), *k16 = fast_->k.bytes(2 * nk, stream),
-            *v16 = fast_->v.bytes(2 * nk, stream), *o16 = fast_->o.bytes(2 * nq, stream),
-            *do16 = fast_->d_o.bytes(2 * nq, stream), *dq16 = fast_->dq.bytes(2 * nq, stream),
-            *dk16 = fast_->dk.bytes(2 * nk, stream), *dv16 = fast_->dv.bytes(2 * nk, stream);
+            *v16 = fast_->v.bytes(2 * nk, stream), *do16 = fast_->d_o.bytes(2 * nq, stream);
   memory_.encode(q16, t.q, nq, 2);
   memory_.encode(k16, t.k, nk, 2);
   memory_.encode(v16, t.v, nk, 2);
-  memory_.encode(o16, c.out, nq, 2);
   memory_.encode(do16, c.dout, nq, 2);
+  if (!cudnn_takes(*fast_->cudnn, t, mode, true)) {
+    // Our tensor-core backward: the masks cuDNN has no mode for. It adds into the fp32 gradients.
+    kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, q16, k16, v16);
+    const auto* dout16 = reinterpret_cast<const kernels::Bf16*>(do16);
+    if (!kernels::mma_backward_supports(m, dout16)) return false;
+    DeviceRanges ranges(t, stream);
+    m.ranges = ranges.get();
+    check(kernels::mma_backward_cuda(m, c.out, c.lse, c.lse_stride, dout16, c.dq, c.dk, c.dv, stream),
+          "tensor-core backward");
+    ++tensor_core_tiles;
+    return true;
+  }
+  std::byte *o16 = fast_->o.bytes(2 * nq, stream), *dq16 = fast_->dq.bytes(2 * nq, stream),
+            *dk16 = fast_->dk.bytes(2 * nk, stream), *dv16 = fast_->dv.bytes(2 * nk, stream);
+  memory_.encode(o16, c.out, nq, 2);
   // cuDNN reads the statistics as [1, Hq, rows_q, 1]: the executor's rows h at lse + h·lse_stride.
   const float* stats = c.lse;
   if (c.lse_stride != t.rows_q) {

@@ -4,8 +4,8 @@
 //   the correctness path for every tile a plan can hold;
 // - fast: bf16 arithmetic, as training runs it. A tile whose mask is one of cuDNN's modes
 //   (kernels/reference/tile_mode.h's classifier) goes to cuDNN's fused SDPA (kernels/cudnn), forward
-//   and backward; any other tile's forward to our tensor-core kernel (kernels/cuda/flash_mma.h, head
-//   dims 64 and 128), and what neither takes to the SIMT kernel. The tile's fp32 Q, K, V (and O,
+//   and backward; any other tile, forward and backward, to our tensor-core kernels
+//   (kernels/cuda/flash_mma.h, head dims 64 and 128), and what neither takes to the SIMT kernel. The tile's fp32 Q, K, V (and O,
 //   dO) are rounded to bf16 first, so its results carry bf16's error: it is for plans whose values
 //   travel as bf16 (value_bytes 2), whose check allows that error.
 // Requires: CUDA and a device (library cpbench_core_cuda); the fast path also cuDNN and
