@@ -127,24 +127,26 @@ CudaAttentionKernels::TileCounts CudaAttentionKernels::tiles_run() {
 
 void CudaAttentionKernels::tile_forward(const ForwardCall& c) {
   if (c.tile.rows_q == 0) return;
-  timed([&] { run_tile_forward(c); });
+  const Route r = route(c.tile, false);
+  timed([&] { run_tile_forward(c, r); });
 }
 
 void CudaAttentionKernels::tile_backward(const BackwardCall& c) {
   if (c.tile.rows_q == 0 && c.tile.rows_k == 0) return;
-  timed([&] { run_tile_backward(c); });
+  const Route r = route(c.tile, true);
+  timed([&] { run_tile_backward(c, r); });
 }
 
-void CudaAttentionKernels::run_tile_forward(const ForwardCall& c) {
-  if (fast_ && fast_forward(c)) return;
+void CudaAttentionKernels::run_tile_forward(const ForwardCall& c, Route r) {
+  if (r != Route::simt) return fast_forward(c, r);
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
   check(kernels::simt_forward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.tile.rows_q, stream), "forward");
   ++simt_tiles;
 }
 
-void CudaAttentionKernels::run_tile_backward(const BackwardCall& c) {
-  if (fast_ && fast_backward(c)) return;
+void CudaAttentionKernels::run_tile_backward(const BackwardCall& c, Route r) {
+  if (r != Route::simt) return fast_backward(c, r);
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
   check(kernels::simt_backward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk,
@@ -192,11 +194,21 @@ kernels::SimtTile<kernels::Bf16> bf16_tile(const kernels::TileInput& t, const st
 
 }  // namespace
 
-bool CudaAttentionKernels::fast_forward(const ForwardCall& c) {
+CudaAttentionKernels::Route CudaAttentionKernels::route(const kernels::TileInput& t, bool backward) {
+  if (!fast_) return Route::simt;
+  const kernels::TileMode mode = kernels::classify_tile(t);
+  if (mode.mask == kernels::TileMask::empty) return Route::simt;  // no pair: O = 0, LSE = −inf, no gradient
+  if (cudnn_takes(*fast_->cudnn, t, mode, backward)) return Route::cudnn;
+  // Our tensor-core kernels read the tile's bf16 copies, which Scratch allocates 256-byte aligned:
+  // what they may refuse is the shape.
+  const kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, nullptr, nullptr, nullptr);
+  const bool ours = backward ? kernels::mma_backward_supports(m, nullptr) : kernels::mma_forward_supports(m);
+  return ours ? Route::tensor_core : Route::simt;
+}
+
+void CudaAttentionKernels::fast_forward(const ForwardCall& c, Route r) {
   const kernels::TileInput& t = c.tile;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
-  const kernels::TileMode mode = kernels::classify_tile(t);
-  if (mode.mask == kernels::TileMask::empty) return false;  // the SIMT kernel writes O = 0, LSE = −inf
   const int64_t nq = t.rows_q * t.dims.heads_q * t.dims.head_dim, nk = t.rows_k * t.dims.heads_kv * t.dims.head_dim;
   std::byte* q16 = fast_->q.bytes(2 * nq, stream);
   std::byte* k16 = fast_->k.bytes(2 * std::max<int64_t>(nk, 1), stream);
@@ -204,29 +216,25 @@ bool CudaAttentionKernels::fast_forward(const ForwardCall& c) {
   memory_.encode(q16, t.q, nq, 2);
   memory_.encode(k16, t.k, nk, 2);
   memory_.encode(v16, t.v, nk, 2);
-  if (cudnn_takes(*fast_->cudnn, t, mode, false)) {
+  if (r == Route::cudnn) {
     std::byte* o16 = fast_->o.bytes(2 * nq, stream);
     kernels::SdpaTensors x;
     x.q = q16, x.k = k16, x.v = v16, x.o = o16, x.stats = c.lse;  // [1, Hq, rows_q, 1] = the executor's [Hq, rows_q]
-    if (const kernels::SdpaStatus st = fast_->cudnn->forward(sdpa_shape(t), mode, x); !st.ok)
+    if (const kernels::SdpaStatus st = fast_->cudnn->forward(sdpa_shape(t), kernels::classify_tile(t), x); !st.ok)
       throw std::runtime_error("cuDNN SDPA forward: " + st.message);
     memory_.decode(c.out, o16, nq, 2);
     ++cudnn_tiles;
-    return true;
+    return;
   }
   kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, q16, k16, v16);
-  if (!kernels::mma_forward_supports(m)) return false;
   DeviceRanges ranges(t, stream);
   m.ranges = ranges.get();
   check(kernels::mma_forward_cuda(m, c.out, c.lse, t.rows_q, stream), "tensor-core forward");
   ++tensor_core_tiles;
-  return true;
 }
 
-bool CudaAttentionKernels::fast_backward(const BackwardCall& c) {
+void CudaAttentionKernels::fast_backward(const BackwardCall& c, Route r) {
   const kernels::TileInput& t = c.tile;
-  const kernels::TileMode mode = kernels::classify_tile(t);
-  if (mode.mask == kernels::TileMask::empty) return false;  // no pair: the SIMT backward adds nothing
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   const int64_t hq = t.dims.heads_q, d = t.dims.head_dim;
   const int64_t nq = t.rows_q * hq * d, nk = t.rows_k * t.dims.heads_kv * d;
@@ -236,17 +244,16 @@ bool CudaAttentionKernels::fast_backward(const BackwardCall& c) {
   memory_.encode(k16, t.k, nk, 2);
   memory_.encode(v16, t.v, nk, 2);
   memory_.encode(do16, c.dout, nq, 2);
-  if (!cudnn_takes(*fast_->cudnn, t, mode, true)) {
+  if (r == Route::tensor_core) {
     // Our tensor-core backward: the masks cuDNN has no mode for. It adds into the fp32 gradients.
     kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, q16, k16, v16);
-    const auto* dout16 = reinterpret_cast<const kernels::Bf16*>(do16);
-    if (!kernels::mma_backward_supports(m, dout16)) return false;
     DeviceRanges ranges(t, stream);
     m.ranges = ranges.get();
-    check(kernels::mma_backward_cuda(m, c.out, c.lse, c.lse_stride, dout16, c.dq, c.dk, c.dv, stream),
+    check(kernels::mma_backward_cuda(m, c.out, c.lse, c.lse_stride, reinterpret_cast<const kernels::Bf16*>(do16), c.dq,
+                                     c.dk, c.dv, stream),
           "tensor-core backward");
     ++tensor_core_tiles;
-    return true;
+    return;
   }
   std::byte *o16 = fast_->o.bytes(2 * nq, stream), *dq16 = fast_->dq.bytes(2 * nq, stream),
             *dk16 = fast_->dk.bytes(2 * nk, stream), *dv16 = fast_->dv.bytes(2 * nk, stream);
@@ -263,7 +270,7 @@ bool CudaAttentionKernels::fast_backward(const BackwardCall& c) {
   kernels::SdpaTensors x;
   x.q = q16, x.k = k16, x.v = v16, x.o_in = o16, x.stats_in = stats, x.d_o = do16;
   x.dq = dq16, x.dk = dk16, x.dv = dv16;
-  if (const kernels::SdpaStatus st = fast_->cudnn->backward(sdpa_shape(t), mode, x); !st.ok)
+  if (const kernels::SdpaStatus st = fast_->cudnn->backward(sdpa_shape(t), kernels::classify_tile(t), x); !st.ok)
     throw std::runtime_error("cuDNN SDPA backward: " + st.message);
   // cuDNN writes the tile's gradients; the executor's are sums over tiles: decoded, then added.
   auto* grad = static_cast<float*>(fast_->grad32.get(static_cast<size_t>(std::max(nq, nk)) * sizeof(float), stream));
@@ -275,13 +282,14 @@ bool CudaAttentionKernels::fast_backward(const BackwardCall& c) {
   add_into(c.dk, dk16, t.rows_k, t.dims.heads_kv * d);
   add_into(c.dv, dv16, t.rows_k, t.dims.heads_kv * d);
   ++cudnn_tiles;
-  return true;
 }
 
 #else
 
-bool CudaAttentionKernels::fast_forward(const ForwardCall&) { return false; }
-bool CudaAttentionKernels::fast_backward(const BackwardCall&) { return false; }
+// Without cuDNN there is no fast path (the constructor refuses it): every tile is the SIMT kernel's.
+CudaAttentionKernels::Route CudaAttentionKernels::route(const kernels::TileInput&, bool) { return Route::simt; }
+void CudaAttentionKernels::fast_forward(const ForwardCall&, Route) {}
+void CudaAttentionKernels::fast_backward(const BackwardCall&, Route) {}
 
 #endif
 

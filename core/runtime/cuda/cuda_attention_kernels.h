@@ -49,10 +49,15 @@ class CudaAttentionKernels final : public AttentionKernels {
 
  private:
   struct Fast;
-  bool fast_forward(const ForwardCall& call);
-  bool fast_backward(const BackwardCall& call);
-  void run_tile_forward(const ForwardCall& call);
-  void run_tile_backward(const BackwardCall& call);
+  // Which kernel computes a tile. Chosen before the tile's events are recorded: choosing cuDNN
+  // builds its graph for the tile's shape on the first such tile (host work, milliseconds), which
+  // must not count as kernel time.
+  enum class Route { simt, cudnn, tensor_core };
+  Route route(const kernels::TileInput& tile, bool backward);
+  void fast_forward(const ForwardCall& call, Route route);
+  void fast_backward(const BackwardCall& call, Route route);
+  void run_tile_forward(const ForwardCall& call, Route route);
+  void run_tile_backward(const BackwardCall& call, Route route);
   // Records `call` between two events on the stream, kept until take_kernel_seconds.
   template <class F>
   void timed(F call);
