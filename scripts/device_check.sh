@@ -23,7 +23,8 @@
 # Without the binaries it builds them there when CMake and the dependencies are present. After the
 # tests, attention_gpu_bench (our tensor-core and SIMT forwards beside cuDNN's forward and backward
 # through SdpaRunner) and torch's cuDNN and FlashAttention SDPA backends on the same shapes
-# (measure_gpu_ops.py --sdpa) go to attention.txt: issue 32's speed targets. Then,
+# (measure_gpu_ops.py --sdpa) go to attention.txt: issue 32's speed targets, whose verdicts
+# (scripts/attention_table.py) end summary.txt's test lines. Then,
 # where PyTorch has CUDA, the op measurements `cpbench calibrate` reads (scripts/measure_gpu_ops.py:
 # GEMMs, FlashAttention-2, HBM copies, host time per call) and the training-size GEMMs again after
 # 10 s of back-to-back load each, with the SM clock and power (the steady clock a training step
@@ -125,6 +126,8 @@ if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
   { echo; cat "$out/sdpa.csv"; } >> "$out/attention.txt" 2>/dev/null
   rm -f "$out/sdpa.csv"
   [ $rc -eq 0 ] || status=1
+  # Issue 32's two speed targets with their verdicts, read from attention.txt.
+  { echo; python3 "$root/scripts/attention_table.py" "$out/attention.txt"; } 2>&1 | tee -a "$out/summary.txt"
   start=$(date +%s%N)
   timeout 300 python3 "$root/scripts/measure_gpu_ops.py" --out "$out/ops.csv" --sustained 10 \
     --host-out "$out/host_ops.txt" >> "$out/tests.log" 2>&1
