@@ -9,7 +9,7 @@ What is measured, each the median of `--iters` CUDA-event timings after warm-up:
   gemm                  bf16 torch.matmul, m×k by k×n (the cost model's GEMM shapes: tokens × hidden),
                         from 1024³ (launch-bound) to 16384 × 12288 × 4096
   flash_attention_fwd   torch SDPA with the FLASH_ATTENTION backend only (FlashAttention-2, as
-  flash_attention_bwd   PyTorch bundles it), bf16, head dim 128, causal and full masks; the backward
+  flash_attention_bwd   PyTorch bundles it), bf16, head dims 128 and 64, causal and full masks; the backward
                         timed alone (its forward done first); pairs and mean_len as cpbench counts
                         them (core/sim/attention_sim.cpp attention_tile_s): pairs = allowed (query,
                         key) pairs per head, mean_len = 2·pairs/rows
@@ -136,20 +136,23 @@ def main():
         print(f"gemm {m}x{n}x{k}: {t * 1e3:.3f} ms, {2 * m * n * k / t / 1e12:.0f} TFLOP/s", flush=True)
         del x, w
 
-    # FlashAttention-2 through SDPA: [batch, heads, length, 128], about 32K tokens per call.
-    heads, d = 32, 128
-    for length in [1024, 2048, 4096, 8192, 16384]:
+    # FlashAttention-2 through SDPA: [batch, heads, length, d], about 32K tokens per call, at head
+    # dims 128 and 64 (a 64-wide head does half the work per pair on the same tiles: whether the
+    # kernel keeps its rate there is the model's head-dim term, checked by calibrate --check).
+    heads = 32
+    shapes = [(d, length, causal) for d in (128, 64) for length in [1024, 2048, 4096, 8192, 16384]
+              for causal in (True, False)]
+    for d, length, causal in shapes:
         batch = max(1, 32768 // length)
-        for causal in (True, False):
-            pairs = batch * (length * (length + 1) / 2 if causal else length * length)
-            mean_len = 2 * pairs / (batch * length)
-            fwd, bwd = time_flash(torch, dev, timed, batch, heads, length, d, causal, ("fwd", "bwd"))
-            shape = {"pairs": pairs, "heads": heads, "head_dim": d, "mean_len": mean_len}
-            rows.append(("flash_attention_fwd", shape, fwd))
-            rows.append(("flash_attention_bwd", shape, bwd))
-            fl = 4 * pairs * heads * d
-            print(f"flash L={length} batch={batch} causal={causal}: fwd {fwd * 1e3:.3f} ms ({fl / fwd / 1e12:.0f} TFLOP/s),"
-                  f" bwd {bwd * 1e3:.3f} ms ({2.5 * fl / bwd / 1e12:.0f} TFLOP/s)", flush=True)
+        pairs = batch * (length * (length + 1) / 2 if causal else length * length)
+        mean_len = 2 * pairs / (batch * length)
+        fwd, bwd = time_flash(torch, dev, timed, batch, heads, length, d, causal, ("fwd", "bwd"))
+        shape = {"pairs": pairs, "heads": heads, "head_dim": d, "mean_len": mean_len}
+        rows.append(("flash_attention_fwd", shape, fwd))
+        rows.append(("flash_attention_bwd", shape, bwd))
+        fl = 4 * pairs * heads * d
+        print(f"flash d={d} L={length} batch={batch} causal={causal}: fwd {fwd * 1e3:.3f} ms ({fl / fwd / 1e12:.0f} TFLOP/s),"
+              f" bwd {bwd * 1e3:.3f} ms ({2.5 * fl / bwd / 1e12:.0f} TFLOP/s)", flush=True)
 
     # HBM: device-to-device copies.
     # At least 256 MiB: smaller copies repeated back to back stay in L2 (50-60 MB on H100/H200) and
