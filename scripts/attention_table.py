@@ -25,6 +25,8 @@ BENCH_KERNELS = {
     "BM_CudnnForward": ("cuDNN (SdpaRunner)", "fwd"),
     "BM_CudnnBackward": ("cuDNN (SdpaRunner)", "bwd"),
 }
+# The bench's second argument: one sequence under a full or causal mask, or a pack of causal ones.
+KINDS = {"0": "full", "1": "causal", "2": "causal pack"}
 TORCH_KERNELS = {"CUDNN_ATTENTION": "torch cuDNN", "FLASH_ATTENTION": "torch FlashAttention-2"}
 COLUMNS = ["ours (tensor cores)", "ours (SIMT)", "cuDNN (SdpaRunner)", "torch cuDNN", "torch FlashAttention-2"]
 
@@ -63,13 +65,14 @@ def parse(path):
                 raise FormatError(f"{path}:{i + 1}: expected {len(header)} columns, got {len(row)}")
             parts = row[col["name"]].split("/")
             if parts[0] in BENCH_KERNELS:
-                if len(parts) < 3 or not parts[1].isdigit() or parts[2] not in ("0", "1"):
-                    raise FormatError(f"{path}:{i + 1}: expected NAME/L/causal, got {row[col['name']]}")
+                if len(parts) < 3 or not parts[1].isdigit() or parts[2] not in KINDS:
+                    raise FormatError(f"{path}:{i + 1}: expected NAME/L/KIND (KIND 0 full, 1 causal, 2 causal pack), "
+                                      f"got {row[col['name']]}")
                 kernel, pass_ = BENCH_KERNELS[parts[0]]
                 unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}.get(row[col["time_unit"]])
                 if unit is None:
                     raise FormatError(f"{path}:{i + 1}: unknown time unit {row[col['time_unit']]!r}")
-                mask = "causal" if parts[2] == "1" else "full"
+                mask = KINDS[parts[2]]
                 put((mask, int(parts[1]), pass_), kernel, float(row[col["real_time"]]) * unit, float(row[col["TFLOP/s"]]))
             i += 1
     # torch's rows.

@@ -38,7 +38,8 @@ def attention_txt(ours_tflops, runner_ms, torch_ms, with_torch=True):
             bench_row("BM_CudnnForward/8192/1", runner_ms, 500),
             bench_row("BM_CudnnBackward/8192/1", 2.5 * runner_ms, 400),
             '"BM_CudnnForward/2048/0/min_time:0.200/manual_time",,,,,,,,true,"no plan"',  # Google Benchmark's skipped row
-            bench_row("BM_OursSimtForward/8192/1", 90, 6)]
+            bench_row("BM_OursSimtForward/8192/1", 90, 6),
+            bench_row("BM_OursTensorCoreForward/32768/2", 2.0, 250)]
     text = "\n".join(rows) + "\n"
     if with_torch:
         text += ("\n# torch SDPA backends, NVIDIA H200, PyTorch 2.11; scripts/measure_gpu_ops.py --sdpa\n"
@@ -54,6 +55,7 @@ def main():
     assert met[("causal", 8192, "fwd")]["ours (tensor cores)"] == (1.0, 320.0), met
     assert met[("causal", 8192, "fwd")]["torch FlashAttention-2"] == (0.9, 350.0), met
     assert ("full", 2048, "fwd") not in met, "an errored row gives no figure"
+    assert met[("causal pack", 32768, "fwd")]["ours (tensor cores)"] == (2.0, 250.0), met
     text = "\n".join(at.report(met))
     assert "64 % of cuDNN's TFLOP/s (target ≥ 40 %): met, goal 60 % met" in text, text
     assert "(target within ±5 %): met" in text, text
@@ -68,7 +70,7 @@ def main():
 
     bad = write(HEADER + "\n" + '"BM_CudnnForward/x/1/manual_time",1,1,1,ms,,,"l",,,1\n')
     r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), bad], capture_output=True, text=True)
-    assert r.returncode == 2 and f"{bad}:2" in r.stderr and "NAME/L/causal" in r.stderr, (r.returncode, r.stderr)
+    assert r.returncode == 2 and f"{bad}:2" in r.stderr and "NAME/L/KIND" in r.stderr, (r.returncode, r.stderr)
     empty = write("nothing here\n")
     r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), empty], capture_output=True, text=True)
     assert r.returncode == 2 and "no benchmark rows" in r.stderr, r.stderr
