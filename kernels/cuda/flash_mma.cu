@@ -404,10 +404,10 @@ template <int D>
 int launch_backward(const SimtTile<Bf16>& t, const float* lse, int64_t lse_stride, const float* dvec, const Bf16* dout,
                     float* dq, float* dk, float* dv, cudaStream_t s) {
   constexpr size_t bytes = backward_smem_bytes<D>();
-  if (const cudaError_t e = cudaFuncSetAttribute(mma_backward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(bytes));
-      e != cudaSuccess)
-    return static_cast<int>(e);
+  // More than 48 KB of dynamic shared memory needs the function's opt-in, set once.
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      mma_backward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (opted_in != cudaSuccess) return static_cast<int>(opted_in);
   const dim3 grid(static_cast<unsigned>((t.rows_k + kMmaKeysPerBlock - 1) / kMmaKeysPerBlock),
                   static_cast<unsigned>(t.heads_kv));
   mma_backward_kernel<D><<<grid, kThreads, bytes, s>>>(t, lse, lse_stride, dvec, dout, dq, dk, dv);

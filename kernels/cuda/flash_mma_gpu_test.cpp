@@ -55,6 +55,7 @@ TEST(MmaGpu, ForwardGivesTheSimtKernelsResults) {
   for (const std::string mask : {"full", "causal", "lambda", "two_range"})
     for (int64_t D : {64, 128}) {
       mma_equals_simt(mask, D, 300, 0, 300);
+      mma_equals_simt(mask, D, 300, 10, 100);  // keys two_range's rows see (its second range)
       mma_equals_simt(mask, D, 300, 100, 150);
       mma_equals_simt(mask, D, 777, 700, 77);
     }
@@ -62,7 +63,9 @@ TEST(MmaGpu, ForwardGivesTheSimtKernelsResults) {
 
 // The tensor-core backward adds the SIMT backward's gradients (host, same bf16 Q, K, V and dO, the
 // SIMT forward's fp32 O and LSE) to what dq, dk and dv held. P and dS enter their multiplications
-// rounded to bf16: atol 1e-2, rtol 2e-2.
+// rounded to bf16: dQ atol 1e-2, rtol 2e-2; dK and dV atol 3e-2, since a key that many rows seeing
+// few keys attend to (two_range's first keys: P of 0.1–0.5 from about a thousand rows) sums that
+// many rounded terms (a CPU emulation of the kernel's fragments: excess up to 0.0055 over 1e-2).
 void mma_backward_equals_simt(const std::string& mask, int64_t D, int64_t L, int64_t key_begin, int64_t rows_k) {
   SCOPED_TRACE(mask + " backward d" + std::to_string(D) + " L" + std::to_string(L) + " keys " +
                std::to_string(key_begin) + "+" + std::to_string(rows_k));
@@ -87,8 +90,8 @@ void mma_backward_equals_simt(const std::string& mask, int64_t D, int64_t L, int
   ASSERT_EQ(mma_backward_cuda(dev, gout, glse, L, gdo, gdq, gdk, gdv, nullptr), 0);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_TRUE(testing::all_close(download(gdq, dq.size()), dq, 1e-2, 2e-2)) << "dQ";
-  EXPECT_TRUE(testing::all_close(download(gdk, dk.size()), dk, 1e-2, 2e-2)) << "dK";
-  EXPECT_TRUE(testing::all_close(download(gdv, dv.size()), dv, 1e-2, 2e-2)) << "dV";
+  EXPECT_TRUE(testing::all_close(download(gdk, dk.size()), dk, 3e-2, 2e-2)) << "dK";
+  EXPECT_TRUE(testing::all_close(download(gdv, dv.size()), dv, 3e-2, 2e-2)) << "dV";
   for (void* p : {(void*)gq, (void*)gk, (void*)gv, (void*)gdo, (void*)granges, (void*)gout, (void*)glse, (void*)gdq,
                   (void*)gdk, (void*)gdv})
     cudaFree(p);
@@ -98,6 +101,7 @@ TEST(MmaGpu, BackwardAddsTheSimtKernelsGradients) {
   for (const std::string mask : {"full", "causal", "lambda", "two_range"})
     for (int64_t D : {64, 128}) {
       mma_backward_equals_simt(mask, D, 300, 0, 300);
+      mma_backward_equals_simt(mask, D, 300, 10, 100);  // keys two_range's rows see (its second range)
       mma_backward_equals_simt(mask, D, 300, 100, 150);
       mma_backward_equals_simt(mask, D, 777, 700, 77);
     }
