@@ -78,7 +78,12 @@ CPB_HD inline bool span_meets(KeySpan s, int64_t k_lo, int64_t k_hi) { return s.
 
 // Whether the tensor-core forward takes the tile: head dim 64 or 128, whole GQA groups, q, k and v
 // 16-byte aligned (rows are read 8 elements at a time), fewer than 2³¹ keys.
-bool mma_forward_supports(const SimtTile<Bf16>& t);
+inline bool mma_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool mma_forward_supports(const SimtTile<Bf16>& t) {
+  return (t.head_dim == 64 || t.head_dim == 128) && t.heads_kv > 0 && t.heads_q % t.heads_kv == 0 &&
+         mma_aligned16(t.q) && mma_aligned16(t.k) && mma_aligned16(t.v) && t.rows_k < INT32_MAX &&
+         t.key_begin + t.rows_k < INT64_MAX / 2;
+}
 
 // The forward of the tile: out (rows_q, Hq, d) fp32, normalised over the tile's keys; LSE at
 // lse[h·lse_stride + i]. Returns the CUDA error of the launch (0 = success; cudaErrorInvalidValue
@@ -86,7 +91,9 @@ bool mma_forward_supports(const SimtTile<Bf16>& t);
 int mma_forward_cuda(const SimtTile<Bf16>& t, float* out, float* lse, int64_t lse_stride, void* stream);
 
 // Whether the tensor-core backward takes the tile: what the forward takes, and dO 16-byte aligned.
-bool mma_backward_supports(const SimtTile<Bf16>& t, const Bf16* dout);
+inline bool mma_backward_supports(const SimtTile<Bf16>& t, const Bf16* dout) {
+  return mma_forward_supports(t) && mma_aligned16(dout);
+}
 
 // The backward of the tile, gradients ADDED as the SIMT backward adds them: dq (rows_q, Hq, d) by
 // atomics, dk and dv (rows_k, Hkv, d). out (rows_q, Hq, d) fp32 and lse (natural log, at

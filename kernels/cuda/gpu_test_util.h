@@ -1,5 +1,5 @@
 // gpu_test_util.h — what the kernels' GPU tests share: host vectors to device buffers and back
-// (a failed CUDA call is a test failure), fp32 values as bf16 and back, and a tile's view.
+// (a failed CUDA call is a test failure), and tile_test_util.h's bf16 conversions and tile view.
 // Requires: CUDA and GoogleTest (included by *_gpu_test.cpp files only).
 #pragma once
 
@@ -9,8 +9,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cuda/bf16.h"
-#include "kernels/cuda/flash_simt.h"
+#include "kernels/cuda/tile_test_util.h"
 
 namespace cpbench::kernels::testing {
 
@@ -27,31 +26,6 @@ std::vector<T> download(const T* p, size_t n) {
   std::vector<T> host(n);
   EXPECT_EQ(cudaMemcpy(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return host;
-}
-
-inline std::vector<Bf16> bf16(const std::vector<float>& x) {
-  std::vector<Bf16> out;
-  for (float v : x) out.push_back(to_bf16(v));
-  return out;
-}
-
-inline std::vector<float> f32(const std::vector<Bf16>& x) {
-  std::vector<float> out;
-  for (Bf16 v : x) out.push_back(to_f32(v));
-  return out;
-}
-
-// rows_q query rows at q against rows_k keys at k and v (already at the tile's first key,
-// key_begin of the sequence), query row i seeing ranges[i]; heads, head dim and scale of `dims`.
-template <class T>
-SimtTile<T> tile_of(const T* q, const T* k, const T* v, const KeyRanges* ranges, int64_t rows_q, int64_t rows_k,
-                    int64_t key_begin, const AttentionDims& dims) {
-  SimtTile<T> t;
-  t.q = q, t.k = k, t.v = v, t.ranges = ranges;
-  t.rows_q = rows_q, t.rows_k = rows_k, t.key_begin = key_begin;
-  t.heads_q = dims.heads_q, t.heads_kv = dims.heads_kv, t.head_dim = dims.head_dim;
-  t.scale = static_cast<float>(dims.softmax_scale());
-  return t;
 }
 
 }  // namespace cpbench::kernels::testing
