@@ -11,9 +11,18 @@ two targets with their verdicts:
   - cpbench's cuDNN path within 5 % of torch's cuDNN SDPA in time, on every shape and pass both ran.
 A target whose rows are missing is reported as not measured.
 
-Usage: attention_table.py ATTENTION_TXT. Exit 0 with the report; 2 when the file cannot be read as
-that format (the message names the file, the line and what was expected)."""
+With --calibrate-csv OUT --kernel NAME (a column above, e.g. "torch cuDNN"), also writes that
+kernel's rows as a `cpbench calibrate` CSV (flash_attention_fwd / flash_attention_bwd with pairs,
+heads, head_dim and mean_len counted as scripts/measure_gpu_ops.py counts them), so a stack whose
+attention is that kernel is checked or fitted against it: TransformerEngine runs cuDNN's fused
+attention on Hopper by default, so Megatron Core's H100 and H200 stacks are checked against
+"torch cuDNN" (or "cuDNN (SdpaRunner)"), not FlashAttention-2.
 
+Usage: attention_table.py ATTENTION_TXT [--calibrate-csv OUT --kernel NAME]. Exit 0 with the
+report; 2 when the file cannot be read as that format (the message names the file, the line and
+what was expected) or the kernel has no rows."""
+
+import argparse
 import csv
 import sys
 
@@ -128,16 +137,53 @@ def report(rows):
     return lines
 
 
+# The bench's shapes: one sequence (or a pack) of L tokens, 32 heads of 128.
+HEADS, HEAD_DIM = 32, 128
+
+
+def calibrate_rows(rows, kernel):
+    """(op, shape, seconds) of `kernel`'s single-sequence measurements, as calibrate reads them:
+    pairs = allowed (query, key) pairs per head, mean_len = 2·pairs/rows."""
+    out = []
+    for (mask, length, pass_), kernels in sorted(rows.items()):
+        if kernel not in kernels or mask not in ("causal", "full"):
+            continue
+        pairs = length * (length + 1) / 2 if mask == "causal" else length * length
+        shape = {"pairs": pairs, "heads": HEADS, "head_dim": HEAD_DIM, "mean_len": 2 * pairs / length}
+        out.append(("flash_attention_" + pass_, shape, kernels[kernel][0] * 1e-3))
+    return out
+
+
+def write_calibrate_csv(path, source, kernel, out_rows):
+    with open(path, "w") as f:
+        f.write("op,shape,time_s\n")
+        f.write(f"# {kernel} from {source} (bench/attention_gpu_bench, measure_gpu_ops.py --sdpa); "
+                f"scripts/attention_table.py\n")
+        for op, shape, t in out_rows:
+            f.write(op + "," + ";".join(f"{k}={v:g}" for k, v in shape.items()) + f",{t:.9g}\n")
+
+
 def main(argv):
-    if len(argv) != 2:
-        print("usage: attention_table.py ATTENTION_TXT", file=sys.stderr)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("attention_txt")
+    ap.add_argument("--calibrate-csv", default=None)
+    ap.add_argument("--kernel", default=None, choices=COLUMNS)
+    args = ap.parse_args(argv[1:])
+    if (args.calibrate_csv is None) != (args.kernel is None):
+        print("attention_table: --calibrate-csv and --kernel go together", file=sys.stderr)
         return 2
     try:
-        rows = parse(argv[1])
+        rows = parse(args.attention_txt)
     except (OSError, FormatError, ValueError) as e:
         print(f"attention_table: {e}", file=sys.stderr)
         return 2
     print("\n".join(report(rows)))
+    if args.calibrate_csv:
+        out_rows = calibrate_rows(rows, args.kernel)
+        if not out_rows:
+            print(f"attention_table: {args.attention_txt}: no rows of {args.kernel!r}", file=sys.stderr)
+            return 2
+        write_calibrate_csv(args.calibrate_csv, args.attention_txt, args.kernel, out_rows)
     return 0
 
 

@@ -2,8 +2,9 @@
 """attention_table_test.py — attention_table.py reads a device run's attention.txt (Google
 Benchmark's CSV from bench/attention_gpu_bench, then torch's SDPA rows) and states issue 32's two
 speed targets: a file where both are met, one where both are missed, one without torch's rows (not
-measured), an errored benchmark row skipped, and a malformed file refused with exit 2 naming the
-line."""
+measured), an errored benchmark row skipped, a malformed file refused with exit 2 naming the
+line, and a kernel's rows written as a calibrate CSV that `cpbench calibrate --check` reads.
+Usage: attention_table_test.py [CPBENCH]"""
 
 import importlib.util
 import os
@@ -74,6 +75,27 @@ def main():
     empty = write("nothing here\n")
     r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), empty], capture_output=True, text=True)
     assert r.returncode == 2 and "no benchmark rows" in r.stderr, r.stderr
+    # torch's cuDNN rows as a calibrate CSV that cpbench reads back and checks.
+    src = write(attention_txt(320, 0.55, 0.54))
+    out = tempfile.NamedTemporaryFile(suffix=".csv", delete=False).name
+    r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), src, "--calibrate-csv", out,
+                        "--kernel", "torch cuDNN"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in open(out).read().splitlines() if l and not l.startswith("#")]
+    pairs = 8192 * 8193 / 2
+    assert lines[0] == "op,shape,time_s" and len(lines) == 3, lines
+    assert lines[1] == f"flash_attention_bwd,pairs={pairs:g};heads=32;head_dim=128;mean_len={2 * pairs / 8192:g},0.00135", lines
+    assert lines[2].startswith("flash_attention_fwd,") and lines[2].endswith(",0.00054"), lines
+    if len(sys.argv) > 1:  # the cpbench binary: calibrate --check reads the file
+        r = subprocess.run([sys.argv[1], "calibrate", out, "--preset", "h100_dgx", "--check"], capture_output=True, text=True)
+        assert r.returncode == 0 and "attention" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), src, "--calibrate-csv", out,
+                        "--kernel", "ours (SIMT)"], capture_output=True, text=True)
+    assert r.returncode == 0, "SIMT has a causal 8K forward row"
+    nothing = write(attention_txt(320, 0.55, 0.54, with_torch=False))
+    r = subprocess.run([sys.executable, os.path.join(HERE, "attention_table.py"), nothing, "--calibrate-csv", out,
+                        "--kernel", "torch cuDNN"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no rows of 'torch cuDNN'" in r.stderr, r.stderr
     print("attention_table_test: ok")
 
 
