@@ -62,7 +62,11 @@ struct ParallelConfig {
   // gradient in place) or "per_parameter" (FSDP2's fully_shard: each parameter its own DTensor
   // shard; the all-gather output is copied out into the parameters and the gradients copied in
   // to the reduce-scatter input, both on the compute stream — torch/distributed/fsdp/_fully_shard/
-  // _fsdp_collectives.py, foreach_all_gather_copy_out and foreach_reduce_scatter_copy_in).
+  // _fsdp_collectives.py, foreach_all_gather_copy_out and foreach_reduce_scatter_copy_in), or
+  // "deepspeed" (DeepSpeed's stage 3: gathered and released per layer as "flat", except that a
+  // parameter reused within stage3_max_reuse_distance elements is not released, so the last
+  // layers stay gathered from their forward to their backward: deepspeed_layers_kept_gathered,
+  // core/sim/layer_cost.h; pp must be 1).
   std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch

@@ -27,21 +27,35 @@ struct ChunkCost {
 };
 
 // One micro-batch's ops, priced once: a layer (any number of copies), the embedding, the output
-// layer.
+// layer; under DeepSpeed's ZeRO-3 also the backward of a layer that stayed gathered since its
+// forward (no gather again), which the last `kept` layers run.
 struct MicroBatchOps {
   RepeatedPass layer_fwd, layer_bwd;
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
+  RepeatedPass layer_bwd_kept;
+  int64_t kept = 0;
 };
 
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                                const PlanMicroBatch& mb, const AttentionCost* attention) {
+                                const PlanMicroBatch& mb, const AttentionCost* attention, int64_t longest) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
   const LayerOps layer = lower_layer(cost, model, L, mb, attention);
   const LayerOps embedding = lower_embedding(cost, model, L, mb);
   const LayerOps output = lower_output_layer(cost, model, L, mb);
-  return {price_repeated(cost, layer.forward),      price_repeated(cost, layer.backward),
-          price_ops(cost, embedding.forward),       price_ops(cost, embedding.backward),
-          price_ops(cost, output.forward),          price_ops(cost, output.backward)};
+  MicroBatchOps out;
+  out.layer_fwd = price_repeated(cost, layer.forward);
+  out.layer_bwd = price_repeated(cost, layer.backward);
+  out.embedding_fwd = price_ops(cost, embedding.forward);
+  out.embedding_bwd = price_ops(cost, embedding.backward);
+  out.output_fwd = price_ops(cost, output.forward);
+  out.output_bwd = price_ops(cost, output.backward);
+  out.kept = deepspeed_layers_kept_gathered(model, L, longest);
+  if (out.kept > 0) {
+    ParallelConfig gathered = L;
+    gathered.zero3_reshard_after_forward = false;
+    out.layer_bwd_kept = price_repeated(cost, lower_layer(cost, model, gathered, mb, attention).backward);
+  }
+  return out;
 }
 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
@@ -49,6 +63,14 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   if (mb.lengths.empty()) return {};
   const double layers = static_cast<double>(chunk_layers(L, model.layers, stage, chunk));
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
+  if (ops.kept > 0 && stage == L.pp - 1 && chunk == L.vp - 1) {  // DeepSpeed: the last layers not gathered again
+    const double kept = std::min(static_cast<double>(ops.kept), layers);
+    c.bwd = ops.layer_bwd_kept.times(kept);
+    if (kept < layers) {
+      c.bwd = ops.layer_bwd.times(layers - kept);
+      c.bwd += ops.layer_bwd_kept.next * kept;
+    }
+  }
   if (!L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
     c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * chunk_params_per_gpu(model, L, longest, stage, chunk));
@@ -487,7 +509,7 @@ class IterationGraph {
         attn = *a;
       }
       MicroBatchOps ops;
-      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr);
+      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, longest_);
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
           costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);

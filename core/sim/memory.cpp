@@ -5,6 +5,7 @@
 
 #include "core/model/formulas.h"
 #include "core/model/model_flops.h"
+#include "core/sim/layer_cost.h"
 
 namespace cpbench {
 
@@ -50,8 +51,12 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // copy in the reduce-scatter's input.
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
+    // DeepSpeed keeps its last layers gathered across the turn from forward to backward
+    // (deepspeed_layers_kept_gathered): at the turn they are held beside the working set.
     const bool per_parameter = L.zero3_sharding == "per_parameter";
-    const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0);
+    const double kept = static_cast<double>(deepspeed_layers_kept_gathered(model, L, longest));
+    const double gathered =
+        (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0) + 2 * kept * layer;
     const double gradients = (L.grad_bytes() + (per_parameter ? 2 : 0)) * layer;
     return (2 + L.grad_bytes() + 12) * params / shards + gathered + gradients;
   }

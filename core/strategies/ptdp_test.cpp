@@ -9,6 +9,7 @@
 #include "core/common/json_reader.h"
 #include "core/cost/cost_model.h"
 #include "core/model/formulas.h"
+#include "core/sim/layer_cost.h"
 #include "core/sim/memory.h"
 
 #include <cmath>
@@ -279,6 +280,64 @@ TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheCompu
   EXPECT_GE(fsdp2.metrics.at("step_time_s") - flat.metrics.at("step_time_s"), copies_s);
   EXPECT_LE(fsdp2.metrics.at("step_time_s") - flat.metrics.at("step_time_s"), 3 * copies_s);
   EXPECT_NEAR(fsdp2.metrics.at("exposed_comm_s"), flat.metrics.at("exposed_comm_s"), 0.05 * flat.metrics.at("exposed_comm_s") + 1e-4);
+}
+
+// DeepSpeed's stage 3 (zero3_sharding deepspeed) releases a layer's parameters after its forward
+// unless the modules run next use them again within stage3_max_reuse_distance (1e9) elements: the
+// last layers, whose backward follows after the later layers' and the output layer's, stay
+// gathered. Each of them is gathered once instead of twice (the bytes of one gather fewer) and held
+// across the turn (2 bytes per parameter); a model whose layers exceed the live-parameter limit
+// keeps none and is FSDP1's flat ZeRO-3; with pipeline stages it is infeasible.
+TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 8;
+  layout_.grad_reduce_in_fp32 = false;
+  batch_.lengths.assign(8, 2048);
+  const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  layout_.zero3_sharding = "deepspeed";
+  const Evaluation ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  ASSERT_EQ(flat.status, "ok") << flat.reason;
+  ASSERT_EQ(ds.status, "ok") << ds.reason;
+  const ParamCount pc = param_count(model_, 2048);
+  ParallelConfig planned = layout_;
+  planned.zero3 = true;  // as plan_zero3 sets it
+  const int64_t kept = deepspeed_layers_kept_gathered(model_, planned, 2048);
+  ASSERT_GT(kept, 0);
+  ASSERT_LT(kept, model_.layers) << "a 1.7B model keeps some of its layers, not all";
+  // The boundary as DeepSpeed's release walk sees it: the kept layer farthest from the end is
+  // reused within 1e9 elements, the next one is not.
+  const double output = pc.output_layer > 0 ? pc.output_layer : pc.embedding;
+  EXPECT_LT(2 * output + 2 * static_cast<double>(kept - 1) * pc.per_layer, 1e9);
+  EXPECT_GE(2 * output + 2 * static_cast<double>(kept) * pc.per_layer, 1e9);
+  const double ring = 7.0 / 8.0, gib = 1024.0 * 1024 * 1024;
+  EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"),
+              ring * 2 * static_cast<double>(kept) * pc.per_layer, 1e-6 * pc.total());
+  EXPECT_NEAR((ds.metrics.at("weights_optimizer_gib") - flat.metrics.at("weights_optimizer_gib")) * gib,
+              2 * static_cast<double>(kept) * pc.per_layer, 1e-6 * pc.total());
+  EXPECT_LE(ds.metrics.at("step_time_s"), flat.metrics.at("step_time_s"));
+
+  // Layers of more than 1e9 elements on a rank: none kept, the same step as flat ZeRO-3.
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
+  layout_.num_gpus = 64;
+  layout_.zero3_sharding = "flat";
+  batch_.lengths.assign(64, 2048);
+  const Evaluation big_flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  layout_.zero3_sharding = "deepspeed";
+  planned = layout_;
+  planned.zero3 = true;
+  EXPECT_EQ(deepspeed_layers_kept_gathered(model_, planned, 2048), 0);
+  const Evaluation big_ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_EQ(big_ds.status, big_flat.status);
+  if (big_flat.status == "ok") EXPECT_EQ(big_ds.metrics.at("step_time_s"), big_flat.metrics.at("step_time_s"));
+
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_.num_gpus = 8;
+  batch_.lengths.assign(8, 2048);
+  layout_.pp = 2;
+  const Evaluation piped = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_EQ(piped.status, "infeasible");
+  EXPECT_NE(piped.reason.find("deepspeed needs pp = 1"), std::string::npos) << piped.reason;
 }
 
 TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState) {
