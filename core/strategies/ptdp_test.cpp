@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <unistd.h>
+#include <utility>
 
 namespace cpbench {
 namespace {
@@ -36,6 +37,21 @@ class PtdpTest : public ::testing::Test {
   Evaluation run(int64_t sequences, int64_t length = 2048) {
     batch_.lengths.assign(sequences, length);
     return plan_and_evaluate(plan_ptdp, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  }
+  // ZeRO-3 of a 1.7B GPT on one node (dp 8, 16-bit gradients, one 2048-token sequence per rank):
+  // FSDP1's flat sharding, then `sharding` (left set in layout_).
+  std::pair<Evaluation, Evaluation> zero3_flat_and(const std::string& sharding) {
+    model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+    layout_ = ParallelConfig{};
+    layout_.num_gpus = 8;
+    layout_.grad_reduce_in_fp32 = false;
+    batch_.lengths.assign(8, 2048);
+    const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    layout_.zero3_sharding = sharding;
+    const Evaluation other = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    EXPECT_EQ(flat.status, "ok") << flat.reason;
+    EXPECT_EQ(other.status, "ok") << other.reason;
+    return {flat, other};
   }
 
   ClusterSpec cluster_;
@@ -257,16 +273,9 @@ TEST_F(PtdpTest, OffloadingCopiesRunOnTheCopyStreamsAndHideUnlessThePcieLinkIsSl
 // again before the backward) and every layer's gradients into the reduce-scatter's input (2 + 2),
 // all on the compute stream, and holds one gathered layer and one layer's 16-bit gradients more.
 TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheComputeStream) {
-  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
-  layout_ = ParallelConfig{};
-  layout_.num_gpus = 8;
-  layout_.grad_reduce_in_fp32 = false;
-  batch_.lengths.assign(8, 2048);
-  const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  layout_.zero3_sharding = "per_parameter";
-  const Evaluation fsdp2 = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  ASSERT_EQ(flat.status, "ok") << flat.reason;
-  ASSERT_EQ(fsdp2.status, "ok") << fsdp2.reason;
+  const auto [flat, fsdp2] = zero3_flat_and("per_parameter");
+  ASSERT_EQ(flat.status, "ok");
+  ASSERT_EQ(fsdp2.status, "ok");
   EXPECT_EQ(fsdp2.metrics.at("comm_bytes_nvlink"), flat.metrics.at("comm_bytes_nvlink"));
   const ParamCount pc = param_count(model_, 2048);
   const double gib = 1024.0 * 1024 * 1024;
@@ -289,16 +298,9 @@ TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheCompu
 // across the turn (2 bytes per parameter); a model whose layers exceed the live-parameter limit
 // keeps none and is FSDP1's flat ZeRO-3; with pipeline stages it is infeasible.
 TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
-  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
-  layout_ = ParallelConfig{};
-  layout_.num_gpus = 8;
-  layout_.grad_reduce_in_fp32 = false;
-  batch_.lengths.assign(8, 2048);
-  const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  layout_.zero3_sharding = "deepspeed";
-  const Evaluation ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  ASSERT_EQ(flat.status, "ok") << flat.reason;
-  ASSERT_EQ(ds.status, "ok") << ds.reason;
+  const auto [flat, ds] = zero3_flat_and("deepspeed");
+  ASSERT_EQ(flat.status, "ok");
+  ASSERT_EQ(ds.status, "ok");
   const ParamCount pc = param_count(model_, 2048);
   ParallelConfig planned = layout_;
   planned.zero3 = true;  // as plan_zero3 sets it
