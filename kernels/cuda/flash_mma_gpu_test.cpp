@@ -98,6 +98,9 @@ void mma_backward_equals_simt(const std::string& mask, int64_t D, int64_t L, int
 }
 
 TEST(MmaGpu, BackwardAddsTheSimtKernelsGradients) {
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess) << "no CUDA device: run this on a GPU (scripts/device_check.sh)";
+  ASSERT_GT(devices, 0);
   for (const std::string mask : {"full", "causal", "lambda", "two_range"})
     for (int64_t D : {64, 128}) {
       mma_backward_equals_simt(mask, D, 300, 0, 300);
