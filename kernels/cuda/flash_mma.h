@@ -1,16 +1,18 @@
-// flash_mma.h — our attention forward and backward on tensor cores (bf16 inputs, fp32 accumulation): the fast
-// kernel of our own, beside the SIMT correctness path (flash_simt.h) and cuDNN's fused attention
-// (kernels/cudnn). FlashAttention-2's forward (Dao 2023, Algorithm 1): a block of 64 query rows of
-// one head, four warps of 16 rows, walks the key blocks of 64 its rows may see; S = Q·Kᵀ and
-// O += P·V run as mma.sync m16n8k16 (bf16 in, fp32 out), the online softmax in registers, P handed
-// from the S accumulators to the P·V multiplication without leaving them.
+// flash_mma.h — our attention forward and backward on tensor cores (bf16 inputs, fp32
+// accumulation): the fast kernels of our own, beside the SIMT correctness path (flash_simt.h) and
+// cuDNN's fused attention (kernels/cudnn). FlashAttention-2's forward (Dao 2023, Algorithm 1): a
+// block of 64 query rows of one head, four warps of 16 rows, walks the key blocks of 64 its rows
+// may see; S = Q·Kᵀ and O += P·V run as mma.sync m16n8k16 (bf16 in, fp32 out), the online softmax
+// in registers, P handed from the S accumulators to the P·V multiplication without leaving them.
+// The backward is described below.
 // Requires: sm_80 or newer (mma.sync with bf16); the tile's q, k, v and ranges in device memory.
 // Note: any mask a tile can hold (per-row key ranges, two per row, rows without keys: O = 0,
 // LSE = −inf, as the executor merges), GQA, head dims 64 and 128. A key block outside every row
-// of a query block is skipped, so a causal tile costs half of a full one. What CI checks without a
-// GPU is the layout arithmetic below (which lane holds which element of a fragment, the query
-// blocks' key spans); the kernel itself is checked against the SIMT kernel on a device
-// (flash_mma_gpu_test, scripts/device_check.sh).
+// of a query block is skipped, so a causal tile costs half of a full one. The blocks' code is
+// flash_mma_body.h's: CI runs it on the CPU (flash_mma_emulate.h) against the SIMT kernel, and
+// checks the layout arithmetic below (which lane holds which element of a fragment, the query
+// blocks' key spans); on a device it is checked against the SIMT kernel by flash_mma_gpu_test
+// (scripts/device_check.sh).
 #pragma once
 
 #include <cstdint>
