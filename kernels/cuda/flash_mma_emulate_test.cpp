@@ -13,36 +13,23 @@
 #include <vector>
 
 #include "kernels/cuda/tile_test_util.h"
-#include "kernels/reference/attention_testing.h"
 
 namespace cpbench::kernels {
 namespace {
 
-using testing::bf16;
-
 void emulated_equals_simt(const std::string& mask, int64_t D, int64_t L, int64_t key_begin, int64_t rows_k) {
-  SCOPED_TRACE(mask + " d" + std::to_string(D) + " L" + std::to_string(L) + " keys " + std::to_string(key_begin) +
-               "+" + std::to_string(rows_k));
-  const int64_t Hq = 4, Hkv = 2;
-  const VarlenBatch b = testing::make_batch({Hq, Hkv, D, 0.0}, {L}, {L}, testing::mask_by_name(mask));
-  const auto q = bf16(testing::random_tensor(L * Hq * D, 31)), k = bf16(testing::random_tensor(L * Hkv * D, 32)),
-             v = bf16(testing::random_tensor(L * Hkv * D, 33)), dO = bf16(testing::random_tensor(L * Hq * D, 34));
-  const SimtTile<Bf16> t = testing::tile_of(q.data(), k.data() + key_begin * Hkv * D, v.data() + key_begin * Hkv * D,
-                                            b.row_ranges.data(), L, rows_k, key_begin, b.dims);
-  std::vector<float> out(L * Hq * D), lse(Hq * L);
-  simt_forward_host(t, out.data(), lse.data(), L);
-  std::vector<float> emu_out(out.size(), -7.0f), emu_lse(lse.size(), -7.0f);
-  mma_forward_emulated(t, emu_out.data(), emu_lse.data(), L);
-  EXPECT_TRUE(testing::all_close(emu_out, out, 4e-3, 1e-2)) << "O";
-  EXPECT_TRUE(testing::all_close(emu_lse, lse, 1e-4, 1e-4)) << "LSE";
+  const testing::TileProblem p = testing::tile_problem(mask, D, L, key_begin, rows_k, 4, 2, 31);
+  SCOPED_TRACE(p.what);
+  std::vector<float> out(p.out.size(), -7.0f), lse(p.lse.size(), -7.0f);
+  mma_forward_emulated(p.tile, out.data(), lse.data(), L);
+  EXPECT_TRUE(testing::all_close(out, p.out, 4e-3, 1e-2)) << "O";
+  EXPECT_TRUE(testing::all_close(lse, p.lse, 1e-4, 1e-4)) << "LSE";
 
-  std::vector<float> dq(L * Hq * D, 0.5f), dk(rows_k * Hkv * D, 0.5f), dv(rows_k * Hkv * D, 0.5f);
-  std::vector<float> emu_dq = dq, emu_dk = dk, emu_dv = dv;
-  simt_backward_host(t, out.data(), lse.data(), L, dO.data(), dq.data(), dk.data(), dv.data());
-  mma_backward_emulated(t, out.data(), lse.data(), L, dO.data(), emu_dq.data(), emu_dk.data(), emu_dv.data());
-  EXPECT_TRUE(testing::all_close(emu_dq, dq, 1e-2, 2e-2)) << "dQ";
-  EXPECT_TRUE(testing::all_close(emu_dk, dk, 3e-2, 2e-2)) << "dK";
-  EXPECT_TRUE(testing::all_close(emu_dv, dv, 3e-2, 2e-2)) << "dV";
+  std::vector<float> dq = p.dq0(), dk = p.dkv0(), dv = p.dkv0();
+  mma_backward_emulated(p.tile, p.out.data(), p.lse.data(), L, p.dout.data(), dq.data(), dk.data(), dv.data());
+  EXPECT_TRUE(testing::all_close(dq, p.dq, 1e-2, 2e-2)) << "dQ";
+  EXPECT_TRUE(testing::all_close(dk, p.dk, 3e-2, 2e-2)) << "dK";
+  EXPECT_TRUE(testing::all_close(dv, p.dv, 3e-2, 2e-2)) << "dV";
 }
 
 TEST(MmaEmulated, TheKernelsCodeGivesTheSimtKernelsResults) {
