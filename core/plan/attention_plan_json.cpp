@@ -36,6 +36,14 @@ json tiles_json(const std::vector<std::vector<AttnTile>>& tiles) {
   return a;
 }
 
+// Forward stages and backward phases alike: {"transfers", "tiles"} each.
+template <class Phase>
+json phases_json(const std::vector<Phase>& phases) {
+  json a = json::array();
+  for (const Phase& ph : phases) a.push_back({{"transfers", transfers_json(ph.transfers)}, {"tiles", tiles_json(ph.tiles)}});
+  return a;
+}
+
 // The array at `pointer` with `n` elements (any length when n < 0); null after an error.
 const json* array_at(const json& j, const std::string& pointer, int n, Diagnostics& diag) {
   if (!j.is_array()) {
@@ -149,15 +157,9 @@ json attention_plan_json(const AttentionPlan& plan) {
     home.push_back(std::move(r));
   }
   j["home"] = std::move(home);
-  json stages = json::array();
-  for (const AttnStage& st : plan.stages)
-    stages.push_back({{"transfers", transfers_json(st.transfers)}, {"tiles", tiles_json(st.tiles)}});
-  j["stages"] = std::move(stages);
+  j["stages"] = phases_json(plan.stages);
   j["gather_out"] = transfers_json(plan.gather_out);
-  json backward = json::array();
-  for (const AttnBackwardPhase& ph : plan.backward)
-    backward.push_back({{"transfers", transfers_json(ph.transfers)}, {"tiles", tiles_json(ph.tiles)}});
-  j["backward"] = std::move(backward);
+  j["backward"] = phases_json(plan.backward);
   return j;
 }
 
