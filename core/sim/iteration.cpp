@@ -65,8 +65,9 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
   if (ops.kept > 0 && stage == L.pp - 1 && chunk == L.vp - 1) {  // DeepSpeed: the last layers not gathered again
     const double kept = std::min(static_cast<double>(ops.kept), layers);
-    c.bwd = ops.layer_bwd_kept.times(kept);
-    if (kept < layers) {
+    if (kept >= layers) {
+      c.bwd = ops.layer_bwd_kept.times(layers);
+    } else {
       c.bwd = ops.layer_bwd.times(layers - kept);
       c.bwd += ops.layer_bwd_kept.next * kept;
     }

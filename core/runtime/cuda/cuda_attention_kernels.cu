@@ -9,7 +9,6 @@
 
 #include "kernels/cuda/flash_mma.h"
 #include "kernels/cuda/flash_simt_cuda.h"
-#include "kernels/reference/tile_mode.h"
 #if defined(CPBENCH_HAVE_CUDNN)
 #include "kernels/cudnn/sdpa_graph.h"
 #endif
@@ -137,16 +136,16 @@ void CudaAttentionKernels::tile_backward(const BackwardCall& c) {
   timed([&] { run_tile_backward(c, r); });
 }
 
-void CudaAttentionKernels::run_tile_forward(const ForwardCall& c, Route r) {
-  if (r != Route::simt) return fast_forward(c, r);
+void CudaAttentionKernels::run_tile_forward(const ForwardCall& c, const Route& r) {
+  if (r.kernel != Route::simt) return fast_forward(c, r);
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
   check(kernels::simt_forward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.tile.rows_q, stream), "forward");
   ++simt_tiles;
 }
 
-void CudaAttentionKernels::run_tile_backward(const BackwardCall& c, Route r) {
-  if (r != Route::simt) return fast_backward(c, r);
+void CudaAttentionKernels::run_tile_backward(const BackwardCall& c, const Route& r) {
+  if (r.kernel != Route::simt) return fast_backward(c, r);
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   DeviceRanges ranges(c.tile, stream);
   check(kernels::simt_backward_cuda(kernels::simt_tile(c.tile, ranges.get()), c.out, c.lse, c.lse_stride, c.dout, c.dq, c.dk,
@@ -195,18 +194,18 @@ kernels::SimtTile<kernels::Bf16> bf16_tile(const kernels::TileInput& t, const st
 }  // namespace
 
 CudaAttentionKernels::Route CudaAttentionKernels::route(const kernels::TileInput& t, bool backward) {
-  if (!fast_) return Route::simt;
+  if (!fast_) return {};
   const kernels::TileMode mode = kernels::classify_tile(t);
-  if (mode.mask == kernels::TileMask::empty) return Route::simt;  // no pair: O = 0, LSE = −inf, no gradient
-  if (cudnn_takes(*fast_->cudnn, t, mode, backward)) return Route::cudnn;
+  if (mode.mask == kernels::TileMask::empty) return {};  // no pair: O = 0, LSE = −inf, no gradient
+  if (cudnn_takes(*fast_->cudnn, t, mode, backward)) return {Route::cudnn, mode};
   // Our tensor-core kernels read the tile's bf16 copies, which Scratch allocates 256-byte aligned:
   // what they may refuse is the shape.
   const kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, nullptr, nullptr, nullptr);
   const bool ours = backward ? kernels::mma_backward_supports(m, nullptr) : kernels::mma_forward_supports(m);
-  return ours ? Route::tensor_core : Route::simt;
+  return {ours ? Route::tensor_core : Route::simt, mode};
 }
 
-void CudaAttentionKernels::fast_forward(const ForwardCall& c, Route r) {
+void CudaAttentionKernels::fast_forward(const ForwardCall& c, const Route& r) {
   const kernels::TileInput& t = c.tile;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   const int64_t nq = t.rows_q * t.dims.heads_q * t.dims.head_dim, nk = t.rows_k * t.dims.heads_kv * t.dims.head_dim;
@@ -216,11 +215,11 @@ void CudaAttentionKernels::fast_forward(const ForwardCall& c, Route r) {
   memory_.encode(q16, t.q, nq, 2);
   memory_.encode(k16, t.k, nk, 2);
   memory_.encode(v16, t.v, nk, 2);
-  if (r == Route::cudnn) {
+  if (r.kernel == Route::cudnn) {
     std::byte* o16 = fast_->o.bytes(2 * nq, stream);
     kernels::SdpaTensors x;
     x.q = q16, x.k = k16, x.v = v16, x.o = o16, x.stats = c.lse;  // [1, Hq, rows_q, 1] = the executor's [Hq, rows_q]
-    if (const kernels::SdpaStatus st = fast_->cudnn->forward(sdpa_shape(t), kernels::classify_tile(t), x); !st.ok)
+    if (const kernels::SdpaStatus st = fast_->cudnn->forward(sdpa_shape(t), r.mode, x); !st.ok)
       throw std::runtime_error("cuDNN SDPA forward: " + st.message);
     memory_.decode(c.out, o16, nq, 2);
     ++cudnn_tiles;
@@ -233,7 +232,7 @@ void CudaAttentionKernels::fast_forward(const ForwardCall& c, Route r) {
   ++tensor_core_tiles;
 }
 
-void CudaAttentionKernels::fast_backward(const BackwardCall& c, Route r) {
+void CudaAttentionKernels::fast_backward(const BackwardCall& c, const Route& r) {
   const kernels::TileInput& t = c.tile;
   const auto stream = static_cast<cudaStream_t>(memory_.stream());
   const int64_t hq = t.dims.heads_q, d = t.dims.head_dim;
@@ -244,7 +243,7 @@ void CudaAttentionKernels::fast_backward(const BackwardCall& c, Route r) {
   memory_.encode(k16, t.k, nk, 2);
   memory_.encode(v16, t.v, nk, 2);
   memory_.encode(do16, c.dout, nq, 2);
-  if (r == Route::tensor_core) {
+  if (r.kernel == Route::tensor_core) {
     // Our tensor-core backward: the masks cuDNN has no mode for. It adds into the fp32 gradients.
     kernels::SimtTile<kernels::Bf16> m = bf16_tile(t, q16, k16, v16);
     DeviceRanges ranges(t, stream);
@@ -270,7 +269,7 @@ void CudaAttentionKernels::fast_backward(const BackwardCall& c, Route r) {
   kernels::SdpaTensors x;
   x.q = q16, x.k = k16, x.v = v16, x.o_in = o16, x.stats_in = stats, x.d_o = do16;
   x.dq = dq16, x.dk = dk16, x.dv = dv16;
-  if (const kernels::SdpaStatus st = fast_->cudnn->backward(sdpa_shape(t), kernels::classify_tile(t), x); !st.ok)
+  if (const kernels::SdpaStatus st = fast_->cudnn->backward(sdpa_shape(t), r.mode, x); !st.ok)
     throw std::runtime_error("cuDNN SDPA backward: " + st.message);
   // cuDNN writes the tile's gradients; the executor's are sums over tiles: decoded, then added.
   auto* grad = static_cast<float*>(fast_->grad32.get(static_cast<size_t>(std::max(nq, nk)) * sizeof(float), stream));
@@ -287,9 +286,9 @@ void CudaAttentionKernels::fast_backward(const BackwardCall& c, Route r) {
 #else
 
 // Without cuDNN there is no fast path (the constructor refuses it): every tile is the SIMT kernel's.
-CudaAttentionKernels::Route CudaAttentionKernels::route(const kernels::TileInput&, bool) { return Route::simt; }
-void CudaAttentionKernels::fast_forward(const ForwardCall&, Route) {}
-void CudaAttentionKernels::fast_backward(const BackwardCall&, Route) {}
+CudaAttentionKernels::Route CudaAttentionKernels::route(const kernels::TileInput&, bool) { return {}; }
+void CudaAttentionKernels::fast_forward(const ForwardCall&, const Route&) {}
+void CudaAttentionKernels::fast_backward(const BackwardCall&, const Route&) {}
 
 #endif
 

@@ -25,6 +25,7 @@
 
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/cuda/cuda_tensor_ops.h"
+#include "kernels/reference/tile_mode.h"
 
 namespace cpbench {
 
@@ -52,12 +53,16 @@ class CudaAttentionKernels final : public AttentionKernels {
   // Which kernel computes a tile. Chosen before the tile's events are recorded: choosing cuDNN
   // builds its graph for the tile's shape on the first such tile (host work, milliseconds), which
   // must not count as kernel time.
-  enum class Route { simt, cudnn, tensor_core };
+  // The tile's mask as cuDNN's modes see it rides along, classified once.
+  struct Route {
+    enum Kernel { simt, cudnn, tensor_core } kernel = simt;
+    kernels::TileMode mode;
+  };
   Route route(const kernels::TileInput& tile, bool backward);
-  void fast_forward(const ForwardCall& call, Route route);
-  void fast_backward(const BackwardCall& call, Route route);
-  void run_tile_forward(const ForwardCall& call, Route route);
-  void run_tile_backward(const BackwardCall& call, Route route);
+  void fast_forward(const ForwardCall& call, const Route& route);
+  void fast_backward(const BackwardCall& call, const Route& route);
+  void run_tile_forward(const ForwardCall& call, const Route& route);
+  void run_tile_backward(const BackwardCall& call, const Route& route);
   // Records `call` between two events on the stream, kept until take_kernel_seconds.
   template <class F>
   void timed(F call);
