@@ -137,7 +137,9 @@ def report(rows):
     return lines
 
 
-# The bench's shapes: one sequence (or a pack) of L tokens, 32 heads of 128.
+# The shape both sources run (bench/attention_gpu_bench.cpp kHeads, kHeadDim; measure_gpu_ops.py
+# sdpa_backends' heads, d): one sequence (or a pack) of L tokens, 32 heads of 128. The bench's CSV
+# does not carry it in a column; change all three together.
 HEADS, HEAD_DIM = 32, 128
 
 
