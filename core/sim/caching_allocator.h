@@ -1,0 +1,101 @@
+// caching_allocator.h — PyTorch's CUDA caching allocator replayed on a sequence of allocations and
+// frees: how much device memory it reserves (cudaMalloc'ed or mapped) to serve what is allocated.
+// Requires: byte sizes in the order one stream asks for them. Note: the rules follow
+// c10/cuda/CUDACachingAllocator.cpp of PyTorch 2.3–2.5 (the NGC 24.x containers' allocator), read
+// for this model, not copied:
+//   - sizes round up to 512 B; requests ≤ 1 MiB come from the small pool, the rest from the large;
+//   - a miss cudaMallocs a segment: 2 MiB (small), 20 MiB (large, under 10 MiB), else the request
+//     rounded up to 2 MiB; a hit is the smallest free block of the pool that fits (best fit);
+//   - a block is split when what remains is ≥ 512 B (small) or > 1 MiB (large); a freed block
+//     merges with free neighbours in its segment and stays cached (reserved) for reuse;
+//   - when cudaMalloc fails the allocator frees every cached segment that is wholly free and tries
+//     once more; then it is out of memory;
+//   - with expandable_segments:True each pool is one virtual range mapped in pages (2 MiB small,
+//     20 MiB large) as it grows; a hit prefers a block other than the growing tail; blocks split
+//     at any 512 B remainder; on a failed map the pages wholly inside free blocks are unmapped and
+//     the map tried once more.
+// One stream: torch keeps every stream's blocks apart; the activations of a stage's schedule are
+// allocated on its compute stream. Left out: record_stream's deferred frees, max_split_size and
+// garbage_collection_threshold (off by default), CUDA graph pools.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace cpbench {
+
+struct AllocatorStats {
+  uint64_t requested = 0;  // bytes asked for by live allocations
+  uint64_t allocated = 0;  // their blocks (rounded, and unsplit remainders): torch's allocated_bytes
+  uint64_t reserved = 0;   // segments cudaMalloc'ed or pages mapped: torch's reserved_bytes
+  uint64_t peak_requested = 0, peak_allocated = 0, peak_reserved = 0;
+  int64_t cuda_mallocs = 0;   // segments or page runs obtained from the driver
+  int64_t cache_flushes = 0;  // times a failed cudaMalloc made it free its cached segments
+};
+
+class CachingAllocator {
+ public:
+  static constexpr uint64_t kMinBlockSize = 512;            // every size is a multiple of it
+  static constexpr uint64_t kSmallSize = 1ull << 20;        // largest request of the small pool
+  static constexpr uint64_t kSmallBuffer = 2ull << 20;      // a small pool segment (and page)
+  static constexpr uint64_t kLargeBuffer = 20ull << 20;     // a segment for 1–10 MiB (and page)
+  static constexpr uint64_t kMinLargeAlloc = 10ull << 20;   // from here a segment is the request
+  static constexpr uint64_t kRoundLarge = 2ull << 20;       // ... rounded up to 2 MiB
+
+  // capacity_bytes: what the driver can give this process's tensors; beyond it cudaMalloc fails.
+  explicit CachingAllocator(bool expandable_segments = false,
+                            uint64_t capacity_bytes = std::numeric_limits<uint64_t>::max());
+
+  // The block's address, or nullopt when out of memory (after freeing the cache and retrying).
+  std::optional<uint64_t> allocate(uint64_t bytes);
+  // REQUIRES: `address` came from allocate and was not freed since.
+  void free(uint64_t address);
+  // torch.cuda.empty_cache(): what the OOM path does, on demand.
+  void release_cached();
+
+  const AllocatorStats& stats() const { return stats_; }
+  // Rounding and segment sizing, as the allocator applies them.
+  static uint64_t round_size(uint64_t bytes);
+  static uint64_t segment_size(uint64_t rounded);
+
+ private:
+  enum class State : uint8_t { free, allocated, unmapped };
+  struct Block {
+    uint64_t size = 0;
+    int segment = 0;  // blocks merge only within a segment
+    bool small = false;
+    State state = State::free;
+    uint64_t requested = 0;
+  };
+  using Blocks = std::map<uint64_t, Block>;  // by address
+  struct Segment {
+    uint64_t base = 0, size = 0;  // size: what the driver gave (for an expandable one, its virtual range)
+    bool small = false, live = true;
+  };
+
+  std::optional<uint64_t> take(Blocks::iterator block, uint64_t size, uint64_t requested);
+  std::optional<Blocks::iterator> best_fit(bool small, uint64_t size);
+  std::optional<Blocks::iterator> new_segment(bool small, uint64_t size);
+  std::optional<Blocks::iterator> map_pages(bool small, uint64_t size);
+  bool reserve(uint64_t bytes);
+  Blocks::iterator merge_free(Blocks::iterator block);
+  Blocks::iterator settle_free(Blocks::iterator block);
+  void index(Blocks::iterator block, bool insert);
+  void note_peaks();
+
+  bool expandable_;
+  uint64_t capacity_;
+  AllocatorStats stats_;
+  Blocks blocks_;
+  std::vector<Segment> segments_;
+  std::set<std::pair<uint64_t, uint64_t>> free_[2];  // [small] (size, address) of free mapped blocks
+  uint64_t next_base_ = 0;
+  int expandable_segment_[2] = {-1, -1};  // [small] the pool's one segment, expandable mode
+};
+
+}  // namespace cpbench
