@@ -123,6 +123,17 @@ Status comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& coun
 
 // The memory estimate, and why the plan does not fit (empty when it does).
 std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
+  if (mem.allocator_out_of_memory) {
+    char why[320];
+    std::snprintf(why, sizeof why,
+                  "out of memory in the caching allocator: stage %d's activations peak at %.1f GiB and its "
+                  "cache holds %.1f GiB more, where %.1f GiB are left for them (weights+optimizer %.1f, reserved "
+                  "%.1f, %.0f GiB on the GPU)",
+                  mem.stage, (mem.activation_bytes + mem.workspace_bytes) / kGiB, mem.fragmentation_bytes / kGiB,
+                  in.cluster.gpu.hbm_gib - (mem.weights_optimizer_bytes + mem.reserved_bytes) / kGiB,
+                  mem.weights_optimizer_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
+    return why;
+  }
   if (mem.total() / kGiB <= in.cluster.gpu.hbm_gib) return {};
   char why[240];
   std::snprintf(why, sizeof why,
@@ -199,7 +210,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
-  MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
+  MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
@@ -509,7 +520,7 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
 
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);  // exact, and cheap
-  const MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory);
+  const MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};

@@ -12,17 +12,20 @@ namespace {
 
 void collect(const std::string& preset, const json& node, const std::string& path, std::vector<AuditedConstant>& out) {
   if (!node.is_object()) return;
-  if (node.contains("value") && node.contains("source") && node.at("value").is_number()) {
-    out.push_back({preset, path, node.at("value").get<double>(), node.value("kind", std::string()),
+  if (node.contains("value") && node.contains("source") && (node.at("value").is_number() || node.at("value").is_string())) {
+    const json& v = node.at("value");
+    out.push_back({preset, path, v.is_number() ? v.get<double>() : 0, v.is_string() ? v.get<std::string>() : std::string(),
+                   node.value("kind", std::string()),
                    node.at("source").is_string() ? node.at("source").get<std::string>() : std::string()});
     return;
   }
   for (const auto& [key, child] : node.items()) collect(preset, child, path.empty() ? key : path + "/" + key, out);
 }
 
-std::string fmt(double x) {
+std::string fmt(const AuditedConstant& c) {
+  if (!c.choice.empty()) return c.choice;
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", x);
+  std::snprintf(buf, sizeof buf, "%.4g", c.value);
   return buf;
 }
 
@@ -104,7 +107,7 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   for (const auto& c : all) {
     w_preset = std::max(w_preset, c.preset.size());
     w_field = std::max(w_field, c.field.size());
-    w_value = std::max(w_value, fmt(c.value).size());
+    w_value = std::max(w_value, fmt(c).size());
     w_kind = std::max(w_kind, kind_or_unstated(c.kind).size());
   }
   char line[1024];
@@ -113,7 +116,7 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   out << line;
   for (const auto& c : all) {
     std::snprintf(line, sizeof line, "%-*s  %-*s  %*s  %-*s  ", int(w_preset), c.preset.c_str(), int(w_field),
-                  c.field.c_str(), int(w_value), fmt(c.value).c_str(), int(w_kind), kind_or_unstated(c.kind).c_str());
+                  c.field.c_str(), int(w_value), fmt(c).c_str(), int(w_kind), kind_or_unstated(c.kind).c_str());
     out << line << cut(c.source, source_width) << "\n";
   }
   out << "\nall: " << counts(all) << "\n";
@@ -130,7 +133,7 @@ std::string assumptions_note(const json& spec) {
     for (const auto& [name, preset] : presets.at(group).items())
       for (const AuditedConstant& c : sourced_constants(name, preset))
         if (c.kind == "assumption" || c.kind.empty())
-          items.push_back(name + " " + c.field + " = " + fmt(c.value) + (c.kind.empty() ? " (kind not stated)" : ""));
+          items.push_back(name + " " + c.field + " = " + fmt(c) + (c.kind.empty() ? " (kind not stated)" : ""));
   }
   if (items.empty()) return "";
   std::ostringstream out;

@@ -18,11 +18,12 @@ struct AuditedConstant {
   std::string preset;  // "h100_dgx", "mcore_te_fa3_h100"
   std::string field;   // "gpu/hbm_gib", "efficiency/gemm_peak_fraction"
   double value = 0;
+  std::string choice;  // a sourced choice of mechanism ("memory/allocator": "pytorch_caching"), else ""
   std::string kind;    // "" when the preset does not state one
   std::string source;
 };
 
-// Every {"value": x, "source": "..."} object under `preset` (depth first, in the file's key order),
+// Every {"value": x or "name", "source": "..."} object under `preset` (depth first, in the file's key order),
 // named by its path below the preset's top level.
 std::vector<AuditedConstant> sourced_constants(const std::string& preset_name, const json& preset);
 

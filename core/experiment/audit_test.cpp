@@ -54,6 +54,15 @@ TEST(Audit, EveryShippedConstantStatesItsKind) {
   EXPECT_NE(both->find("hardware/cpu_local"), std::string::npos) << *both;
   EXPECT_NE(both->find("stacks/cpu_local"), std::string::npos) << *both;
 
+  // A sourced choice of mechanism is listed with its name as the value.
+  auto modern = audit_presets(dir, {"mcore_te_fa3_h100"}, true, 0);
+  ASSERT_TRUE(modern.ok()) << modern.error_str();
+  const auto allocator = modern->find("mcore_te_fa3_h100  memory/allocator ");
+  ASSERT_NE(allocator, std::string::npos) << *modern;
+  const std::string row = modern->substr(allocator, modern->find('\n', allocator) - allocator);
+  EXPECT_NE(row.find("pytorch_expandable_segments"), std::string::npos) << row;
+  EXPECT_NE(row.find("vendor_model"), std::string::npos) << row;
+
   auto unknown = audit_presets(dir, {"no_such_preset"}, true);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error_str().find("no preset named \"no_such_preset\""), std::string::npos);

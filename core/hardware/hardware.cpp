@@ -34,7 +34,34 @@ double sourced_number(JsonObject& parent, const std::string& key, const std::str
   return value;
 }
 
+const std::vector<std::string>& allocator_model_names() {
+  static const std::vector<std::string> names = {"pytorch_caching", "pytorch_expandable_segments"};
+  return names;
+}
+
 namespace {
+
+// Reads {"value": "<one of options>", "source": "...", "kind": "..."} at parent/key, records the
+// source under `field`: a preset's choice of mechanism cites where it comes from as a number does.
+std::string sourced_choice(JsonObject& parent, const std::string& key, const std::string& field,
+                           const std::vector<std::string>& options, Sources& sources) {
+  const json* v = parent.raw(key);
+  if (!v || !v->is_object()) {
+    parent.error(key, std::string(v ? "expected {\"value\": <name>, \"source\": \"<citation>\"}, got " + json_type_name(*v)
+                                    : "missing required key \"" + key + "\""));
+    return options.front();
+  }
+  JsonObject c(*v, parent.pointer_of(key), parent.diag());
+  const std::string value = c.choice("value", options);
+  const std::string kind = c.choice_or("kind", "", source_kind_names());
+  const std::string source = c.string("source");
+  if (!source.empty())
+    sources[field] = {source, kind};
+  else if (c.has("source"))
+    c.error("source", "expected a non-empty string: every preset choice cites its source");
+  c.finish();
+  return value.empty() ? options.front() : value;
+}
 
 int sourced_integer(JsonObject& parent, const std::string& key, const std::string& field, int lo,
                     int hi, Sources& sources) {
@@ -138,12 +165,25 @@ StackSpec parse_stack(JsonObject& o) {
   if (auto memory = o.object_opt("memory")) {
     s.memory.reserved_gib =
         sourced_number(*memory, "reserved_gib", "memory/reserved_gib", 0, 1e5, s.sources);
-    s.memory.allocator_fragmentation = sourced_number(
-        *memory, "allocator_fragmentation", "memory/allocator_fragmentation", 0, 0.9, s.sources);
+    // Fragmentation: a replayed allocator ("allocator") or a flat share ("allocator_fragmentation").
+    if (memory->has("allocator") == memory->has("allocator_fragmentation")) {
+      memory->error(memory->has("allocator") ? "allocator_fragmentation" : "allocator",
+                    "expected exactly one of \"allocator\" ({\"value\": one of pytorch_caching, "
+                    "pytorch_expandable_segments, \"source\"}: the allocator replayed on the step's allocations) "
+                    "and \"allocator_fragmentation\" (a flat share of the activation pool)");
+    } else if (memory->has("allocator")) {
+      const std::string name = sourced_choice(*memory, "allocator", "memory/allocator", allocator_model_names(), s.sources);
+      const auto& names = allocator_model_names();
+      s.memory.allocator = static_cast<AllocatorModel>(1 + (std::find(names.begin(), names.end(), name) - names.begin()));
+    } else {
+      s.memory.allocator_fragmentation = sourced_number(
+          *memory, "allocator_fragmentation", "memory/allocator_fragmentation", 0, 0.9, s.sources);
+    }
     memory->finish();
   } else if (!o.has("memory")) {
-    o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", \"allocator_fragmentation\"}, each "
-                      "{\"value\", \"source\"}): the device memory training cannot give to tensors");
+    o.error("memory", "missing required key \"memory\" ({\"reserved_gib\", and \"allocator\" or "
+                      "\"allocator_fragmentation\"}, each {\"value\", \"source\"}): the device memory training "
+                      "cannot give to tensors");
   }
   if (auto rc = o.object_opt("reconfiguration")) {
     s.reconfiguration.present = true;

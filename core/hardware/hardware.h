@@ -36,10 +36,19 @@ struct GpuSpec {
   bool operator==(const GpuSpec&) const = default;
 };
 
+// How the activation pool's fragmentation is found: a flat share of the pool, or PyTorch's
+// caching allocator replayed on the stage's allocations (core/sim/allocator_replay.h), with its
+// default segments or expandable_segments:True.
+enum class AllocatorModel { flat_share, pytorch_caching, pytorch_expandable_segments };
+// The names a stack's "memory/allocator" takes, in the enum's order (flat_share is a stack
+// without it, with "allocator_fragmentation" instead).
+const std::vector<std::string>& allocator_model_names();
+
 // Device memory the framework cannot give to tensors (core/sim/memory.h charges both).
 struct MemoryOverheads {
   double reserved_gib = 0;  // CUDA context, NCCL buffers, cuBLAS workspaces: held from start-up
-  // Share of the caching allocator's reserved activation pool that fragmentation leaves unusable:
+  AllocatorModel allocator = AllocatorModel::flat_share;
+  // flat_share: the share of the reserved activation pool that fragmentation leaves unusable:
   // activations (and the working set of the layer being computed) need activations / (1 − f).
   double allocator_fragmentation = 0;
   bool operator==(const MemoryOverheads&) const = default;

@@ -300,6 +300,32 @@ TEST_F(BadHardwareFile, BadStackNamesTheStackFile) {
   r = load_with([](json& s) { s.erase("memory"); });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors().list[0].pointer, "/memory");
+  // The allocator: a replayed one or a flat share, exactly one, a known name, cited.
+  r = load_with([](json& s) {
+    s["memory"]["allocator"] = {{"value", "pytorch_expandable_segments"}, {"source", "NeMo"}, {"kind", "vendor_model"}};
+  });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/memory/allocator_fragmentation");
+  EXPECT_NE(r.errors().list[0].message.find("exactly one of"), std::string::npos);
+  r = load_with([](json& s) {
+    s["memory"].erase("allocator_fragmentation");
+    s["memory"]["allocator"] = {{"value", "jemalloc"}, {"source", "x"}};
+  });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/memory/allocator/value");
+  r = load_with([](json& s) {
+    s["memory"].erase("allocator_fragmentation");
+    s["memory"]["allocator"] = {{"value", "pytorch_caching"}};
+  });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.errors().list[0].pointer, "/memory/allocator/source");
+  r = load_with([](json& s) {
+    s["memory"].erase("allocator_fragmentation");
+    s["memory"]["allocator"] = {{"value", "pytorch_expandable_segments"}, {"source", "NeMo"}, {"kind", "vendor_model"}};
+  });
+  ASSERT_TRUE(r.ok()) << r.error_str();
+  EXPECT_EQ(r->memory.allocator, AllocatorModel::pytorch_expandable_segments);
+  EXPECT_EQ(r->sources.at("memory/allocator").text, "NeMo");
   r = load_with([](json& s) { s["fits"][0]["constants"] = {"hbm_speed"}; });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.errors().list[0].file, stack_file.string());

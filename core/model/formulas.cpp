@@ -113,28 +113,60 @@ double activation_bytes_per_layer(const ModelShape& m, int64_t micro_batch, int6
   return 0;
 }
 
-double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivationOptions& o) {
+std::vector<LayerTensor> layer_activation_tensors(const ModelShape& m, const LayerActivationOptions& o) {
   const double s = static_cast<double>(o.seq_length), b = static_cast<double>(o.micro_batch);
   const double h = static_cast<double>(m.hidden), a = static_cast<double>(m.heads);
   const double d = static_cast<double>(m.head_dim()), g = static_cast<double>(m.kv_heads);
   const double H = static_cast<double>(m.ffn_hidden), t = static_cast<double>(o.tp);
   const double sb = s * b;
-  const double outside_tp_share = o.sequence_parallel ? 1 / t : 1;  // SP shards the rest over t
-  if (o.recompute == Recompute::full) return 2 * sb * h * outside_tp_share;
-  // Outside the TP regions: norm inputs, QKV and MLP inputs (the norm outputs, recomputed under
-  // balanced), the two dropout masks.
-  const bool balanced = o.recompute == Recompute::balanced;
-  const double outside = sb * h * (4 + (balanced ? 0 : 4) + (o.dropout ? 2 : 0));
-  // Inside attention: Q, K, V, the output O (the projection's input).
-  double attention = 2 * sb * (a * d + 2 * g * d + a * d);
+  const double outside = (o.sequence_parallel ? 1 / t : 1) * sb;  // SP shards the rest over t
+  const double inside = sb / t;
+  const bool full = o.recompute == Recompute::full, balanced = o.recompute == Recompute::balanced;
+  const bool none = o.recompute == Recompute::none;
+  // {name, bytes, has a 16-bit gradient, saved under the mode}; full recompute keeps only the
+  // layer input (the attention norm's input).
+  std::vector<LayerTensor> list;
+  auto add = [&](const char* name, double bytes, bool gradient, bool saved) {
+    list.push_back({name, bytes, gradient, saved && !full});
+  };
+  list.push_back({"layer input", 2 * outside * h, true, true});
+  add("QKV input", 2 * outside * h, true, !balanced);  // the norm's output
+  add("Q", 2 * inside * a * d, true, true);
+  add("K", 2 * inside * g * d, true, true);
+  add("V", 2 * inside * g * d, true, true);
   if (o.flash) {
-    attention += 4 * sb * a;  // fp32 log-sum-exp per row and head
-  } else if (o.recompute == Recompute::none) {
-    attention += a * s * s * b * (o.dropout ? 5 : 2);  // softmax output (+ dropout mask, output)
+    add("LSE", 4 * inside * a, false, true);  // fp32 log-sum-exp per row and head
+  } else {
+    add("softmax output", 2 * a * s * s * b / t, true, none);  // selective recomputes the s² terms
+    if (o.dropout) {
+      add("softmax dropout mask", a * s * s * b / t, false, none);
+      add("softmax dropout output", 2 * a * s * s * b / t, true, none);
+    }
   }
-  const double mlp = balanced ? 2 * sb * H * (m.gated_mlp ? 2 : 1)  // FC1's output only
-                              : 2 * sb * H * (!m.gated_mlp ? 2 : o.elementwise_fusion ? 3 : 4);
-  return outside * outside_tp_share + (attention + mlp) / t;
+  add("attention output", 2 * inside * a * d, true, true);  // the projection's input
+  if (o.dropout) add("attention dropout mask", outside * h, false, true);
+  add("MLP norm input", 2 * outside * h, true, true);
+  add("MLP input", 2 * outside * h, true, !balanced);  // the norm's output
+  if (!m.gated_mlp) {
+    add("FC1 output", 2 * inside * H, true, true);
+    add("GeLU output", 2 * inside * H, true, !balanced);
+  } else if (o.elementwise_fusion) {
+    add("FC1 output", 4 * inside * H, true, true);  // gate and up, one tensor
+    add("SwiGLU output", 2 * inside * H, true, !balanced);
+  } else {
+    add("gate", 2 * inside * H, true, true);
+    add("up", 2 * inside * H, true, true);
+    add("act(gate)", 2 * inside * H, true, !balanced);
+    add("act(gate)·up", 2 * inside * H, true, !balanced);
+  }
+  if (o.dropout) add("MLP dropout mask", outside * h, false, true);
+  return list;
+}
+
+double saved_activation_bytes_per_layer(const ModelShape& m, const LayerActivationOptions& o) {
+  double bytes = 0;
+  for (const LayerTensor& tensor : layer_activation_tensors(m, o)) bytes += tensor.saved ? tensor.bytes : 0;
+  return bytes;
 }
 
 double activation_bytes_per_layer_kwai(const ModelShape& m, int64_t micro_batch, int64_t seq_length,

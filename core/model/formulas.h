@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/model/model.h"
 
@@ -106,6 +107,18 @@ struct LayerActivationOptions {
   bool dropout = true;           // dropout after attention and MLP (and on the scores, unfused)
   bool elementwise_fusion = true;  // gated MLP: the fused SwiGLU saves its input, not gate/up/act
 };
+
+// One activation tensor of a layer's forward, in the order the forward produces it.
+struct LayerTensor {
+  const char* name = "";
+  double bytes = 0;
+  bool gradient = false;  // its backward materializes a gradient of the same bytes (not masks, LSE)
+  bool saved = false;     // kept for the backward under the recompute mode; else freed once used
+};
+// Every activation tensor of one layer's forward (what recompute none keeps), each marked saved
+// or not under o.recompute; the saved ones are what saved_activation_bytes_per_layer sums, the
+// others what the backward recomputes.
+std::vector<LayerTensor> layer_activation_tensors(const ModelShape& m, const LayerActivationOptions& o);
 
 // Activation bytes one layer keeps for the backward pass, from the tensors each op saves (16-bit
 // values, 1-byte dropout masks), for any decoder layer the ModelShape describes (MHA or GQA, GeLU

@@ -5,6 +5,7 @@
 
 #include "core/model/formulas.h"
 #include "core/model/model_flops.h"
+#include "core/sim/allocator_replay.h"
 #include "core/sim/layer_cost.h"
 
 namespace cpbench {
@@ -64,24 +65,36 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
   return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer, L.grad_bytes());
 }
 
-double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
-                               bool recompute_none) {
-  // Per-layer bytes are linear in the tokens of a sequence except the unfused s² scores, so a
-  // packed micro-batch costs the sum over its sequences (each attends only to itself). A CP group
-  // splits every sequence's tokens evenly: each rank keeps 1/cp of them.
+std::vector<LayerTensor> micro_batch_layer_tensors(const ModelShape& model, const ParallelConfig& L,
+                                                   const PlanMicroBatch& mb) {
+  // Per-layer tensors are linear in the tokens of a sequence except the unfused s² scores, so a
+  // packed micro-batch's tensor is the sum over its sequences (each attends only to itself). A CP
+  // group splits every sequence's tokens evenly: each rank keeps 1/cp of them.
   LayerActivationOptions o;
   o.tp = static_cast<int>(L.tp);
   o.sequence_parallel = L.sequence_parallel;
-  o.recompute = recompute_none ? Recompute::none : parse_recompute(L.recompute);
+  o.recompute = parse_recompute(L.recompute);
   o.flash = L.attention_kernel == "flash";
   o.dropout = model.dropout;
   o.elementwise_fusion = L.elementwise_fusion;
   const int64_t cp = std::max<int64_t>(1, mb.cp);
-  double bytes = 0;
+  std::vector<LayerTensor> sum;
   for (int64_t len : mb.padded_lengths()) {
     o.seq_length = (len + cp - 1) / cp;
-    bytes += saved_activation_bytes_per_layer(model, o);
+    std::vector<LayerTensor> one = layer_activation_tensors(model, o);
+    if (sum.empty()) {
+      sum = std::move(one);
+    } else {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i].bytes += one[i].bytes;
+    }
   }
+  return sum;
+}
+
+double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
+                               bool recompute_none) {
+  double bytes = 0;
+  for (const LayerTensor& t : micro_batch_layer_tensors(model, L, mb)) bytes += t.saved || recompute_none ? t.bytes : 0;
   return bytes;
 }
 
@@ -184,7 +197,8 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
   return out;
 }
 
-MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads) {
+MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads,
+                               double device_bytes) {
   const ParallelConfig& L = plan.layout;
   MemoryEstimate best;
   if (plan.micro_batches.empty() || plan.micro_batches.front().empty()) return best;
@@ -205,10 +219,26 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
       e.weights_optimizer_bytes = stage_weight_bytes(model, plan, s);
       e.activation_bytes = sm.peak;
       e.workspace_bytes = sm.peak_workspace;
-      // The activation pool is allocated and freed every micro-batch, interleaving long-lived
-      // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
-      e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
-      if (e.total() > best.total()) best = e;
+      if (overheads.allocator == AllocatorModel::flat_share) {
+        // The activation pool is allocated and freed every micro-batch, interleaving long-lived
+        // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
+        e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
+      } else {
+        // The allocator replayed under what the device leaves for activations; when it fails
+        // there, what it would reserve without a limit says how far over it is.
+        const bool expandable = overheads.allocator == AllocatorModel::pytorch_expandable_segments;
+        const double capacity = device_bytes - e.weights_optimizer_bytes - e.reserved_bytes;
+        AllocatorReplay replay = replay_stage_allocations(model, L, list, *schedule, s, expandable, capacity);
+        if (replay.out_of_memory) {
+          e.allocator_out_of_memory = true;
+          replay = replay_stage_allocations(model, L, list, *schedule, s, expandable,
+                                            std::numeric_limits<double>::infinity());
+        }
+        e.fragmentation_bytes = std::max(0.0, replay.overhead());
+      }
+      if (e.allocator_out_of_memory > best.allocator_out_of_memory ||
+          (e.allocator_out_of_memory == best.allocator_out_of_memory && e.total() > best.total()))
+        best = e;
     }
   }
   return best;

@@ -10,9 +10,11 @@
 // fragmentation in the activation pool.
 #pragma once
 
+#include <limits>
 #include <vector>
 
 #include "core/hardware/hardware.h"
+#include "core/model/formulas.h"
 #include "core/model/model.h"
 #include "core/plan/plan.h"
 #include "core/sim/pipeline_schedule.h"
@@ -24,6 +26,9 @@ struct MemoryEstimate {
   double activation_bytes = 0;     // saved activations in flight at the peak
   double workspace_bytes = 0;      // the transient working set of the layer being (re)computed
   double fragmentation_bytes = 0;  // activation pool lost to the allocator's fragmentation
+  // A replayed allocator (MemoryOverheads::allocator) failed a request with what the device leaves
+  // for activations, after freeing its cache: out of memory whatever total() says.
+  bool allocator_out_of_memory = false;
   double reserved_bytes = 0;       // context, communicator buffers, library workspaces
   int stage = 0;                   // the pipeline stage where the peak is
   double allocated() const { return weights_optimizer_bytes + activation_bytes + workspace_bytes; }
@@ -47,6 +52,11 @@ int64_t longest_sequence(const Plan& plan);
 // working set of two layers' parameters and one layer's gradients; learned positions sized by the
 // plan's longest sequence).
 double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t stage);
+
+// One layer's activation tensors for `mb` on one of its CP ranks (layer_activation_tensors summed
+// over its sequences, each 1/cp of its tokens), saved or not under the layout's recompute mode.
+std::vector<LayerTensor> micro_batch_layer_tensors(const ModelShape& model, const ParallelConfig& layout,
+                                                   const PlanMicroBatch& mb);
 
 // Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every
 // sequence), under the layout's TP, SP, recompute mode and attention kernel.
@@ -88,6 +98,10 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
                                     const std::vector<PlanMicroBatch>& micro_batches, const PipelineSchedule& schedule,
                                     int stage);
 
-MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads);
+// The worst stage and DP×CP rank. Fragmentation: overheads.allocator_fragmentation of the pool, or
+// the replayed allocator's reserved bytes beyond its tensors' peak, with device_bytes less the
+// weights, optimizer state and reserved overheads as the capacity it runs under (allocator_replay.h).
+MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads,
+                               double device_bytes = std::numeric_limits<double>::infinity());
 
 }  // namespace cpbench

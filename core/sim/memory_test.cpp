@@ -79,7 +79,7 @@ TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
 TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   const ModelShape gpt = preset("gpt_39.1b");
   Plan plan = ptdp_plan(4, 1, 16, 2048);
-  MemoryOverheads over{2.0, 0.25};
+  MemoryOverheads over{2.0, AllocatorModel::flat_share, 0.25};
   const MemoryEstimate e = estimate_memory(gpt, plan, over);
   EXPECT_DOUBLE_EQ(e.reserved_bytes, 2.0 * 1024 * 1024 * 1024);
   EXPECT_NEAR(e.fragmentation_bytes, (e.activation_bytes + e.workspace_bytes) / 3, 1e-6 * e.fragmentation_bytes);

@@ -1,0 +1,317 @@
+// allocator_replay.cpp — the stage's schedule as allocations and frees (see the header for the
+// trace's rules), run through the caching allocator twice.
+#include "core/sim/allocator_replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/sim/caching_allocator.h"
+#include "core/sim/memory.h"
+
+namespace cpbench {
+namespace {
+
+// ---- One layer of one micro-batch as tensors and ops ------------------------------------------
+
+struct Tensor {
+  double bytes = 0;
+  bool saved = false;     // held from the forward to the backward under the recompute mode
+  bool kept = false;      // held under recompute none: what a recomputation brings back
+  bool gradient = true;   // the backward materializes a gradient of it (not masks, the LSE)
+};
+struct Op {
+  std::vector<int> in, out;
+  double weight_bytes = 0;  // a GEMM's 16-bit weight gradient, a temporary without accumulation fusion
+};
+// Megatron's decoder layer on one TP rank: tensor 0 is the layer input, the last the output.
+struct LayerGraph {
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;
+  std::vector<int> first_use, last_use;  // [tensor] the first and last forward op reading it, else −1
+};
+
+// Sizes of the saved tensors come from layer_activation_tensors (formulas.h) by name, so what the
+// replay keeps is what the memory walk counts; the rest are the ops' transient outputs.
+LayerGraph layer_graph(const ModelShape& m, const ParallelConfig& L, const std::vector<LayerTensor>& list) {
+  LayerGraph g;
+  if (list.empty()) return g;  // an empty micro-batch (a rank with no sequences): nothing to allocate
+  auto tensor = [&](std::initializer_list<const char*> names, bool gradient = true) {
+    Tensor t;
+    bool found = false;
+    for (const LayerTensor& x : list)
+      for (const char* name : names)
+        if (std::string(x.name) == name) {
+          t.bytes += x.bytes;
+          t.saved = x.saved;
+          t.kept = found = true;
+        }
+    if (!found) return -1;
+    t.gradient = gradient;
+    g.tensors.push_back(t);
+    return static_cast<int>(g.tensors.size()) - 1;
+  };
+  auto transient = [&](double bytes) {
+    g.tensors.push_back({bytes, false, false, true});
+    return static_cast<int>(g.tensors.size()) - 1;
+  };
+  auto op = [&](std::vector<int> in, std::vector<int> out, double weight_elements = 0) {
+    std::erase(in, -1);
+    std::erase(out, -1);
+    g.ops.push_back({in, out, L.gradient_accumulation_fusion ? 0 : 2 * weight_elements});
+  };
+  const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
+  const double H = static_cast<double>(m.ffn_hidden) * (m.gated_mlp ? 2 : 1);
+  const double qkv_width = static_cast<double>((m.heads + 2 * m.kv_heads) * m.head_dim());
+  const double attention_width = static_cast<double>(m.heads * m.head_dim());
+  const int x = tensor({"layer input"});
+  const double residual = g.tensors[x].bytes;  // 2·s·b·h, ÷t with SP
+  const bool sp = L.sequence_parallel && L.tp > 1;
+  // A row-parallel GEMM's output is the whole hidden state, reduced (in place) or reduce-scattered.
+  const double row_output = sp ? residual * t : residual;
+  const int n1 = tensor({"QKV input"});
+  op({x}, {n1});
+  const int qkv = tensor({"Q", "K", "V"});
+  op({n1}, {qkv}, h * qkv_width / t);
+  const int lse = tensor({"LSE"}, false), softmax = tensor({"softmax output"});
+  const int mask = tensor({"softmax dropout mask"}, false), dropped = tensor({"softmax dropout output"});
+  const int o = tensor({"attention output"});
+  op({qkv}, {lse, softmax, mask, dropped, o});
+  const int p = transient(row_output);
+  op({o}, {p}, attention_width * h / t);
+  int p_rank = p;
+  if (sp) op({p}, {p_rank = transient(residual)});
+  const int m1 = tensor({"attention dropout mask"}, false), y = tensor({"MLP norm input"});
+  op({p_rank, x}, {y, m1});
+  const int n2 = tensor({"MLP input"});
+  op({y}, {n2});
+  const int f = tensor({"FC1 output", "gate", "up"});
+  op({n2}, {f}, h * H / t);
+  const int a = tensor({"GeLU output", "SwiGLU output", "act(gate)", "act(gate)·up"});
+  op({f}, {a});
+  const int z = transient(row_output);
+  op({a}, {z}, static_cast<double>(m.ffn_hidden) * h / t);
+  int z_rank = z;
+  if (sp) op({z}, {z_rank = transient(residual)});
+  const int m2 = tensor({"MLP dropout mask"}, false);
+  const int out = transient(residual);
+  op({z_rank, y}, {out, m2});
+  g.first_use.assign(g.tensors.size(), -1);
+  g.last_use.assign(g.tensors.size(), -1);
+  for (int i = 0; i < static_cast<int>(g.ops.size()); ++i)
+    for (int in : g.ops[i].in) {
+      if (g.first_use[in] < 0) g.first_use[in] = i;
+      g.last_use[in] = i;
+    }
+  return g;
+}
+
+// ---- The trace through the allocator -------------------------------------------------------------
+
+using Handles = std::vector<std::optional<uint64_t>>;  // [tensor] its block while it lives
+
+class Replay {
+ public:
+  Replay(bool expandable, double capacity_bytes)
+      : allocator_(expandable, capacity_bytes >= static_cast<double>(std::numeric_limits<uint64_t>::max())
+                                   ? std::numeric_limits<uint64_t>::max()
+                                   : static_cast<uint64_t>(std::max(0.0, capacity_bytes))) {}
+
+  bool ok() const { return ok_; }
+  uint64_t state_hash() const { return allocator_.state_hash(); }
+
+  // A layer's forward: each op's outputs are made, then the inputs no later op reads and the
+  // mode does not save are freed. `keep`: the share of saved tensors left on the device (offload).
+  // REQUIRES: held[0], the layer input, exists. Leaves the output in held.back().
+  void forward(const LayerGraph& g, Handles& held, double keep) {
+    for (size_t i = 0; i < g.ops.size() && ok_; ++i) {
+      const Op& op = g.ops[i];
+      for (int out : op.out) held[out] = allocate(g.tensors[out].saved ? keep * g.tensors[out].bytes : g.tensors[out].bytes);
+      for (int in : op.in)
+        if (!g.tensors[in].saved && g.last_use[in] == static_cast<int>(i)) release(held[in]);
+      for (int out : op.out)  // not saved and read by no op (a mask, the LSE under full recompute)
+        if (!g.tensors[out].saved && g.last_use[out] < 0 && out + 1 != static_cast<int>(g.tensors.size())) release(held[out]);
+    }
+  }
+
+  // A layer's backward from the gradient of its output: first the tensors the mode did not save
+  // are recomputed (an op runs again when one of its kept outputs is missing; the recomputation's
+  // own transients are left out), then the ops in reverse: the gradients of an op's inputs are
+  // made (a second gradient into one tensor is made and added), its weight gradient's temporary,
+  // then the gradients of its outputs and the tensors no earlier op needs are freed. Leaves the
+  // input's gradient in gradients[0].
+  void backward(const LayerGraph& g, Handles& held, Handles& gradients) {
+    for (size_t i = 0; i < g.ops.size() && ok_; ++i) {
+      const Op& op = g.ops[i];
+      if (std::none_of(op.out.begin(), op.out.end(), [&](int t) { return g.tensors[t].kept && !held[t]; })) continue;
+      for (int out : op.out)
+        if (!held[out] && g.tensors[out].kept) held[out] = allocate(g.tensors[out].bytes);
+    }
+    for (size_t i = g.ops.size(); i-- > 0 && ok_;) {
+      const Op& op = g.ops[i];
+      for (int in : op.in) {
+        if (!g.tensors[in].gradient) continue;
+        auto made = allocate(g.tensors[in].bytes);
+        if (gradients[in]) {
+          release(made);  // added into the one already there
+        } else {
+          gradients[in] = made;
+        }
+      }
+      if (op.weight_bytes > 0) {
+        auto temporary = allocate(op.weight_bytes);
+        release(temporary);  // added into the fp32 main gradient
+      }
+      for (int out : op.out) {
+        release(gradients[out]);
+        if (g.first_use[out] < 0) release(held[out]);  // read by no op: a mask, the output
+      }
+      for (int in : op.in)
+        if (g.first_use[in] == static_cast<int>(i)) release(held[in]);
+    }
+  }
+
+  std::optional<uint64_t> allocate(double bytes) {
+    const uint64_t n = static_cast<uint64_t>(std::llround(bytes));
+    if (n == 0 || !ok_) return std::nullopt;
+    auto got = allocator_.allocate(n);
+    ok_ = got.has_value();
+    return got;
+  }
+  void release(std::optional<uint64_t>& address) {
+    if (address) allocator_.free(*address);
+    address.reset();
+  }
+
+  AllocatorReplay result() const {
+    const AllocatorStats& s = allocator_.stats();
+    return {static_cast<double>(s.peak_reserved), static_cast<double>(s.peak_requested), !ok_};
+  }
+
+ private:
+  CachingAllocator allocator_;
+  bool ok_ = true;
+};
+
+}  // namespace
+
+AllocatorReplay replay_stage_allocations(const ModelShape& model, const ParallelConfig& L,
+                                         const std::vector<PlanMicroBatch>& micro_batches,
+                                         const PipelineSchedule& schedule, int stage, bool expandable,
+                                         double capacity_bytes, bool skip_repeats) {
+  // Two steps: every step after the first starts with the first's cache.
+  std::vector<PipeOp> ops = schedule[stage];
+  const size_t step_ops = ops.size();
+  ops.insert(ops.end(), schedule[stage].begin(), schedule[stage].end());
+  const OffloadSchedule off = offload_schedule(L, schedule[stage], stage);
+  // Each micro-batch's layer, and its class: the first micro-batch with the same tensors.
+  std::vector<LayerGraph> graphs;
+  std::vector<int> kind;
+  std::map<std::vector<double>, int> kinds;
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    if (k > 0 && micro_batches[k] == micro_batches[k - 1]) {  // the common case: one shape
+      graphs.push_back(graphs.back());
+      kind.push_back(kind.back());
+      continue;
+    }
+    graphs.push_back(layer_graph(model, L, micro_batch_layer_tensors(model, L, micro_batches[k])));
+    std::vector<double> sizes;
+    for (const Tensor& t : graphs.back().tensors) sizes.push_back(t.bytes);
+    kind.push_back(kinds.emplace(sizes, static_cast<int>(kinds.size())).first->second);
+  }
+  Replay replay(expandable, capacity_bytes);
+  // (micro-batch, chunk) -> its layers' tensors, from the forward to the backward.
+  std::map<std::pair<int, int>, std::vector<Handles>> in_flight;
+
+  // A steady state repeats: once the allocator and the tensors in flight are as they were one
+  // period earlier (1F1B: a forward and a backward; interleaved: 2·p·v ops), with the micro-batch
+  // numbers advanced by d and the same kinds of micro-batch, the next periods replay it exactly,
+  // so they are skipped. `same(i, j, d)`: op i is op j with its micro-batch d later, of one kind.
+  auto same = [&](size_t i, size_t j, int d) {
+    return ops[i].forward == ops[j].forward && ops[i].chunk == ops[j].chunk &&
+           ops[i].micro_batch == ops[j].micro_batch + d && kind[ops[i].micro_batch] == kind[ops[j].micro_batch];
+  };
+  auto signature = [&](int shift) {
+    uint64_t h = replay.state_hash();
+    auto mix = [&](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    for (const auto& [key, layers] : in_flight) {
+      mix(static_cast<uint64_t>(key.first - shift));
+      mix(static_cast<uint64_t>(key.second));
+      for (const Handles& held : layers)
+        for (const auto& address : held) mix(address.value_or(0));
+    }
+    return h;
+  };
+  // Candidate periods: j forward-backward pairs (the tensors in flight may come back to the same
+  // blocks only after several), or j rounds of the interleaved schedule's 2·p·v ops.
+  std::vector<size_t> periods;
+  const size_t round = L.vp == 1 ? 2 : static_cast<size_t>(2 * L.pp * L.vp);
+  for (size_t j = 1; j <= static_cast<size_t>(L.vp == 1 ? L.pp + 1 : 2); ++j) periods.push_back(j * round);
+  std::map<size_t, uint64_t> signatures;  // boundary (before op i) -> signature(0), in steady states
+  for (size_t i = 0; i < ops.size() && replay.ok();) {
+    bool steady = false;
+    for (size_t period : periods) {
+      if (!skip_repeats) break;
+      if (i < 2 * period || (i - 2 * period) / step_ops != i / step_ops) continue;  // within one step
+      const int d = ops[i - period].micro_batch - ops[i - 2 * period].micro_batch;
+      bool repeats = d > 0;
+      for (size_t r = 0; r < period && repeats; ++r) repeats = same(i - period + r, i - 2 * period + r, d);
+      if (!repeats) continue;
+      if (!steady) signatures[i] = signature(0);
+      steady = true;
+      auto earlier = signatures.find(i - period);
+      if (earlier == signatures.end() || earlier->second != signature(d)) continue;
+      size_t k = 0;  // periods ahead that repeat the last one, k + 1 periods of micro-batches later
+      while (i + (k + 1) * period <= ops.size() && (i + (k + 1) * period - 1) / step_ops == i / step_ops) {
+        bool ok = true;
+        for (size_t r = 0; r < period && ok; ++r) ok = same(i + k * period + r, i - period + r, static_cast<int>(k + 1) * d);
+        if (!ok) break;
+        ++k;
+      }
+      if (k == 0) continue;
+      std::map<std::pair<int, int>, std::vector<Handles>> shifted;
+      for (auto& [key, layers] : in_flight)
+        shifted[{key.first + static_cast<int>(k) * d, key.second}] = std::move(layers);
+      in_flight = std::move(shifted);
+      i += k * period;
+      break;
+    }
+    if (i >= ops.size()) break;
+    const PipeOp& op = ops[i];
+    const LayerGraph& g = graphs[op.micro_batch];
+    if (g.tensors.empty()) {
+      ++i;
+      continue;
+    }
+    std::vector<Handles>& layers = in_flight[{op.micro_batch, op.chunk}];
+    if (op.forward) {
+      const double keep = off.offloaded[i % step_ops] ? 1 - L.activation_offload_ratio : 1;
+      std::optional<uint64_t> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
+      for (int64_t l = 0; l < chunk_layers(L, model.layers, stage, op.chunk) && replay.ok(); ++l) {
+        Handles& held = layers.emplace_back(g.tensors.size());
+        held.front() = input;
+        replay.forward(g, held, keep);
+        input = held.back();  // the next layer's input
+        held.back().reset();
+      }
+      replay.release(input);  // sent to the next stage (Megatron frees the output's storage)
+    } else {
+      Handles gradients(g.tensors.size());
+      gradients.back() = replay.allocate(g.tensors.back().bytes);  // received, or from the loss
+      for (auto held = layers.rbegin(); held != layers.rend() && replay.ok(); ++held) {
+        replay.backward(g, *held, gradients);
+        gradients.back() = gradients.front();  // the previous layer's output gradient
+        gradients.front().reset();
+      }
+      replay.release(gradients.back());  // sent to the previous stage
+      in_flight.erase({op.micro_batch, op.chunk});
+    }
+    ++i;
+  }
+  return replay.result();
+}
+
+}  // namespace cpbench

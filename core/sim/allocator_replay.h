@@ -1,0 +1,46 @@
+// allocator_replay.h — one stage's activations allocated and freed tensor by tensor, in the order
+// its schedule runs them, through PyTorch's caching allocator (caching_allocator.h): how much the
+// allocator reserves beyond what the tensors need, and whether it runs out under the capacity.
+// Requires: one DP×CP rank's micro-batches and the stage's schedule (as stage_activation_memory).
+// Note: the trace, per layer, from layer_activation_tensors (formulas.h) in the forward's order:
+//   - forward: every tensor is allocated in turn; a saved one stays until the layer's backward,
+//     one the recompute mode does not save is freed once the next exists (its consumer ran);
+//   - backward: the incoming gradient (the layer input's bytes) arrives; per layer from the last,
+//     the tensors the mode did not save are recomputed (all held, as the recomputed forward saves
+//     them), then from the last tensor back each with a gradient gets it allocated (the previous
+//     gradient freed: it has been consumed) and the tensor is freed;
+//   - an offloaded forward (Kwai's α) keeps (1 − α) of each saved tensor on the device; when its
+//     share leaves and the two copy-back buffers are the memory walk's (memory.h), not replayed;
+//   - the step runs twice: every step after the first starts with the first's cache.
+// Variable-length micro-batches fragment the default allocator (different sizes cannot reuse each
+// other's blocks exactly); expandable segments grow in place instead (allocator_replay_test).
+// Left out: parameters, gradients and optimizer state (allocated once, beside this pool: the
+// capacity excludes them), the loss's logits, ZeRO-3's gathered layers, communication buffers.
+#pragma once
+
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/plan/plan.h"
+#include "core/sim/pipeline_schedule.h"
+
+namespace cpbench {
+
+struct AllocatorReplay {
+  double peak_reserved = 0;   // what the allocator held from the driver at its peak
+  double peak_requested = 0;  // what the trace's live tensors needed at their peak
+  bool out_of_memory = false;  // a request failed under the capacity after the cache was freed
+  double overhead() const { return peak_reserved - peak_requested; }
+};
+
+// expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. capacity_bytes: what the device
+// leaves for activations (its memory less weights, optimizer state and the reserved overheads).
+// A steady state that comes back exactly (the allocator's blocks and the tensors in flight as they
+// were some periods of the schedule earlier, the micro-batches alike) is not replayed again:
+// skip_repeats = false replays every op, for tests that the shortcut changes nothing.
+AllocatorReplay replay_stage_allocations(const ModelShape& model, const ParallelConfig& layout,
+                                         const std::vector<PlanMicroBatch>& micro_batches,
+                                         const PipelineSchedule& schedule, int stage, bool expandable,
+                                         double capacity_bytes, bool skip_repeats = true);
+
+}  // namespace cpbench
