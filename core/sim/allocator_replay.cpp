@@ -121,7 +121,7 @@ class Replay {
                                    : static_cast<uint64_t>(std::max(0.0, capacity_bytes))) {}
 
   bool ok() const { return ok_; }
-  uint64_t state_hash() const { return allocator_.state_hash(); }
+  double reserved() const { return static_cast<double>(allocator_.stats().reserved); }
 
   // A layer's forward: each op's outputs are made, then the inputs no later op reads and the
   // mode does not save are freed. `keep`: the share of saved tensors left on the device (offload).
@@ -226,58 +226,44 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
   // (micro-batch, chunk) -> its layers' tensors, from the forward to the backward.
   std::map<std::pair<int, int>, std::vector<Handles>> in_flight;
 
-  // A steady state repeats: once the allocator and the tensors in flight are as they were one
-  // period earlier (1F1B: a forward and a backward; interleaved: 2·p·v ops), with the micro-batch
-  // numbers advanced by d and the same kinds of micro-batch, the next periods replay it exactly,
-  // so they are skipped. `same(i, j, d)`: op i is op j with its micro-batch d later, of one kind.
+  // A settled steady state is not replayed to its end. Once the schedule repeats (1F1B: a forward
+  // and a backward; interleaved: a round of 2·p·v ops) with micro-batches of one kind, and the
+  // allocator has reserved nothing new for `settle` ops — twice over the rotation of the
+  // tensors in flight through its blocks (up to p·v + 1 rounds) — the remaining repeats are
+  // skipped: their tensors need what the last round needed, from a cache that stopped growing.
+  // `same(i, j, d)`: op i is op j with its micro-batch d later, of the same kind.
   auto same = [&](size_t i, size_t j, int d) {
     return ops[i].forward == ops[j].forward && ops[i].chunk == ops[j].chunk &&
            ops[i].micro_batch == ops[j].micro_batch + d && kind[ops[i].micro_batch] == kind[ops[j].micro_batch];
   };
-  auto signature = [&](int shift) {
-    uint64_t h = replay.state_hash();
-    auto mix = [&](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    for (const auto& [key, layers] : in_flight) {
-      mix(static_cast<uint64_t>(key.first - shift));
-      mix(static_cast<uint64_t>(key.second));
-      for (const Handles& held : layers)
-        for (const auto& address : held) mix(address.value_or(0));
-    }
-    return h;
-  };
-  // Candidate periods: j forward-backward pairs (the tensors in flight may come back to the same
-  // blocks only after several), or j rounds of the interleaved schedule's 2·p·v ops.
-  std::vector<size_t> periods;
   const size_t round = L.vp == 1 ? 2 : static_cast<size_t>(2 * L.pp * L.vp);
-  for (size_t j = 1; j <= static_cast<size_t>(L.vp == 1 ? L.pp + 1 : 2); ++j) periods.push_back(j * round);
-  std::map<size_t, uint64_t> signatures;  // boundary (before op i) -> signature(0), in steady states
+  const size_t settle = 2 * static_cast<size_t>(L.pp * L.vp + 1) * round;
+  size_t settled_since = 0;  // the boundary since which the rounds repeat and nothing new is reserved
+  double reserved = 0;
   for (size_t i = 0; i < ops.size() && replay.ok();) {
-    bool steady = false;
-    for (size_t period : periods) {
-      if (!skip_repeats) break;
-      if (i < 2 * period || (i - 2 * period) / step_ops != i / step_ops) continue;  // within one step
-      const int d = ops[i - period].micro_batch - ops[i - 2 * period].micro_batch;
-      bool repeats = d > 0;
-      for (size_t r = 0; r < period && repeats; ++r) repeats = same(i - period + r, i - 2 * period + r, d);
-      if (!repeats) continue;
-      if (!steady) signatures[i] = signature(0);
-      steady = true;
-      auto earlier = signatures.find(i - period);
-      if (earlier == signatures.end() || earlier->second != signature(d)) continue;
-      size_t k = 0;  // periods ahead that repeat the last one, k + 1 periods of micro-batches later
-      while (i + (k + 1) * period <= ops.size() && (i + (k + 1) * period - 1) / step_ops == i / step_ops) {
+    const bool repeats = [&] {
+      if (!skip_repeats || i < 2 * round || (i - 2 * round) / step_ops != i / step_ops) return false;
+      const int d = ops[i - round].micro_batch - ops[i - 2 * round].micro_batch;
+      for (size_t r = 0; r < round; ++r)
+        if (d <= 0 || !same(i - round + r, i - 2 * round + r, d)) return false;
+      return true;
+    }();
+    if (!repeats || replay.reserved() != reserved) settled_since = i;
+    reserved = replay.reserved();
+    if (repeats && i - settled_since >= settle) {
+      const int d = ops[i - round].micro_batch - ops[i - 2 * round].micro_batch;
+      size_t k = 0;  // rounds ahead that repeat the last one, k + 1 rounds of micro-batches later
+      while (i + (k + 1) * round <= ops.size() && (i + (k + 1) * round - 1) / step_ops == i / step_ops) {
         bool ok = true;
-        for (size_t r = 0; r < period && ok; ++r) ok = same(i + k * period + r, i - period + r, static_cast<int>(k + 1) * d);
+        for (size_t r = 0; r < round && ok; ++r) ok = same(i + k * round + r, i - round + r, static_cast<int>(k + 1) * d);
         if (!ok) break;
         ++k;
       }
-      if (k == 0) continue;
       std::map<std::pair<int, int>, std::vector<Handles>> shifted;
-      for (auto& [key, layers] : in_flight)
-        shifted[{key.first + static_cast<int>(k) * d, key.second}] = std::move(layers);
+      for (auto& [key, layers] : in_flight) shifted[{key.first + static_cast<int>(k) * d, key.second}] = std::move(layers);
       in_flight = std::move(shifted);
-      i += k * period;
-      break;
+      i += k * round;
+      settled_since = i;
     }
     if (i >= ops.size()) break;
     const PipeOp& op = ops[i];

@@ -1,8 +1,8 @@
 // allocator_replay_test.cpp — a stage's step through the caching allocator: it needs at least
 // what the memory walk counts; micro-batches of one shape reuse their blocks, variable lengths
 // fragment the default allocator and not expandable segments; a capacity makes it flush rather
-// than fail until the tensors themselves do not fit; skipping repeated steady states changes
-// nothing; and estimate_memory reports the replay's overhead and its failure.
+// than fail until the tensors themselves do not fit; skipping a settled steady state keeps the
+// peaks; and estimate_memory reports the replay's overhead and its failure.
 #include "core/sim/allocator_replay.h"
 
 #include <gtest/gtest.h>
@@ -94,26 +94,45 @@ TEST(AllocatorReplay, UnderACapacityItFlushesItsCacheAndFailsOnlyWhenTheTensorsD
   EXPECT_TRUE(replay(L, mbs, false, 0.9 * free.peak_requested).out_of_memory);
 }
 
-TEST(AllocatorReplay, SkippingARepeatedSteadyStateChangesNothing) {
+// Skipping a settled steady state: the tensors' peak exactly, the cache's within 1 % and never
+// above what replaying every op finds.
+void expect_skip_close(const AllocatorReplay& skipped, const AllocatorReplay& every, const std::string& what) {
+  EXPECT_EQ(skipped.peak_requested, every.peak_requested) << what;
+  EXPECT_LE(skipped.peak_reserved, every.peak_reserved) << what;
+  EXPECT_GE(skipped.peak_reserved, 0.99 * every.peak_reserved) << what;
+}
+
+TEST(AllocatorReplay, SkippingASettledSteadyStateKeepsItsPeaks) {
   for (const char* mode : {"selective", "full"})
     for (bool expandable : {false, true})
       for (int stage : {0, 3}) {
         const ParallelConfig L = layout(mode, 4);
-        const auto mbs = uniform(24, 4096);
-        const AllocatorReplay skipped = replay(L, mbs, expandable, 1e30, stage, true);
-        const AllocatorReplay every = replay(L, mbs, expandable, 1e30, stage, false);
-        EXPECT_EQ(skipped.peak_reserved, every.peak_reserved) << mode << " stage " << stage;
-        EXPECT_EQ(skipped.peak_requested, every.peak_requested) << mode << " stage " << stage;
+        const auto mbs = uniform(96, 4096);
+        expect_skip_close(replay(L, mbs, expandable, 1e30, stage, true), replay(L, mbs, expandable, 1e30, stage, false),
+                          std::string(mode) + (expandable ? " expandable" : "") + " stage " + std::to_string(stage));
       }
-  // Interleaved: the steady state's period is 2·p·v ops.
+  // Interleaved: the schedule's round is 2·p·v ops.
   ParallelConfig L = layout("selective", 2);
   L.vp = 2;
-  auto schedule = pipeline_schedule("interleaved", 2, 16, 2);
-  const auto mbs = uniform(16, 4096);
-  const AllocatorReplay skipped = replay_stage_allocations(llama(), L, mbs, *schedule, 0, false, 1e30, true);
-  const AllocatorReplay every = replay_stage_allocations(llama(), L, mbs, *schedule, 0, false, 1e30, false);
-  EXPECT_EQ(skipped.peak_reserved, every.peak_reserved);
-  EXPECT_EQ(skipped.peak_requested, every.peak_requested);
+  auto schedule = pipeline_schedule("interleaved", 2, 64, 2);
+  const auto mbs = uniform(64, 4096);
+  expect_skip_close(replay_stage_allocations(llama(), L, mbs, *schedule, 0, false, 1e30, true),
+                    replay_stage_allocations(llama(), L, mbs, *schedule, 0, false, 1e30, false), "interleaved");
+  // A cache that creeps: GPT 18.4B, t 2, p 4, 256 micro-batches of 2048, the default allocator
+  // keeps reserving a segment now and then (0.5 % over the step on stage 0).
+  const ModelShape gpt = *load_model(default_experiments_dir() / "models" / "gpt_18.4b.json");
+  ParallelConfig G = layout("selective", 4);
+  G.sequence_parallel = false;
+  auto gpt_schedule = pipeline_schedule("1f1b", 4, 256, 1);
+  for (int stage : {0, 2})
+    expect_skip_close(replay_stage_allocations(gpt, G, uniform(256, 2048), *gpt_schedule, stage, false, 1e30, true),
+                      replay_stage_allocations(gpt, G, uniform(256, 2048), *gpt_schedule, stage, false, 1e30, false),
+                      "gpt stage " + std::to_string(stage));
+  // Variable lengths never repeat: every op is replayed either way.
+  const auto mixed = varied(32);
+  const AllocatorReplay a = replay(layout("selective", 4), mixed, false, 1e30, 0, true);
+  const AllocatorReplay b = replay(layout("selective", 4), mixed, false, 1e30, 0, false);
+  EXPECT_EQ(a.peak_reserved, b.peak_reserved);
 }
 
 TEST(AllocatorReplay, EstimateMemoryChargesTheReplayAndReportsItsFailure) {

@@ -203,21 +203,6 @@ void CachingAllocator::free(uint64_t address) {
   settle_free(block);
 }
 
-uint64_t CachingAllocator::state_hash() const {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  auto mix = [&](uint64_t x) {  // boost::hash_combine's step, 64-bit
-    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  };
-  mix(next_base_);
-  mix(stats_.reserved);
-  for (const auto& [address, block] : blocks_) {
-    mix(address);
-    mix(block.size);
-    mix(static_cast<uint64_t>(block.state) | static_cast<uint64_t>(block.segment) << 8);
-  }
-  return h;
-}
-
 void CachingAllocator::release_cached() {
   std::vector<uint64_t> free_blocks;
   for (const auto& pool : free_)

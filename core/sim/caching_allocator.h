@@ -59,9 +59,6 @@ class CachingAllocator {
   void release_cached();
 
   const AllocatorStats& stats() const { return stats_; }
-  // A hash of everything that decides what later calls do (blocks, segments' placement, what is
-  // reserved): two equal states answer the same calls the same way. O(blocks).
-  uint64_t state_hash() const;
   // Rounding and segment sizing, as the allocator applies them.
   static uint64_t round_size(uint64_t bytes);
   static uint64_t segment_size(uint64_t rounded);

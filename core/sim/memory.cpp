@@ -224,16 +224,12 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
         // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
         e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
       } else {
-        // The allocator replayed under what the device leaves for activations; when it fails
-        // there, what it would reserve without a limit says how far over it is.
+        // The allocator replayed under what the device leaves for activations (when a request
+        // fails there, its overhead is what it held beyond its tensors until then).
         const bool expandable = overheads.allocator == AllocatorModel::pytorch_expandable_segments;
         const double capacity = device_bytes - e.weights_optimizer_bytes - e.reserved_bytes;
-        AllocatorReplay replay = replay_stage_allocations(model, L, list, *schedule, s, expandable, capacity);
-        if (replay.out_of_memory) {
-          e.allocator_out_of_memory = true;
-          replay = replay_stage_allocations(model, L, list, *schedule, s, expandable,
-                                            std::numeric_limits<double>::infinity());
-        }
+        const AllocatorReplay replay = replay_stage_allocations(model, L, list, *schedule, s, expandable, capacity);
+        e.allocator_out_of_memory = replay.out_of_memory;
         e.fragmentation_bytes = std::max(0.0, replay.overhead());
       }
       if (e.allocator_out_of_memory > best.allocator_out_of_memory ||
