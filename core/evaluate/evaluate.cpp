@@ -124,14 +124,24 @@ Status comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& coun
 // The memory estimate, and why the plan does not fit (empty when it does).
 std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
   if (mem.allocator_out_of_memory) {
-    char why[320];
-    std::snprintf(why, sizeof why,
-                  "out of memory in the caching allocator: stage %d's activations peak at %.1f GiB and its "
-                  "cache holds %.1f GiB more, where %.1f GiB are left for them (weights+optimizer %.1f, reserved "
-                  "%.1f, %.0f GiB on the GPU)",
-                  mem.stage, (mem.activation_bytes + mem.workspace_bytes) / kGiB, mem.fragmentation_bytes / kGiB,
-                  in.cluster.gpu.hbm_gib - (mem.weights_optimizer_bytes + mem.reserved_bytes) / kGiB,
-                  mem.weights_optimizer_bytes / kGiB, mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
+    // The replayed allocator failed a request even after freeing its cache: either the tensors
+    // alone do not fit what the GPU leaves them, or the cache cannot place them among live blocks.
+    const double left = in.cluster.gpu.hbm_gib - (mem.weights_optimizer_bytes + mem.reserved_bytes) / kGiB;
+    const double activations = (mem.activation_bytes + mem.workspace_bytes) / kGiB;
+    char why[360];
+    if (activations > left)
+      std::snprintf(why, sizeof why,
+                    "out of memory: %.1f GiB per GPU needed (weights+optimizer %.1f, activations %.1f, reserved %.1f; "
+                    "stage %d), %.0f GiB on the GPU",
+                    mem.allocated() / kGiB + mem.reserved_bytes / kGiB, mem.weights_optimizer_bytes / kGiB, activations,
+                    mem.reserved_bytes / kGiB, mem.stage, in.cluster.gpu.hbm_gib);
+    else
+      std::snprintf(why, sizeof why,
+                    "out of memory in the caching allocator: stage %d's activations peak at %.1f GiB of the %.1f GiB "
+                    "left for them, and a request finds no place among the live blocks even after the cache is freed "
+                    "(%.1f GiB held beyond its tensors then; weights+optimizer %.1f, reserved %.1f, %.0f GiB on the GPU)",
+                    mem.stage, activations, left, mem.fragmentation_bytes / kGiB, mem.weights_optimizer_bytes / kGiB,
+                    mem.reserved_bytes / kGiB, in.cluster.gpu.hbm_gib);
     return why;
   }
   if (mem.total() / kGiB <= in.cluster.gpu.hbm_gib) return {};

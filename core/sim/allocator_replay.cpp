@@ -202,10 +202,8 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
                                          const std::vector<PlanMicroBatch>& micro_batches,
                                          const PipelineSchedule& schedule, int stage, bool expandable,
                                          double capacity_bytes, bool skip_repeats) {
-  // Two steps: every step after the first starts with the first's cache.
-  std::vector<PipeOp> ops = schedule[stage];
-  const size_t step_ops = ops.size();
-  ops.insert(ops.end(), schedule[stage].begin(), schedule[stage].end());
+  // One step, from an empty cache (see the header).
+  const std::vector<PipeOp>& ops = schedule[stage];
   const OffloadSchedule off = offload_schedule(L, schedule[stage], stage);
   // Each micro-batch's layer, and its class: the first micro-batch with the same tensors.
   std::vector<LayerGraph> graphs;
@@ -242,7 +240,7 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
   double reserved = 0;
   for (size_t i = 0; i < ops.size() && replay.ok();) {
     const bool repeats = [&] {
-      if (!skip_repeats || i < 2 * round || (i - 2 * round) / step_ops != i / step_ops) return false;
+      if (!skip_repeats || i < 2 * round) return false;
       const int d = ops[i - round].micro_batch - ops[i - 2 * round].micro_batch;
       for (size_t r = 0; r < round; ++r)
         if (d <= 0 || !same(i - round + r, i - 2 * round + r, d)) return false;
@@ -253,7 +251,7 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
     if (repeats && i - settled_since >= settle) {
       const int d = ops[i - round].micro_batch - ops[i - 2 * round].micro_batch;
       size_t k = 0;  // rounds ahead that repeat the last one, k + 1 rounds of micro-batches later
-      while (i + (k + 1) * round <= ops.size() && (i + (k + 1) * round - 1) / step_ops == i / step_ops) {
+      while (i + (k + 1) * round <= ops.size()) {
         bool ok = true;
         for (size_t r = 0; r < round && ok; ++r) ok = same(i + k * round + r, i - round + r, static_cast<int>(k + 1) * d);
         if (!ok) break;
@@ -274,7 +272,7 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
     }
     std::vector<Handles>& layers = in_flight[{op.micro_batch, op.chunk}];
     if (op.forward) {
-      const double keep = off.offloaded[i % step_ops] ? 1 - L.activation_offload_ratio : 1;
+      const double keep = off.offloaded[i] ? 1 - L.activation_offload_ratio : 1;
       std::optional<uint64_t> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
       for (int64_t l = 0; l < chunk_layers(L, model.layers, stage, op.chunk) && replay.ok(); ++l) {
         Handles& held = layers.emplace_back(g.tensors.size());

@@ -11,7 +11,9 @@
 //     gradient freed: it has been consumed) and the tensor is freed;
 //   - an offloaded forward (Kwai's α) keeps (1 − α) of each saved tensor on the device; when its
 //     share leaves and the two copy-back buffers are the memory walk's (memory.h), not replayed;
-//   - the step runs twice: every step after the first starts with the first's cache.
+//   - one step, from an empty cache: when this was built (session 29) a second step on the
+//     first's cache reserved nothing more on allocator_replay_test's uniform and variable cases,
+//     at twice the cost.
 // Variable-length micro-batches fragment the default allocator (different sizes cannot reuse each
 // other's blocks exactly); expandable segments grow in place instead (allocator_replay_test).
 // Left out: parameters, gradients and optimizer state (allocated once, beside this pool: the

@@ -207,6 +207,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
   auto schedule = pipeline_schedule(plan.pipeline_schedule, p, m, v);
   if (!schedule) return best;  // the simulation reports why the schedule cannot take the plan
   const double f = overheads.allocator_fragmentation;
+  // Per distinct rank list and stage: the memory walk's estimate, and the list it came from.
+  std::vector<std::pair<MemoryEstimate, const std::vector<PlanMicroBatch>*>> estimates;
   std::vector<const std::vector<PlanMicroBatch>*> seen;  // ranks with identical lists once
   for (const auto& list : plan.micro_batches) {
     if (std::any_of(seen.begin(), seen.end(), [&](auto* x) { return *x == list; })) continue;
@@ -219,24 +221,43 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
       e.weights_optimizer_bytes = stage_weight_bytes(model, plan, s);
       e.activation_bytes = sm.peak;
       e.workspace_bytes = sm.peak_workspace;
-      if (overheads.allocator == AllocatorModel::flat_share) {
-        // The activation pool is allocated and freed every micro-batch, interleaving long-lived
-        // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
+      // The activation pool is allocated and freed every micro-batch, interleaving long-lived
+      // saved tensors with short-lived ones: a share f of what it reserves is unusable (ZeRO §3.2).
+      if (overheads.allocator == AllocatorModel::flat_share)
         e.fragmentation_bytes = (e.activation_bytes + e.workspace_bytes) * f / (1 - f);
-      } else {
-        // The allocator replayed under what the device leaves for activations (when a request
-        // fails there, its overhead is what it held beyond its tensors until then).
-        const bool expandable = overheads.allocator == AllocatorModel::pytorch_expandable_segments;
-        const double capacity = device_bytes - e.weights_optimizer_bytes - e.reserved_bytes;
-        const AllocatorReplay replay = replay_stage_allocations(model, L, list, *schedule, s, expandable, capacity);
-        e.allocator_out_of_memory = replay.out_of_memory;
-        e.fragmentation_bytes = std::max(0.0, replay.overhead());
-      }
-      if (e.allocator_out_of_memory > best.allocator_out_of_memory ||
-          (e.allocator_out_of_memory == best.allocator_out_of_memory && e.total() > best.total()))
-        best = e;
+      estimates.push_back({e, &list});
     }
   }
+  if (overheads.allocator != AllocatorModel::flat_share) {
+    // The allocator replayed, per stage, on the rank whose tensors peak highest there (the others'
+    // steps are priced by the walk alone: a replay costs milliseconds, a walk microseconds), under
+    // what the device leaves for activations; when a request fails there, its overhead is what it
+    // held beyond its tensors until then.
+    const bool expandable = overheads.allocator == AllocatorModel::pytorch_expandable_segments;
+    for (int s = 0; s < p; ++s) {
+      auto* worst = &estimates.front();
+      for (auto& candidate : estimates)
+        if (candidate.first.stage == s && (worst->first.stage != s || candidate.first.activation_bytes +
+                                                                              candidate.first.workspace_bytes >
+                                                                          worst->first.activation_bytes +
+                                                                              worst->first.workspace_bytes))
+          worst = &candidate;
+      MemoryEstimate& e = worst->first;
+      const double capacity = device_bytes - e.weights_optimizer_bytes - e.reserved_bytes;
+      if (e.activation_bytes + e.workspace_bytes > capacity) {
+        // The replay's tensors need at least what the walk counts: it would fail; no need to run it.
+        e.allocator_out_of_memory = true;
+        continue;
+      }
+      const AllocatorReplay replay = replay_stage_allocations(model, L, *worst->second, *schedule, s, expandable, capacity);
+      e.allocator_out_of_memory = replay.out_of_memory;
+      e.fragmentation_bytes = std::max(0.0, replay.overhead());
+    }
+  }
+  for (const auto& [e, list] : estimates)
+    if (e.allocator_out_of_memory > best.allocator_out_of_memory ||
+        (e.allocator_out_of_memory == best.allocator_out_of_memory && e.total() > best.total()))
+      best = e;
   return best;
 }
 
