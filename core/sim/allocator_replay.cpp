@@ -1,5 +1,5 @@
 // allocator_replay.cpp — the stage's schedule as allocations and frees (see the header for the
-// trace's rules), run through the caching allocator twice.
+// trace's rules), run once through the caching allocator.
 #include "core/sim/allocator_replay.h"
 
 #include <algorithm>
