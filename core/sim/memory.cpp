@@ -234,17 +234,14 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
     // what the device leaves for activations; when a request fails there, its overhead is what it
     // held beyond its tensors until then.
     const bool expandable = overheads.allocator == AllocatorModel::pytorch_expandable_segments;
+    auto pool = [](const MemoryEstimate& e) { return e.activation_bytes + e.workspace_bytes; };
     for (int s = 0; s < p; ++s) {
-      auto* worst = &estimates.front();
-      for (auto& candidate : estimates)
-        if (candidate.first.stage == s && (worst->first.stage != s || candidate.first.activation_bytes +
-                                                                              candidate.first.workspace_bytes >
-                                                                          worst->first.activation_bytes +
-                                                                              worst->first.workspace_bytes))
-          worst = &candidate;
+      auto* worst = &estimates[s];  // estimates hold each list's p stages in order
+      for (size_t k = static_cast<size_t>(s); k < estimates.size(); k += static_cast<size_t>(p))
+        if (pool(estimates[k].first) > pool(worst->first)) worst = &estimates[k];
       MemoryEstimate& e = worst->first;
       const double capacity = device_bytes - e.weights_optimizer_bytes - e.reserved_bytes;
-      if (e.activation_bytes + e.workspace_bytes > capacity) {
+      if (pool(e) > capacity) {
         // The replay's tensors need at least what the walk counts: it would fail; no need to run it.
         e.allocator_out_of_memory = true;
         continue;
