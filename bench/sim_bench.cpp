@@ -1,9 +1,16 @@
 // sim_bench.cpp — simulate() on the shape of SC'21 Table 1's 1T row: a 64-stage pipeline with
 // one representative device per stage and m = 512 micro-batches (1F1B, with P2P transfers),
-// plus the interleaved schedule with v = 2 for a larger graph. Target: < 1 s per iteration.
+// plus the interleaved schedule with v = 2 for a larger graph. Target: < 1 s per iteration. And
+// the caching allocator replayed on one stage's step of variable lengths (Llama-2 7B, t 2 with SP,
+// stage 0 of p 4, 32 micro-batches of 2K–14K tokens, selective recompute): what `cpbench compare`
+// and the searches pay per stage of every plan on a stack that replays its allocator.
 // Build: -DCPBENCH_BUILD_BENCH=ON, then run build/sim_bench.
 #include <benchmark/benchmark.h>
 
+#include <random>
+
+#include "core/experiment/registry.h"
+#include "core/sim/allocator_replay.h"
 #include "core/sim/pipeline_schedule.h"
 
 namespace cpbench {
@@ -36,6 +43,30 @@ void BM_BuildPipelineGraph(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BuildPipelineGraph)->Unit(benchmark::kMillisecond);
+
+void BM_ReplayAllocator(benchmark::State& state, bool expandable) {
+  const ModelShape model = *load_model(default_experiments_dir() / "models" / "llama2_7b.json");
+  ParallelConfig L;
+  L.num_gpus = 8;
+  L.tp = 2;
+  L.pp = 4;
+  L.sequence_parallel = true;
+  L.recompute = "selective";
+  L.attention_kernel = "flash";
+  std::mt19937 rng(3);
+  std::vector<PlanMicroBatch> mbs;
+  for (int k = 0; k < 32; ++k) mbs.push_back(PlanMicroBatch{{2048 + 512 * static_cast<int64_t>(rng() % 25)}, 1, -1, 1});
+  const PipelineSchedule schedule = *pipeline_schedule("1f1b", 4, 32, 1);
+  double reserved = 0;
+  for (auto _ : state) {
+    const AllocatorReplay r = replay_stage_allocations(model, L, mbs, schedule, 0, expandable, 1e30);
+    reserved = r.peak_reserved;
+    benchmark::DoNotOptimize(&reserved);
+  }
+  state.counters["peak_reserved_gib"] = reserved / (1024.0 * 1024 * 1024);
+}
+BENCHMARK_CAPTURE(BM_ReplayAllocator, default_varlen, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReplayAllocator, expandable_varlen, true)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cpbench

@@ -121,6 +121,11 @@ Status comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& coun
   return ok_status();
 }
 
+// The plan's memory: the one its caller estimated already (EvalInput::memory), else estimated here.
+MemoryEstimate plan_memory(const EvalInput& in, const Plan& plan) {
+  return in.memory ? *in.memory : estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
+}
+
 // The memory estimate, and why the plan does not fit (empty when it does).
 std::string out_of_memory(const EvalInput& in, const MemoryEstimate& mem) {
   if (mem.allocator_out_of_memory) {
@@ -220,7 +225,7 @@ Evaluation evaluate_sim(const EvalInput& in, const Plan& plan) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);
   Evaluation out;
   workload_metrics(in, plan, out.metrics);
-  MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
+  const MemoryEstimate mem = plan_memory(in, plan);
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};
@@ -528,9 +533,10 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
   return unknown_backend(backend);
 }
 
-Evaluation evaluate_bound(const EvalInput& in, const Plan& plan) {
+Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);  // exact, and cheap
-  const MemoryEstimate mem = estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
+  const MemoryEstimate mem = plan_memory(in, plan);
+  if (memory) *memory = mem;
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);
   if (!cost) return {"error", cost.error_str(), {}, {}};

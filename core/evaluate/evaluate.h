@@ -28,6 +28,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@ class AttentionCostMemo;  // core/sim/cp_attention.h
 class AttentionKernels;   // core/runtime/attention_kernels.h
 class Communicator;       // core/runtime/communicator.h
 struct DeviceRuntime;     // core/runtime/device_runtime.h
+struct MemoryEstimate;    // core/sim/memory.h
 
 // How a point counts model FLOPs; papers differ, and a reproduction must use the paper's own
 // (core/model/model_flops.h): "sc21", "megatron" or "kwai".
@@ -60,6 +62,9 @@ struct EvalInput {
   // of one caller that prices many plans of one batch (a search); null: each evaluation simulates
   // its own. The results are the same either way.
   AttentionCostMemo* attention_memo = nullptr;
+  // The sim backend: this plan's memory, already estimated on this cluster (evaluate_bound's, for a
+  // search that simulates what it bounded); null: estimated here. The results are the same.
+  const MemoryEstimate* memory = nullptr;
   // Executing backends: the job's ranks, every one of which calls evaluate with the point (null:
   // this process alone), and the kernels a rank runs (null: the backend's own).
   Communicator* world = nullptr;
@@ -100,8 +105,9 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
 // memory (the same check and reason as evaluate's), else metrics "step_time_lower_bound_s" (a
 // step time its simulation cannot beat: iteration_bound, core/sim/iteration.h) and, exactly as
 // evaluate reports them, "peak_memory_gib" and the comm_bytes_* metrics. A search prunes by them
-// and simulates only what could still rank.
-Evaluation evaluate_bound(const EvalInput& in, const Plan& plan);
+// and simulates only what could still rank. `memory`, when given, receives the plan's memory
+// estimate where one was made, for EvalInput::memory of the plan's simulation.
+Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory = nullptr);
 
 // A change of a running job's layout (core/reshard/reconfigure.h), priced by the sim backend with
 // the cluster's node size and its stack's ReconfigurationCosts: metrics reconfigure_time_s (and

@@ -224,11 +224,11 @@ PlannedPoint plan_change(const PointConfig& point) {
   q.to_gpus = r.target_gpus;
   q.max_seq = r.max_seq;
   const ReconfigurationStrategyInfo* strategy = find_reconfiguration_strategy(point.strategy);
-  if (!strategy) return {"error", "unknown reconfiguration strategy " + point.strategy, {}, {}, {}, {}};
+  if (!strategy) return {"error", "unknown reconfiguration strategy " + point.strategy, {}, {}, {}, {}, {}};
   const auto start = std::chrono::steady_clock::now();
   auto planned = plan_reconfiguration(point.model, q, strategy->store);
   out.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!planned) return {"infeasible", planned.error_str(), {}, {}, out.plan_ms, {}};
+  if (!planned) return {"infeasible", planned.error_str(), {}, {}, out.plan_ms, {}, {}};
   out.change = std::move(*planned);
   return out;
 }
@@ -238,9 +238,9 @@ PlannedPoint plan_change(const PointConfig& point) {
 PlannedPoint plan_point(const PointConfig& point, std::optional<GlobalBatch> batch) {
   if (point.reconfigure.present) return plan_change(point);
   PlannedPoint out;
-  if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}, {}};
+  if (auto why = check_parallel_config(point.parallel); !why.empty()) return {"infeasible", why, {}, {}, {}, {}, {}};
   const StrategyInfo* strategy = find_strategy(point.strategy);
-  if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}, {}};
+  if (!strategy) return {"error", "unknown strategy " + point.strategy, {}, {}, {}, {}, {}};
   out.batch = batch ? std::move(*batch) : point.workload.batch();
   const auto start = std::chrono::steady_clock::now();
   PlanOutcome planned = strategy->plan(StrategyInput{point.cluster, point.model, point.parallel, out.batch, &point.search});
@@ -307,6 +307,7 @@ PointResult evaluate_planned(const PointConfig& point, const PlannedPoint& pp, c
   in.world = backend.world;
   in.kernels = backend.kernels;
   in.device = backend.device;
+  if (pp.memory) in.memory = &*pp.memory;
   Evaluation out = pp.change ? evaluate_reconfiguration(point.cluster, point.model, *pp.change, backend.name)
                              : evaluate(in, pp.plan, backend.name);
   r.status = out.status;
@@ -429,7 +430,7 @@ Expected<PointResults> run_frontier(const Spec& spec, const RunOptions& options,
           planned[i].change
               ? evaluate_reconfiguration(point.cluster, point.model, *planned[i].change, "sim")
               : evaluate_bound(EvalInput{point.cluster, point.model, planned[i].batch, point.flops_definition, {}, {}, 0},
-                               planned[i].plan);
+                               planned[i].plan, &planned[i].memory);
       bounded[i] = {point.id, b.status, b.reason, b.metrics, {}};
     } catch (const std::exception& e) {
       bounded[i] = exception_result(point, e);

@@ -19,6 +19,7 @@
 #include "core/runtime/attention_kernels.h"
 #include "core/runtime/communicator.h"
 #include "core/runtime/device_runtime.h"
+#include "core/sim/memory.h"
 
 namespace cpbench {
 
@@ -68,6 +69,9 @@ struct PlannedPoint {
   Plan plan;
   std::optional<double> plan_ms;              // set when the strategy ran
   std::optional<ReconfigurationPlan> change;  // a reconfiguration point's plan (then `plan` is empty)
+  // The plan's memory on the point's cluster, once estimated (a frontier's bound): the sim
+  // backend prices the plan with it rather than again.
+  std::optional<MemoryEstimate> memory;
 };
 
 // The point planned for `batch` (by default the workload's first batch), as run_point plans it:

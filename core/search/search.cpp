@@ -12,6 +12,7 @@
 #include "core/common/parallel_for.h"
 #include "core/evaluate/evaluate.h"
 #include "core/sim/cp_attention.h"
+#include "core/sim/memory.h"
 #include "core/strategies/ptdp.h"
 
 namespace cpbench {
@@ -98,10 +99,15 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   in.attention_memo = &attention_memo;
   // A layout PTD-P cannot plan (the batch does not split over it) is "unplanned": counted with
   // the sizes that do not divide.
+  // A layout's memory is estimated once, for its bound, and handed to its simulation.
+  std::vector<std::optional<MemoryEstimate>> memory(planned.size());
   auto price = [&](size_t i, bool bound) {
     PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, planned[i], batch});
     if (outcome.status != "ok") return Evaluation{"unplanned", outcome.reason, {}, {}};
-    return bound ? evaluate_bound(in, outcome.plan) : evaluate(in, outcome.plan);
+    if (bound) return evaluate_bound(in, outcome.plan, &memory[i]);
+    EvalInput bounded = in;
+    if (memory[i]) bounded.memory = &*memory[i];
+    return evaluate(bounded, outcome.plan);
   };
   // First the memory check and a lower bound on each layout's step (evaluate_bound: no
   // simulation); then the simulations in the order of that bound, in rounds of kRound, stopping

@@ -9,6 +9,7 @@
 #include "core/evaluate/evaluate.h"
 #include "core/experiment/registry.h"
 #include "core/sim/cp_attention.h"
+#include "core/sim/memory.h"
 #include "core/strategies/ptdp.h"
 
 namespace cpbench {
@@ -107,10 +108,12 @@ TEST_F(SearchTest, AVariableLengthBatchPrunesToTheExhaustiveTop) {
   EXPECT_GT(top.pruned, 2 * top.simulated);
 }
 
-TEST_F(SearchTest, AttentionCostsSharedAcrossEvaluationsChangeNoResult) {
+TEST_F(SearchTest, SharedAttentionCostsAndAHandedMemoryEstimateChangeNoResult) {
   // Two layouts that pack the batch alike (CP 2, pipeline depth 1 and 2): with a shared memo the
   // second evaluation simulates no attention plan of its own, and both report exactly what they
-  // report alone.
+  // report alone; so does a simulation given its bound's memory estimate (the caching allocator
+  // replayed, the costly part of it).
+  cluster_.memory.allocator = AllocatorModel::pytorch_caching;
   batch_.lengths.clear();
   for (int i = 0; i < 32; ++i) batch_.lengths.push_back(int64_t{512} << (i % 5));
   AttentionCostMemo memo;
@@ -128,8 +131,14 @@ TEST_F(SearchTest, AttentionCostsSharedAcrossEvaluationsChangeNoResult) {
     const Evaluation with = evaluate(shared, planned.plan), without = evaluate(alone, planned.plan);
     ASSERT_EQ(with.status, "ok") << with.reason;
     EXPECT_EQ(with.metrics, without.metrics) << "pp " << pp;
-    const Evaluation bound_with = evaluate_bound(shared, planned.plan), bound_without = evaluate_bound(alone, planned.plan);
+    std::optional<MemoryEstimate> memory;
+    const Evaluation bound_with = evaluate_bound(shared, planned.plan, &memory), bound_without = evaluate_bound(alone, planned.plan);
     EXPECT_EQ(bound_with.metrics, bound_without.metrics) << "pp " << pp;
+    // The bound's memory estimate, handed to the simulation (as the search does), changes nothing.
+    ASSERT_TRUE(memory.has_value());
+    EvalInput handed = alone;
+    handed.memory = &*memory;
+    EXPECT_EQ(evaluate(handed, planned.plan).metrics, without.metrics) << "pp " << pp;
     if (pp == 1) after_first = memo.size();
   }
   EXPECT_GT(after_first, 0u);

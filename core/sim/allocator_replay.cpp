@@ -7,7 +7,8 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <string>
+#include <span>
+#include <string_view>
 
 #include "core/sim/caching_allocator.h"
 #include "core/sim/memory.h"
@@ -44,7 +45,7 @@ LayerGraph layer_graph(const ModelShape& m, const ParallelConfig& L, const std::
     bool found = false;
     for (const LayerTensor& x : list)
       for (const char* name : names)
-        if (std::string(x.name) == name) {
+        if (std::string_view(x.name) == name) {
           t.bytes += x.bytes;
           t.saved = x.saved;
           t.kept = found = true;
@@ -111,7 +112,10 @@ LayerGraph layer_graph(const ModelShape& m, const ParallelConfig& L, const std::
 
 // ---- The trace through the allocator -------------------------------------------------------------
 
-using Handles = std::vector<std::optional<uint64_t>>;  // [tensor] its block while it lives
+using Allocation = CachingAllocator::Allocation;
+// [tensor] its block while it lives: one layer's view into a chunk's handles, which hold its
+// layers one after another (one buffer a chunk, not one a layer: the replay's hot path).
+using Handles = std::span<std::optional<Allocation>>;
 
 class Replay {
  public:
@@ -126,7 +130,7 @@ class Replay {
   // A layer's forward: each op's outputs are made, then the inputs no later op reads and the
   // mode does not save are freed. `keep`: the share of saved tensors left on the device (offload).
   // REQUIRES: held[0], the layer input, exists. Leaves the output in held.back().
-  void forward(const LayerGraph& g, Handles& held, double keep) {
+  void forward(const LayerGraph& g, Handles held, double keep) {
     for (size_t i = 0; i < g.ops.size() && ok_; ++i) {
       const Op& op = g.ops[i];
       for (int out : op.out) held[out] = allocate(g.tensors[out].saved ? keep * g.tensors[out].bytes : g.tensors[out].bytes);
@@ -143,7 +147,7 @@ class Replay {
   // made (a second gradient into one tensor is made and added), its weight gradient's temporary,
   // then the gradients of its outputs and the tensors no earlier op needs are freed. Leaves the
   // input's gradient in gradients[0].
-  void backward(const LayerGraph& g, Handles& held, Handles& gradients) {
+  void backward(const LayerGraph& g, Handles held, Handles gradients) {
     for (size_t i = 0; i < g.ops.size() && ok_; ++i) {
       const Op& op = g.ops[i];
       if (std::none_of(op.out.begin(), op.out.end(), [&](int t) { return g.tensors[t].kept && !held[t]; })) continue;
@@ -174,14 +178,14 @@ class Replay {
     }
   }
 
-  std::optional<uint64_t> allocate(double bytes) {
+  std::optional<Allocation> allocate(double bytes) {
     const uint64_t n = static_cast<uint64_t>(std::llround(bytes));
     if (n == 0 || !ok_) return std::nullopt;
     auto got = allocator_.allocate(n);
     ok_ = got.has_value();
     return got;
   }
-  void release(std::optional<uint64_t>& address) {
+  void release(std::optional<Allocation>& address) {
     if (address) allocator_.free(*address);
     address.reset();
   }
@@ -222,7 +226,8 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
   }
   Replay replay(expandable, capacity_bytes);
   // (micro-batch, chunk) -> its layers' tensors, from the forward to the backward.
-  std::map<std::pair<int, int>, std::vector<Handles>> in_flight;
+  std::map<std::pair<int, int>, std::vector<std::optional<Allocation>>> in_flight;
+  std::vector<std::optional<Allocation>> gradient_buffer;
 
   // A settled steady state is not replayed to its end. Once the schedule repeats (1F1B: a forward
   // and a backward; interleaved: a round of 2·p·v ops) with micro-batches of one kind, and the
@@ -257,7 +262,7 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
         if (!ok) break;
         ++k;
       }
-      std::map<std::pair<int, int>, std::vector<Handles>> shifted;
+      std::map<std::pair<int, int>, std::vector<std::optional<Allocation>>> shifted;
       for (auto& [key, layers] : in_flight) shifted[{key.first + static_cast<int>(k) * d, key.second}] = std::move(layers);
       in_flight = std::move(shifted);
       i += k * round;
@@ -270,12 +275,17 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       ++i;
       continue;
     }
-    std::vector<Handles>& layers = in_flight[{op.micro_batch, op.chunk}];
+    // The chunk's layers' handles, g.tensors.size() each, from its forward to its backward.
+    std::vector<std::optional<Allocation>>& layers = in_flight[{op.micro_batch, op.chunk}];
+    const size_t n = g.tensors.size();
+    auto layer = [&](size_t l) { return Handles(layers.data() + l * n, n); };
     if (op.forward) {
       const double keep = off.offloaded[i] ? 1 - L.activation_offload_ratio : 1;
-      std::optional<uint64_t> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
-      for (int64_t l = 0; l < chunk_layers(L, model.layers, stage, op.chunk) && replay.ok(); ++l) {
-        Handles& held = layers.emplace_back(g.tensors.size());
+      std::optional<Allocation> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
+      const auto count = static_cast<size_t>(chunk_layers(L, model.layers, stage, op.chunk));
+      layers.assign(count * n, std::nullopt);
+      for (size_t l = 0; l < count && replay.ok(); ++l) {
+        Handles held = layer(l);
         held.front() = input;
         replay.forward(g, held, keep);
         input = held.back();  // the next layer's input
@@ -283,10 +293,11 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       }
       replay.release(input);  // sent to the next stage (Megatron frees the output's storage)
     } else {
-      Handles gradients(g.tensors.size());
+      gradient_buffer.assign(n, std::nullopt);
+      Handles gradients(gradient_buffer);
       gradients.back() = replay.allocate(g.tensors.back().bytes);  // received, or from the loss
-      for (auto held = layers.rbegin(); held != layers.rend() && replay.ok(); ++held) {
-        replay.backward(g, *held, gradients);
+      for (size_t l = layers.size() / n; l-- > 0 && replay.ok();) {
+        replay.backward(g, layer(l), gradients);
         gradients.back() = gradients.front();  // the previous layer's output gradient
         gradients.front().reset();
       }

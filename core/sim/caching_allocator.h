@@ -21,10 +21,8 @@
 
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <optional>
 #include <set>
-#include <utility>
 #include <vector>
 
 namespace cpbench {
@@ -47,14 +45,21 @@ class CachingAllocator {
   static constexpr uint64_t kMinLargeAlloc = 10ull << 20;   // from here a segment is the request
   static constexpr uint64_t kRoundLarge = 2ull << 20;       // ... rounded up to 2 MiB
 
+  // A live allocation: its device address, and the allocator's handle to its block (what free
+  // takes, as torch's free takes its Block).
+  struct Allocation {
+    uint64_t address = 0;
+    int block = -1;
+  };
+
   // capacity_bytes: what the driver can give this process's tensors; beyond it cudaMalloc fails.
   explicit CachingAllocator(bool expandable_segments = false,
                             uint64_t capacity_bytes = std::numeric_limits<uint64_t>::max());
 
-  // The block's address, or nullopt when out of memory (after freeing the cache and retrying).
-  std::optional<uint64_t> allocate(uint64_t bytes);
-  // REQUIRES: `address` came from allocate and was not freed since.
-  void free(uint64_t address);
+  // The allocation, or nullopt when out of memory (after freeing the cache and retrying).
+  std::optional<Allocation> allocate(uint64_t bytes);
+  // REQUIRES: `allocation` came from allocate and was not freed since.
+  void free(Allocation allocation);
   // torch.cuda.empty_cache(): what the OOM path does, on demand.
   void release_cached();
 
@@ -65,35 +70,52 @@ class CachingAllocator {
 
  private:
   enum class State : uint8_t { free, allocated, unmapped };
+  // A free mapped block in its pool's best-fit order (size, then address), as torch's BlockPool.
+  struct FreeEntry {
+    uint64_t size = 0, address = 0;
+    int block = -1;
+    bool operator<(const FreeEntry& o) const { return size != o.size ? size < o.size : address < o.address; }
+  };
+  using Pool = std::set<FreeEntry>;
+  // A segment is tiled by its blocks, linked in address order (torch's Block prev/next), so
+  // neighbours are found without a search; blocks live in one table whose slots are reused.
   struct Block {
-    uint64_t size = 0;
-    int segment = 0;  // blocks merge only within a segment
+    uint64_t address = 0, size = 0;
+    uint64_t requested = 0;
+    int segment = 0;
+    int prev = -1, next = -1;  // the neighbours in the segment, −1 at its ends
     bool small = false;
     State state = State::free;
-    uint64_t requested = 0;
+    Pool::iterator entry;  // a free block's place in its pool
   };
-  using Blocks = std::map<uint64_t, Block>;  // by address
   struct Segment {
     uint64_t base = 0, size = 0;  // size: what the driver gave (for an expandable one, its virtual range)
+    int head = -1;                // its lowest block
     bool small = false, live = true;
   };
-
-  std::optional<uint64_t> take(Blocks::iterator block, uint64_t size, uint64_t requested);
-  std::optional<Blocks::iterator> best_fit(bool small, uint64_t size);
-  std::optional<Blocks::iterator> new_segment(bool small, uint64_t size);
-  std::optional<Blocks::iterator> map_pages(bool small, uint64_t size);
+  // An unlinked block (no neighbours, not indexed).
+  static Block fresh(uint64_t address, uint64_t size, int segment, bool small, State state);
+  int new_block(const Block& block);
+  void drop_block(int id);
+  void link_after(int id, int rest);
+  std::optional<Allocation> take(int block, uint64_t size, uint64_t requested);
+  std::optional<int> best_fit(bool small, uint64_t size);
+  std::optional<int> new_segment(bool small, uint64_t size);
+  std::optional<int> map_pages(bool small, uint64_t size);
   bool reserve(uint64_t bytes);
-  Blocks::iterator merge_free(Blocks::iterator block);
-  Blocks::iterator settle_free(Blocks::iterator block);
-  void index(Blocks::iterator block, bool insert);
+  int merge_free(int block);
+  int settle_free(int block);
+  void index(int block, bool insert);
   void note_peaks();
 
   bool expandable_;
   uint64_t capacity_;
   AllocatorStats stats_;
-  Blocks blocks_;
+  std::vector<Block> blocks_;
+  std::vector<int> spare_;  // slots of blocks merged away
   std::vector<Segment> segments_;
-  std::set<std::pair<uint64_t, uint64_t>> free_[2];  // [small] (size, address) of free mapped blocks
+  Pool free_[2];                       // [small] free mapped blocks
+  std::vector<Pool::node_type> nodes_;  // the pools' nodes, kept for reuse: no heap call per index
   uint64_t next_base_ = 0;
   int expandable_segment_[2] = {-1, -1};  // [small] the pool's one segment, expandable mode
 };

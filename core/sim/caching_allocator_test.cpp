@@ -13,9 +13,11 @@ namespace {
 
 constexpr uint64_t KiB = 1024, MiB = 1024 * 1024;
 
-uint64_t must(std::optional<uint64_t> address) {
-  EXPECT_TRUE(address.has_value());
-  return address.value_or(0);
+using Allocation = CachingAllocator::Allocation;
+
+Allocation must(std::optional<Allocation> allocation) {
+  EXPECT_TRUE(allocation.has_value());
+  return allocation.value_or(Allocation{});
 }
 
 TEST(CachingAllocator, RoundsAndSizesSegmentsAsTorch) {
@@ -52,26 +54,26 @@ TEST(CachingAllocator, LargeBlocksSplitOnlyWhenMoreThanOneMiBRemains) {
 
 TEST(CachingAllocator, FreedBlocksMergeAndServeTheSmallestFit) {
   CachingAllocator a;
-  const uint64_t x = must(a.allocate(12 * MiB)), y = must(a.allocate(14 * MiB));
+  const Allocation x = must(a.allocate(12 * MiB)), y = must(a.allocate(14 * MiB));
   a.free(x);
   a.free(y);
   EXPECT_EQ(a.stats().reserved, 26 * MiB);  // cached, not returned
-  EXPECT_EQ(must(a.allocate(11 * MiB)), x);  // best fit is the 12 MiB block, not the 14
+  EXPECT_EQ(must(a.allocate(11 * MiB)).address, x.address);  // best fit is the 12 MiB block, not the 14
   // Four 4 MiB blocks in one 20 MiB segment; freeing two neighbours merges them into 8 MiB.
   CachingAllocator b;
-  std::vector<uint64_t> blocks;
+  std::vector<Allocation> blocks;
   for (int i = 0; i < 5; ++i) blocks.push_back(must(b.allocate(4 * MiB)));
   EXPECT_EQ(b.stats().reserved, 20 * MiB);
   b.free(blocks[1]);
   b.free(blocks[2]);
-  EXPECT_EQ(must(b.allocate(8 * MiB)), blocks[1]);
+  EXPECT_EQ(must(b.allocate(8 * MiB)).address, blocks[1].address);
   EXPECT_EQ(b.stats().reserved, 20 * MiB);
 }
 
 // Long-lived blocks between short-lived ones leave holes no later request fits: ZeRO §3.2's case.
 TEST(CachingAllocator, InterleavedLifetimesFragmentTheCache) {
   CachingAllocator a;
-  std::vector<uint64_t> blocks;
+  std::vector<Allocation> blocks;
   for (int i = 0; i < 5; ++i) blocks.push_back(must(a.allocate(4 * MiB)));
   for (int i : {0, 2, 4}) a.free(blocks[i]);  // 12 MiB free in three 4 MiB holes
   must(a.allocate(8 * MiB));
@@ -84,7 +86,7 @@ TEST(CachingAllocator, AFailedCudaMallocFreesTheCacheAndRetriesOnce) {
   a.free(must(a.allocate(12 * MiB)));
   a.free(must(a.allocate(14 * MiB)));  // 26 MiB reserved, all of it cached
   EXPECT_EQ(a.stats().cache_flushes, 0);
-  const uint64_t big = must(a.allocate(16 * MiB));  // 42 > 30: flush both, then fits
+  const Allocation big = must(a.allocate(16 * MiB));  // 42 > 30: flush both, then fits
   EXPECT_EQ(a.stats().cache_flushes, 1);
   EXPECT_EQ(a.stats().reserved, 16 * MiB);
   EXPECT_EQ(a.stats().peak_reserved, 26 * MiB);
@@ -103,7 +105,7 @@ TEST(CachingAllocator, ExpandableSegmentsGrowOnePoolInPages) {
   EXPECT_EQ(fixed.stats().reserved, 42 * MiB);
   EXPECT_EQ(expandable.stats().reserved, 20 * MiB);  // one 20 MiB page serves all three
   // A request larger than the free tail maps only the pages it lacks, merged with that tail.
-  const uint64_t x = must(expandable.allocate(16 * MiB));
+  const Allocation x = must(expandable.allocate(16 * MiB));
   must(expandable.allocate(30 * MiB));  // 4 MiB free after x + 26 MiB more: two more pages
   EXPECT_EQ(expandable.stats().reserved, 60 * MiB);
   EXPECT_EQ(expandable.stats().allocated, 46 * MiB);  // split at any 512 B remainder
@@ -112,7 +114,7 @@ TEST(CachingAllocator, ExpandableSegmentsGrowOnePoolInPages) {
   expandable.release_cached();
   EXPECT_EQ(expandable.stats().reserved, 60 * MiB);  // x's 16 MiB share its page with the next
   CachingAllocator c(true);
-  const uint64_t y = must(c.allocate(30 * MiB));  // pages [0, 40)
+  const Allocation y = must(c.allocate(30 * MiB));  // pages [0, 40)
   must(c.allocate(10 * MiB));                     // [30, 40)
   c.free(y);
   c.release_cached();
@@ -128,29 +130,30 @@ TEST(CachingAllocator, RandomTracesKeepItsInvariants) {
   for (bool expandable : {false, true}) {
     std::mt19937_64 rng(7);
     CachingAllocator a(expandable, 512 * MiB);
-    std::map<uint64_t, uint64_t> live;  // address -> rounded size
+    std::map<uint64_t, std::pair<uint64_t, Allocation>> live;  // address -> rounded size, allocation
     uint64_t live_bytes = 0;  // at most 464 MiB: under the capacity, not always under its fragmentation
     int failures = 0;
     for (int step = 0; step < 20000; ++step) {
       if (!live.empty() && (live_bytes > 400 * MiB || rng() % 2)) {
         auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
-        a.free(it->first);
-        live_bytes -= it->second;
+        a.free(it->second.second);
+        live_bytes -= it->second.first;
         live.erase(it);
       } else {
         const uint64_t bytes = rng() % 4 == 0 ? 1 + rng() % MiB : 1 + rng() % (64 * MiB);
         const int64_t flushes = a.stats().cache_flushes;
-        auto address = a.allocate(bytes);
-        if (!address) {  // out of memory only after freeing the cache
+        auto allocation = a.allocate(bytes);
+        if (!allocation) {  // out of memory only after freeing the cache
           ASSERT_EQ(a.stats().cache_flushes, flushes + 1) << step;
           ++failures;
           continue;
         }
-        auto next = live.lower_bound(*address);
-        ASSERT_TRUE(next == live.end() || next->first >= *address + CachingAllocator::round_size(bytes)) << step;
-        ASSERT_TRUE(next == live.begin() || std::prev(next)->first + std::prev(next)->second <= *address) << step;
-        live[*address] = CachingAllocator::round_size(bytes);
-        live_bytes += live[*address];
+        const uint64_t address = allocation->address, size = CachingAllocator::round_size(bytes);
+        auto next = live.lower_bound(address);
+        ASSERT_TRUE(next == live.end() || next->first >= address + size) << step;
+        ASSERT_TRUE(next == live.begin() || std::prev(next)->first + std::prev(next)->second.first <= address) << step;
+        live[address] = {size, *allocation};
+        live_bytes += size;
       }
       const AllocatorStats& s = a.stats();
       ASSERT_LE(s.requested, s.allocated);
@@ -158,7 +161,7 @@ TEST(CachingAllocator, RandomTracesKeepItsInvariants) {
       ASSERT_LE(s.reserved, 512 * MiB);
     }
     EXPECT_GT(a.stats().cache_flushes, failures) << "the trace reaches the capacity, and flushing mostly helps";
-    for (auto [address, size] : live) a.free(address);
+    for (const auto& [address, held] : live) a.free(held.second);
     a.release_cached();
     EXPECT_EQ(a.stats().allocated, 0u);
     EXPECT_EQ(a.stats().reserved, 0u) << "expandable " << expandable;
