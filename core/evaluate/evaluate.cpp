@@ -533,9 +533,12 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
   return unknown_backend(backend);
 }
 
-Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory) {
+Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory,
+                          bool replay_allocator) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);  // exact, and cheap
-  const MemoryEstimate mem = plan_memory(in, plan);
+  const MemoryEstimate mem =
+      replay_allocator ? plan_memory(in, plan)
+                       : estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes(), false);
   if (memory) *memory = mem;
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);

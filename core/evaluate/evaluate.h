@@ -106,8 +106,12 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
 // step time its simulation cannot beat: iteration_bound, core/sim/iteration.h) and, exactly as
 // evaluate reports them, "peak_memory_gib" and the comm_bytes_* metrics. A search prunes by them
 // and simulates only what could still rank. `memory`, when given, receives the plan's memory
-// estimate where one was made, for EvalInput::memory of the plan's simulation.
-Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory = nullptr);
+// estimate where one was made, for EvalInput::memory of the plan's simulation. replay_allocator
+// false: the memory is the walk's alone, without a replayed allocator's fragmentation (a lower
+// bound on evaluate's: "infeasible" only when even that does not fit; a search that simulates
+// before it ranks learns the rest there).
+Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory = nullptr,
+                          bool replay_allocator = true);
 
 // A change of a running job's layout (core/reshard/reconfigure.h), priced by the sim backend with
 // the cluster's node size and its stack's ReconfigurationCosts: metrics reconfigure_time_s (and

@@ -12,7 +12,6 @@
 #include "core/common/parallel_for.h"
 #include "core/evaluate/evaluate.h"
 #include "core/sim/cp_attention.h"
-#include "core/sim/memory.h"
 #include "core/strategies/ptdp.h"
 
 namespace cpbench {
@@ -99,15 +98,13 @@ SearchResult search_configurations(const ClusterSpec& cluster, const ModelShape&
   in.attention_memo = &attention_memo;
   // A layout PTD-P cannot plan (the batch does not split over it) is "unplanned": counted with
   // the sizes that do not divide.
-  // A layout's memory is estimated once, for its bound, and handed to its simulation.
-  std::vector<std::optional<MemoryEstimate>> memory(planned.size());
+  // The bound prices memory by the walk alone: a replayed allocator (milliseconds a stage) runs
+  // only for the layouts simulated, where an out-of-memory one is counted as such; a pruned layout
+  // could not rank whether or not its allocator would have fit.
   auto price = [&](size_t i, bool bound) {
     PlanOutcome outcome = plan_ptdp(StrategyInput{cluster, model, planned[i], batch});
     if (outcome.status != "ok") return Evaluation{"unplanned", outcome.reason, {}, {}};
-    if (bound) return evaluate_bound(in, outcome.plan, &memory[i]);
-    EvalInput bounded = in;
-    if (memory[i]) bounded.memory = &*memory[i];
-    return evaluate(bounded, outcome.plan);
+    return bound ? evaluate_bound(in, outcome.plan, nullptr, false) : evaluate(in, outcome.plan);
   };
   // First the memory check and a lower bound on each layout's step (evaluate_bound: no
   // simulation); then the simulations in the order of that bound, in rounds of kRound, stopping

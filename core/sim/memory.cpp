@@ -198,7 +198,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
 }
 
 MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads,
-                               double device_bytes) {
+                               double device_bytes, bool replay_allocator) {
   const ParallelConfig& L = plan.layout;
   MemoryEstimate best;
   if (plan.micro_batches.empty() || plan.micro_batches.front().empty()) return best;
@@ -228,7 +228,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const 
       estimates.push_back({e, &list});
     }
   }
-  if (overheads.allocator != AllocatorModel::flat_share) {
+  if (replay_allocator && overheads.allocator != AllocatorModel::flat_share) {
     // The allocator replayed, per stage, on the rank whose tensors peak highest there (the others'
     // steps are priced by the walk alone: a replay costs milliseconds, a walk microseconds), under
     // what the device leaves for activations; when a request fails there, its overhead is what it

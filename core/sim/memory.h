@@ -101,7 +101,10 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
 // The worst stage and DP×CP rank. Fragmentation: overheads.allocator_fragmentation of the pool, or
 // the replayed allocator's reserved bytes beyond its tensors' peak, with device_bytes less the
 // weights, optimizer state and reserved overheads as the capacity it runs under (allocator_replay.h).
+// replay_allocator false: a replayed allocator's fragmentation is left at zero, a lower bound on
+// the estimate (what the walk alone needs) at a walk's cost, for a search's bound.
 MemoryEstimate estimate_memory(const ModelShape& model, const Plan& plan, const MemoryOverheads& overheads,
-                               double device_bytes = std::numeric_limits<double>::infinity());
+                               double device_bytes = std::numeric_limits<double>::infinity(),
+                               bool replay_allocator = true);
 
 }  // namespace cpbench
