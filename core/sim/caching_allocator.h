@@ -55,6 +55,11 @@ class CachingAllocator {
   // capacity_bytes: what the driver can give this process's tensors; beyond it cudaMalloc fails.
   explicit CachingAllocator(bool expandable_segments = false,
                             uint64_t capacity_bytes = std::numeric_limits<uint64_t>::max());
+  // Blocks hold their places in the pools: a copy would point into the original's.
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+  CachingAllocator(CachingAllocator&&) = default;
+  CachingAllocator& operator=(CachingAllocator&&) = default;
 
   // The allocation, or nullopt when out of memory (after freeing the cache and retrying).
   std::optional<Allocation> allocate(uint64_t bytes);
