@@ -275,15 +275,18 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       ++i;
       continue;
     }
-    // The chunk's layers' handles, g.tensors.size() each, from its forward to its backward.
+    // The chunk's layers' handles, g.tensors.size() each, from its forward to its backward, then
+    // the loss's softmax where the chunk holds the loss.
     std::vector<std::optional<Allocation>>& layers = in_flight[{op.micro_batch, op.chunk}];
     const size_t n = g.tensors.size();
+    const auto count = static_cast<size_t>(chunk_layers(L, model.layers, stage, op.chunk));
     auto layer = [&](size_t l) { return Handles(layers.data() + l * n, n); };
+    const bool loss = holds_loss(L, stage, op.chunk);
+    const LossTensors lt = loss ? micro_batch_loss_tensors(model, L, micro_batches[op.micro_batch]) : LossTensors{};
     if (op.forward) {
       const double keep = off.offloaded[i] ? 1 - L.activation_offload_ratio : 1;
       std::optional<Allocation> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
-      const auto count = static_cast<size_t>(chunk_layers(L, model.layers, stage, op.chunk));
-      layers.assign(count * n, std::nullopt);
+      layers.assign(count * n + 1, std::nullopt);
       for (size_t l = 0; l < count && replay.ok(); ++l) {
         Handles held = layer(l);
         held.front() = input;
@@ -291,12 +294,26 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
         input = held.back();  // the next layer's input
         held.back().reset();
       }
+      if (loss) {  // the output layer's 16-bit logits, their fp32 copy kept as the softmax
+        std::optional<Allocation> logits = replay.allocate(lt.logits);
+        layers.back() = replay.allocate(lt.softmax);
+        replay.release(logits);
+      }
       replay.release(input);  // sent to the next stage (Megatron frees the output's storage)
     } else {
       gradient_buffer.assign(n, std::nullopt);
       Handles gradients(gradient_buffer);
-      gradients.back() = replay.allocate(g.tensors.back().bytes);  // received, or from the loss
-      for (size_t l = layers.size() / n; l-- > 0 && replay.ok();) {
+      if (loss && !layers.empty()) {
+        // The logits' 16-bit gradient (computed in the softmax's storage, then cast), the softmax
+        // freed, the output layer's input gradient made from it.
+        std::optional<Allocation> logits_gradient = replay.allocate(lt.logits);
+        replay.release(layers.back());
+        gradients.back() = replay.allocate(g.tensors.back().bytes);
+        replay.release(logits_gradient);
+      } else {
+        gradients.back() = replay.allocate(g.tensors.back().bytes);  // received from the next stage
+      }
+      for (size_t l = layers.size() / n; l-- > 0 && replay.ok();) {  // the layers its forward made
         replay.backward(g, layer(l), gradients);
         gradients.back() = gradients.front();  // the previous layer's output gradient
         gradients.front().reset();

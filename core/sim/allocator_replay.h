@@ -16,8 +16,13 @@
 //     at twice the cost.
 // Variable-length micro-batches fragment the default allocator (different sizes cannot reuse each
 // other's blocks exactly); expandable segments grow in place instead (allocator_replay_test).
+//   - the chunk that holds the loss (memory.h holds_loss): after its layers the 16-bit logits, then
+//     their fp32 copy (the softmax, kept), the logits freed; its backward starts with the logits'
+//     16-bit gradient, frees the softmax, makes the output layer's input gradient and frees the
+//     logits' gradient (micro_batch_loss_tensors);
 // Left out: parameters, gradients and optimizer state (allocated once, beside this pool: the
-// capacity excludes them), the loss's logits, ZeRO-3's gathered layers, communication buffers.
+// capacity excludes them), the output layer's weight gradient and its saved input, the
+// embedding's gradient, ZeRO-3's gathered layers, communication buffers.
 #pragma once
 
 #include <vector>

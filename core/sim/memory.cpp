@@ -91,6 +91,16 @@ std::vector<LayerTensor> micro_batch_layer_tensors(const ModelShape& model, cons
   return sum;
 }
 
+LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb) {
+  const int64_t cp = std::max<int64_t>(1, mb.cp);
+  double tokens = 0;  // this CP rank's share of every sequence, as micro_batch_layer_tensors counts it
+  for (int64_t len : mb.padded_lengths()) tokens += static_cast<double>((len + cp - 1) / cp);
+  const double entries = tokens * static_cast<double>(model.vocab) / static_cast<double>(L.tp);
+  return {2 * entries, 4 * entries};
+}
+
+bool holds_loss(const ParallelConfig& L, int64_t stage, int64_t chunk) { return stage == L.pp - 1 && chunk == L.vp - 1; }
+
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
                                bool recompute_none) {
   double bytes = 0;
@@ -146,10 +156,14 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
   // Per micro-batch, once (each sums over its sequences): one layer's saved bytes, and what the
   // recompute mode dropped from them.
   std::vector<double> layer_bytes(micro_batches.size()), dropped(micro_batches.size());
+  std::vector<LossTensors> loss(micro_batches.size());
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     layer_bytes[k] = micro_batch_layer_bytes(model, L, micro_batches[k]);
     dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
+    if (stage == L.pp - 1) loss[k] = micro_batch_loss_tensors(model, L, micro_batches[k]);
   }
+  // The loss's tensors of op i: none unless its chunk holds the loss.
+  auto loss_of = [&](size_t i) { return holds_loss(L, stage, ops[i].chunk) ? loss[ops[i].micro_batch] : LossTensors{}; };
   auto saved = [&](size_t i) {
     return static_cast<double>(chunk_layers(L, model.layers, stage, ops[i].chunk)) * layer_bytes[ops[i].micro_batch];
   };
@@ -172,22 +186,26 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       into.user = b;
     }
     double during = held + buffers[0].bytes + buffers[1].bytes, workspace = 0;
+    const LossTensors l = loss_of(i);
     if (ops[i].forward) {
-      during += saved(i);  // all of the forward's saved bytes exist at its end
+      // All of the forward's saved bytes exist at its end, the loss's softmax beside its logits.
+      during += saved(i) + l.softmax;
+      workspace = l.logits;
     } else {
       // Backward of one layer at a time: what the mode dropped for that layer comes back while it
       // runs (full: the whole layer; selective: the scores; balanced: the norm and MLP activation
-      // outputs).
-      workspace = dropped[ops[i].micro_batch];
+      // outputs), after the loss's backward (the logits' gradient beside the softmax, which is then
+      // freed).
+      workspace = l.softmax > 0 ? std::max(l.logits, dropped[ops[i].micro_batch] - l.softmax) : dropped[ops[i].micro_batch];
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: a forward's bytes are held; a backward frees what stayed on the device (its
     // copied-back share sits in a buffer, which it releases); offloaded shares released here leave.
     if (ops[i].forward) {
-      held += saved(i);
+      held += saved(i) + l.softmax;
     } else {
       const int64_t f = off.forward_of[i];
-      held -= f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i);
+      held -= (f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i)) + l.softmax;
       for (Buffer& b : buffers)
         if (b.user == static_cast<int64_t>(i)) b.user = -1;
     }

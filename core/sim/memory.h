@@ -58,6 +58,22 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
 std::vector<LayerTensor> micro_batch_layer_tensors(const ModelShape& model, const ParallelConfig& layout,
                                                    const PlanMicroBatch& mb);
 
+// The loss of `mb` on one of its CP ranks, on the stage that runs it (holds_loss), as Megatron's
+// vocabulary-parallel cross-entropy allocates it (NVIDIA/Megatron-LM
+// megatron/core/tensor_parallel/cross_entropy.py, core_r0.8 to main: calculate_logits_max copies the
+// logits to fp32, the exponentials and the softmax are computed in place in that copy, which
+// forward saves for the backward; the backward computes the gradient in place in it). With T the
+// rank's tokens (SP gathers them before the output layer) and V/t its vocabulary shard:
+//   - logits: the output layer's 16-bit logits, 2·T·V/t bytes, alive beside their fp32 copy while
+//     the loss's forward runs; the backward's 16-bit gradient of the logits is the same size;
+//   - softmax: the fp32 copy, 4·T·V/t bytes, held from the forward to the backward.
+struct LossTensors {
+  double logits = 0, softmax = 0;
+};
+LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb);
+// Whether chunk `chunk` of stage `stage` ends with the loss: the last stage's last chunk.
+bool holds_loss(const ParallelConfig& layout, int64_t stage, int64_t chunk);
+
 // Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every
 // sequence), under the layout's TP, SP, recompute mode and attention kernel.
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb,
@@ -88,8 +104,11 @@ OffloadSchedule offload_schedule(const ParallelConfig& layout, const std::vector
 // bytes; backward: − them), for one DP×CP rank's micro-batch list, in the order the stage's
 // compute stream runs them. With offloading (offload_schedule), α of a forward's bytes leave when
 // it says and come back into the two persistent copy-back buffers, which count from their first
-// use. peak: the largest value during an op, with the backward's transient working set (what the
-// recompute mode dropped, for one layer).
+// use. The chunk that holds the loss also holds its fp32 softmax from its forward to its backward
+// (never offloaded: offload_schedule offloads no forward of the last stage's last chunk). peak:
+// the largest value during an op, with its transient working set (a backward: what the recompute
+// mode dropped, for one layer, or the logits' gradient beside the softmax; the loss's forward: its
+// 16-bit logits).
 struct StageMemory {
   std::vector<double> after_op;
   double peak = 0, peak_workspace = 0;  // activations and the workspace at the peak

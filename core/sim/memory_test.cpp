@@ -54,6 +54,35 @@ TEST(MemoryTimeline, GptMatchesMegatronTheoreticalActivationMemory) {
   EXPECT_EQ(estimate_memory(gpt, ptdp_plan(4, 2, 16, 2048), {}).stage, 0);
 }
 
+TEST(MemoryTimeline, TheLastStageHoldsTheLossSoftmaxFromItsForwardToItsBackward) {
+  // Megatron's vocabulary-parallel cross-entropy keeps the logits' fp32 copy (4 bytes per token
+  // and entry of the TP rank's vocabulary shard) for the backward, beside the 16-bit logits (2
+  // bytes) while the loss's forward runs, and beside their 16-bit gradient in its backward; the
+  // other stages hold neither. Two vocabularies, everything else equal: the last stage's peak
+  // differs by exactly 6 bytes per token and entry of the difference, the first stage's not at all.
+  const ModelShape big = preset("llama3_8b");  // vocabulary 128,256
+  ModelShape small = big;
+  small.vocab = 32000;
+  Plan plan = ptdp_plan(2, 1, 4, 8192, 2);
+  plan.layout.attention_kernel = "flash";
+  plan.layout.recompute = "full";
+  const auto schedule = pipeline_schedule("1f1b", 2, 4, 1);
+  auto peak = [&](const ModelShape& m, int stage) {
+    const StageMemory sm = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, stage);
+    return sm.peak + sm.peak_workspace;
+  };
+  EXPECT_DOUBLE_EQ(peak(big, 0), peak(small, 0));
+  const double expected = 6.0 * 8192 * (128256 - 32000) / 2;
+  EXPECT_NEAR(peak(big, 1) - peak(small, 1), expected, 1e-9 * expected);
+  // Between a forward and its backward the softmax is held: after each forward op, 4 bytes per
+  // token and entry more than without a loss.
+  const StageMemory last = stage_activation_memory(big, plan.layout, plan.micro_batches[0], *schedule, 1);
+  const StageMemory last_small = stage_activation_memory(small, plan.layout, plan.micro_batches[0], *schedule, 1);
+  for (size_t i = 0; i < (*schedule)[1].size(); ++i)
+    EXPECT_NEAR(last.after_op[i] - last_small.after_op[i], (*schedule)[1][i].forward ? 4.0 * 8192 * (128256 - 32000) / 2 : 0,
+                1e-6 * 4.0 * 8192 * (128256 - 32000) / 2) << "op " << i;
+}
+
 TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
   const ModelShape llama = preset("llama2_13b");  // 40 layers, SwiGLU, no dropout
   Plan plan = ptdp_plan(4, 2, 16, 4096, 4);
