@@ -121,9 +121,11 @@ Status comm_metrics(const EvalInput& in, const Plan& plan, const LinkBytes& coun
   return ok_status();
 }
 
-// The plan's memory: the one its caller estimated already (EvalInput::memory), else estimated here.
-MemoryEstimate plan_memory(const EvalInput& in, const Plan& plan) {
-  return in.memory ? *in.memory : estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes());
+// The plan's memory: the one its caller estimated already (EvalInput::memory), else estimated here
+// (replay_allocator: as estimate_memory's).
+MemoryEstimate plan_memory(const EvalInput& in, const Plan& plan, bool replay_allocator = true) {
+  return in.memory ? *in.memory
+                   : estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes(), replay_allocator);
 }
 
 // The memory estimate, and why the plan does not fit (empty when it does).
@@ -536,9 +538,7 @@ Evaluation evaluate(const EvalInput& in, const Plan& plan, const std::string& ba
 Evaluation evaluate_bound(const EvalInput& in, const Plan& plan, std::optional<MemoryEstimate>* memory,
                           bool replay_allocator) {
   if (plan.attention_only) return evaluate_attention_only(in, plan);  // exact, and cheap
-  const MemoryEstimate mem =
-      replay_allocator ? plan_memory(in, plan)
-                       : estimate_memory(in.model, plan, in.cluster.memory, in.cluster.gpu.hbm_bytes(), false);
+  const MemoryEstimate mem = plan_memory(in, plan, replay_allocator);
   if (memory) *memory = mem;
   if (auto why = out_of_memory(in, mem); !why.empty()) return {"infeasible", why, {}, {}};
   auto cost = CostModel::create(in.cluster);

@@ -279,13 +279,13 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
     // the loss's softmax where the chunk holds the loss.
     std::vector<std::optional<Allocation>>& layers = in_flight[{op.micro_batch, op.chunk}];
     const size_t n = g.tensors.size();
-    const auto count = static_cast<size_t>(chunk_layers(L, model.layers, stage, op.chunk));
     auto layer = [&](size_t l) { return Handles(layers.data() + l * n, n); };
     const bool loss = holds_loss(L, stage, op.chunk);
     const LossTensors lt = loss ? micro_batch_loss_tensors(model, L, micro_batches[op.micro_batch]) : LossTensors{};
     if (op.forward) {
       const double keep = off.offloaded[i] ? 1 - L.activation_offload_ratio : 1;
       std::optional<Allocation> input = replay.allocate(g.tensors.front().bytes);  // received or embedded
+      const auto count = static_cast<size_t>(chunk_layers(L, model.layers, stage, op.chunk));
       layers.assign(count * n + 1, std::nullopt);
       for (size_t l = 0; l < count && replay.ok(); ++l) {
         Handles held = layer(l);

@@ -160,7 +160,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
   for (size_t k = 0; k < micro_batches.size(); ++k) {
     layer_bytes[k] = micro_batch_layer_bytes(model, L, micro_batches[k]);
     dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
-    if (stage == L.pp - 1) loss[k] = micro_batch_loss_tensors(model, L, micro_batches[k]);
+    loss[k] = micro_batch_loss_tensors(model, L, micro_batches[k]);
   }
   // The loss's tensors of op i: none unless its chunk holds the loss.
   auto loss_of = [&](size_t i) { return holds_loss(L, stage, ops[i].chunk) ? loss[ops[i].micro_batch] : LossTensors{}; };
@@ -196,7 +196,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       // runs (full: the whole layer; selective: the scores; balanced: the norm and MLP activation
       // outputs), after the loss's backward (the logits' gradient beside the softmax, which is then
       // freed).
-      workspace = l.softmax > 0 ? std::max(l.logits, dropped[ops[i].micro_batch] - l.softmax) : dropped[ops[i].micro_batch];
+      workspace = std::max(l.logits, dropped[ops[i].micro_batch] - l.softmax);  // dropped, without a loss
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: a forward's bytes are held; a backward frees what stayed on the device (its
