@@ -110,6 +110,44 @@ LayerGraph layer_graph(const ModelShape& m, const ParallelConfig& L, const std::
   return g;
 }
 
+}  // namespace
+
+std::vector<double> chunk_parameter_tensors(const ModelShape& m, const ParallelConfig& L, int stage, int chunk,
+                                            int64_t seq_length) {
+  const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
+  const double qkv = static_cast<double>((m.heads + 2 * m.kv_heads) * m.head_dim());
+  const double attention = static_cast<double>(m.heads * m.head_dim());
+  const double fc1 = static_cast<double>(m.ffn_hidden) * (m.gated_mlp ? 2 : 1), ffn = static_cast<double>(m.ffn_hidden);
+  std::vector<double> out;
+  auto norm = [&] {
+    out.push_back(h);
+    if (m.norm == "layernorm") out.push_back(h);
+  };
+  auto linear = [&](double weight, double bias) {
+    out.push_back(weight);
+    if (m.bias) out.push_back(bias);
+  };
+  if (stage == 0 && chunk == 0) {
+    out.push_back(static_cast<double>(m.vocab) / t * h);
+    if (m.position_embedding == "learned") out.push_back(static_cast<double>(seq_length) * h);
+  }
+  for (int64_t l = 0; l < chunk_layers(L, m.layers, stage, chunk); ++l) {
+    norm();
+    linear(qkv / t * h, qkv / t);
+    linear(h * attention / t, h);
+    norm();
+    linear(fc1 / t * h, fc1 / t);
+    linear(h * ffn / t, h);
+  }
+  if (holds_loss(L, stage, chunk)) {
+    norm();
+    if (!m.tied_embeddings || L.pp > 1) out.push_back(static_cast<double>(m.vocab) / t * h);
+  }
+  return out;
+}
+
+namespace {
+
 // ---- The trace through the allocator -------------------------------------------------------------
 
 using Allocation = CachingAllocator::Allocation;
@@ -190,15 +228,85 @@ class Replay {
     address.reset();
   }
 
+  // Megatron's start-up with the distributed optimizer, before the first step: every chunk's
+  // parameters are allocated as the model is built (`chunks`: each chunk's tensors, in elements);
+  // then, chunk by chunk, its DDP allocates the 16-bit parameter buffer and the gradient buffer,
+  // copies each parameter into the buffer and frees the original, in reverse order
+  // (megatron/core/distributed/param_and_grad_buffer.py: param.data = the buffer's view, then
+  // `del old_param_data`): the originals' blocks stay cached. Then, for each piece of a parameter
+  // in this rank's shard (`pieces`, elements), the optimizer's fp32 master copy, made by a 16-bit
+  // clone cast to fp32 (megatron/core/optimizer/distrib_optimizer.py: shard_model_param.clone()
+  // .float()), and the two Adam moments (zeros_like in the fused Adam's first step; here before
+  // the first micro-batch, where they would take the same cached blocks). The peaks restart after
+  // it, as torch.cuda.reset_peak_memory_stats; what stays allocated is the start-up's live bytes.
+  void start_up(const std::vector<std::vector<double>>& chunks, const std::vector<double>& pieces, double grad_bytes) {
+    std::vector<std::vector<std::optional<Allocation>>> originals;
+    for (const auto& tensors : chunks) {
+      originals.emplace_back();
+      for (double n : tensors) originals.back().push_back(allocate(2 * n));
+    }
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      double elements = 0;
+      for (double n : chunks[c]) elements += n;
+      static_.push_back(allocate(2 * elements));
+      static_.push_back(allocate(grad_bytes * elements));
+      for (auto it = originals[c].rbegin(); it != originals[c].rend(); ++it) release(*it);
+    }
+    for (double n : pieces) {
+      std::optional<Allocation> clone = allocate(2 * n);
+      static_.push_back(allocate(4 * n));
+      release(clone);
+    }
+    for (double n : pieces)
+      for (int moment = 0; moment < 2; ++moment) static_.push_back(allocate(4 * n));
+    start_up_bytes_ = static_cast<double>(allocator_.stats().requested);
+    allocator_.reset_peaks();
+  }
+  double start_up_bytes() const { return start_up_bytes_; }
+
+  // The step's peaks, less what the start-up left allocated: the activation pool's.
   AllocatorReplay result() const {
     const AllocatorStats& s = allocator_.stats();
-    return {static_cast<double>(s.peak_reserved), static_cast<double>(s.peak_requested), !ok_};
+    return {static_cast<double>(s.peak_reserved) - start_up_bytes_, static_cast<double>(s.peak_requested) - start_up_bytes_,
+            !ok_};
   }
 
  private:
   CachingAllocator allocator_;
   bool ok_ = true;
+  std::vector<std::optional<Allocation>> static_;  // the start-up's buffers and optimizer state
+  double start_up_bytes_ = 0;
 };
+
+// The pieces of a stage's parameters in the first shard of the DP×CP group, in elements, as the
+// distributed optimizer shards them: each chunk's parameters sit in its buffer in reverse order,
+// cut into buckets (closed once they hold Megatron's bucket size, with overlap_grad_reduce; one
+// bucket without it), and each bucket's first 1/(dp·cp) is the rank's
+// (param_and_grad_buffer.py, distrib_optimizer.py _build_model_gbuf_range).
+std::vector<double> first_shard_pieces(const ParallelConfig& L, const std::vector<std::vector<double>>& chunks) {
+  const double shards = static_cast<double>(L.dp() * L.cp);
+  const double bucket_size = !L.overlap_grad_reduce ? std::numeric_limits<double>::infinity()
+                             : L.grad_reduce_bucket_params > 0 ? static_cast<double>(L.grad_reduce_bucket_params)
+                                                               : std::max(40e6, 1e6 * shards);
+  std::vector<double> pieces;
+  for (const auto& tensors : chunks) {
+    // Buckets as [first tensor, end) over the reversed order.
+    std::vector<double> order(tensors.rbegin(), tensors.rend());
+    for (size_t first = 0; first < order.size();) {
+      size_t end = first;
+      double size = 0;
+      while (end < order.size() && size < bucket_size) size += order[end++];
+      const double owned = size / shards;  // [0, owned) of the bucket is the first shard's
+      double at = 0;
+      for (size_t i = first; i < end && at < owned; ++i) {
+        pieces.push_back(std::min(order[i], owned - at));
+        at += order[i];
+      }
+      first = end;
+    }
+  }
+  return pieces;
+}
 
 }  // namespace
 
@@ -224,7 +332,23 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
     for (const Tensor& t : graphs.back().tensors) sizes.push_back(t.bytes);
     kind.push_back(kinds.emplace(sizes, static_cast<int>(kinds.size())).first->second);
   }
-  Replay replay(expandable, capacity_bytes);
+  // The start-up, with the distributed optimizer (without it nothing is freed before the step:
+  // the parameters and the gradient buffer stay where they were allocated, beside the pool).
+  std::vector<std::vector<double>> chunks;
+  std::vector<double> pieces;
+  if (L.distributed_optimizer && !L.zero3) {
+    int64_t longest = 0;
+    for (const PlanMicroBatch& mb : micro_batches)
+      for (int64_t len : mb.lengths) longest = std::max(longest, len);
+    for (int c = 0; c < L.vp; ++c) chunks.push_back(chunk_parameter_tensors(model, L, stage, c, longest));
+    pieces = first_shard_pieces(L, chunks);
+  }
+  double start_up = 0;  // what the start-up leaves allocated: the capacity excludes it already
+  for (const auto& tensors : chunks)
+    for (double n : tensors) start_up += (2 + L.grad_bytes()) * n;
+  for (double n : pieces) start_up += 12 * n;
+  Replay replay(expandable, capacity_bytes + start_up);
+  if (!chunks.empty()) replay.start_up(chunks, pieces, L.grad_bytes());
   // (micro-batch, chunk) -> its layers' tensors, from the forward to the backward.
   std::map<std::pair<int, int>, std::vector<std::optional<Allocation>>> in_flight;
   std::vector<std::optional<Allocation>> gradient_buffer;

@@ -20,9 +20,18 @@
 //     their fp32 copy (the softmax, kept), the logits freed; its backward starts with the logits'
 //     16-bit gradient, frees the softmax, makes the output layer's input gradient and frees the
 //     logits' gradient (micro_batch_loss_tensors);
-// Left out: parameters, gradients and optimizer state (allocated once, beside this pool: the
-// capacity excludes them), the output layer's weight gradient and its saved input, the
-// embedding's gradient, ZeRO-3's gathered layers, communication buffers.
+//   - with Megatron's distributed optimizer (not ZeRO-3), the start-up first: the stage's
+//     parameters as the model builds them (chunk_parameter_tensors), then per chunk its DDP's
+//     16-bit parameter buffer and gradient buffer, the originals copied in and freed — their
+//     blocks stay cached, where the step's tensors may or may not fit — then the optimizer's fp32
+//     master shards (each made through a 16-bit clone) and Adam moments of the rank's pieces (the
+//     first DP×CP shard of each bucket). What the start-up leaves allocated is not reported: the
+//     peaks are the pool's, as without it. Without the distributed optimizer nothing is freed at
+//     start-up: the parameters and buffers sit in segments of their own, beside the pool.
+// Left out: parameters, gradients and optimizer state without the distributed optimizer
+// (allocated once, beside this pool: the capacity excludes them), the output layer's weight
+// gradient and its saved input, the embedding's gradient, ZeRO-3's gathered layers,
+// communication buffers, allocations on other streams.
 #pragma once
 
 #include <vector>
@@ -39,6 +48,15 @@ struct AllocatorReplay {
   bool out_of_memory = false;  // a request failed under the capacity after the cache was freed
   double overhead() const { return peak_reserved - peak_requested; }
 };
+
+// One TP rank's parameter tensors of a stage's chunk, in elements, in the order Megatron's GPT
+// model builds them: the embeddings (first chunk of the first stage), then per layer its norm,
+// QKV and projection (and biases), norm, FC1 and FC2 (and biases), then the final norm and the
+// output layer (last chunk of the last stage; a copy of the embedding there when tied and pp > 1).
+// Column- and row-parallel weights are split over the TP ranks, norms and row-parallel biases are
+// not (megatron/core/tensor_parallel/layers.py). seq_length sizes a learned position table.
+std::vector<double> chunk_parameter_tensors(const ModelShape& model, const ParallelConfig& layout, int stage, int chunk,
+                                            int64_t seq_length);
 
 // expandable: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. capacity_bytes: what the device
 // leaves for activations (its memory less weights, optimizer state and the reserved overheads).

@@ -151,6 +151,51 @@ TEST(AllocatorReplay, SkippingASettledSteadyStateKeepsItsPeaks) {
   EXPECT_EQ(a.peak_reserved, b.peak_reserved);
 }
 
+TEST(AllocatorReplay, AStagesParameterTensorsAreItsParameters) {
+  // At t = 1 nothing is replicated over TP ranks: the tensors sum to the stage's parameters.
+  for (const char* name : {"llama2_7b.json", "gpt_18.4b.json"}) {
+    const ModelShape m = *load_model(default_experiments_dir() / "models" / name);
+    ParallelConfig L = layout("full", 4);
+    L.tp = 1;
+    L.num_gpus = 4;
+    L.vp = 2;
+    for (int s = 0; s < 4; ++s) {
+      double sum = 0;
+      for (int c = 0; c < 2; ++c)
+        for (double n : chunk_parameter_tensors(m, L, s, c, 2048)) sum += n;
+      EXPECT_DOUBLE_EQ(sum, params_per_gpu(m, L, 2048, s)) << name << " stage " << s;
+    }
+  }
+  // At t = 2 the weights split and the norms do not: Llama-2 7B's first stage of 16 layers holds
+  // half its weights, plus the norms' 2·4,096 per layer whole.
+  const ParallelConfig L = layout("full");
+  double sum = 0;
+  for (double n : chunk_parameter_tensors(llama(), L, 0, 0, 4096)) sum += n;
+  EXPECT_DOUBLE_EQ(sum, params_per_gpu(llama(), L, 4096, 0) + 16 * 2 * 4096 / 2.0);
+}
+
+TEST(AllocatorReplay, TheDistributedOptimizersStartUpLeavesTheParametersBlocksCached) {
+  // Megatron's DDP copies each parameter into its buffer and frees it: under the default allocator
+  // the originals' segments (48, 16, 86 and 43 MiB per layer at t = 2, the embedding's 125 MiB)
+  // stay reserved, and the step's tensors (64–344 MiB) fit few of them; the optimizer's fp32
+  // master shards take some. Under expandable segments the originals were contiguous: one free
+  // range the step's tensors split. The tensors' peak is the same either way.
+  ParallelConfig L = layout("full");
+  L.num_gpus = 8;  // dp 2
+  const std::vector<PlanMicroBatch> mbs(8, PlanMicroBatch{{4096, 4096, 4096, 4096}, 1, -1, 1});  // b = 4
+  ParallelConfig D = L;
+  D.distributed_optimizer = true;
+  const AllocatorReplay plain = replay(L, mbs, false), started = replay(D, mbs, false);
+  const AllocatorReplay plain_x = replay(L, mbs, true), started_x = replay(D, mbs, true);
+  EXPECT_DOUBLE_EQ(started.peak_requested, plain.peak_requested);
+  EXPECT_DOUBLE_EQ(started_x.peak_requested, plain_x.peak_requested);
+  EXPECT_GT(started.overhead(), plain.overhead() + 0.5 * GiB);
+  EXPECT_LT(started_x.overhead() - plain_x.overhead(), 0.25 * (started.overhead() - plain.overhead()));
+  // The start-up's own peak (originals beside the buffers) is not the step's: a capacity with room
+  // for the step's tensors and what the start-up leaves cached runs.
+  EXPECT_FALSE(replay(D, mbs, false, started.peak_reserved).out_of_memory);
+}
+
 TEST(AllocatorReplay, EstimateMemoryChargesTheReplayAndReportsItsFailure) {
   Plan plan;
   plan.layout = layout("selective");

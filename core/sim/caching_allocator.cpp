@@ -89,6 +89,12 @@ void CachingAllocator::index(int id, bool insert) {
   blocks_[id].entry = pool.insert(std::move(node)).position;
 }
 
+void CachingAllocator::reset_peaks() {
+  stats_.peak_requested = stats_.requested;
+  stats_.peak_allocated = stats_.allocated;
+  stats_.peak_reserved = stats_.reserved;
+}
+
 void CachingAllocator::note_peaks() {
   stats_.peak_requested = std::max(stats_.peak_requested, stats_.requested);
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);

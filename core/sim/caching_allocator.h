@@ -67,6 +67,8 @@ class CachingAllocator {
   void free(Allocation allocation);
   // torch.cuda.empty_cache(): what the OOM path does, on demand.
   void release_cached();
+  // torch.cuda.reset_peak_memory_stats(): every peak becomes its current value.
+  void reset_peaks();
 
   const AllocatorStats& stats() const { return stats_; }
   // Rounding and segment sizing, as the allocator applies them.
