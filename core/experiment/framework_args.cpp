@@ -248,6 +248,9 @@ FrameworkArgs torchtitan_config(const PointConfig& point) {
   if (l.cp > 1 && (l.cp_comm_type == "a2a" || l.cp_comm_type == "a2a+p2p"))
     out.notes.push_back("torchtitan's CP is ring attention (KV rotated by all-to-all or all-gathered): it has no "
                         "head-parallel (Ulysses) " + l.cp_comm_type + "; the config uses the ring");
+  if (l.tp == 1 && l.loss != "torch")
+    out.notes.push_back("torchtitan's loss at tp 1 is torch's cross_entropy on fp32 logits (loss torch); this point "
+                        "prices Megatron's vocabulary-parallel loss");
   if (l.distributed_optimizer && !l.zero3)
     out.notes.push_back("torchtitan has no ZeRO-1 optimizer: FSDP without resharding after the forward "
                         "(data_parallel_shard_degree, \"never\") also shards gradients and parameters between steps");
@@ -329,6 +332,9 @@ Expected<FrameworkLayout> parse_torchtitan_config(const std::string& toml, int64
   l.tp_comm_overlap = text("parallelism.enable_async_tensor_parallel", "false") == "true";
   const std::string mode = text("activation_checkpoint.mode", "selective");
   l.recompute = mode == "full" || mode == "selective" ? mode : "none";
+  // torchtitan's loss: cross_entropy on the logits upcast to fp32, vocabulary-parallel under TP
+  // (loss_parallel).
+  l.loss = l.tp == 1 ? "torch" : "vocab_parallel";
   out.strategy = l.zero3 ? "zero3" : "ptdp";
   if (!errors.list.empty()) return errors;
   return out;

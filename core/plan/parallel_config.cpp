@@ -52,6 +52,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.max_seqlen_per_dp_cp_rank = o.integer_or("max_seqlen_per_dp_cp_rank", 0, 0, int64_t{1} << 40);
   p.dtype = o.choice_or("dtype", "bf16", {"bf16", "fp16"});
   p.attention_kernel = o.choice_or("attention_kernel", "flash", {"flash", "unfused"});
+  p.loss = o.choice_or("loss", "vocab_parallel", {"vocab_parallel", "torch"});
   p.elementwise_fusion = o.boolean_or("elementwise_fusion", true);
   p.overlap_p2p = o.boolean_or("overlap_p2p", false);
   p.async_tensor_model_parallel_allreduce = o.boolean_or("async_tensor_model_parallel_allreduce", false);

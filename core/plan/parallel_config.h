@@ -121,6 +121,13 @@ struct ParallelConfig {
   // "flash": fused attention (FlashAttention/cuDNN); "unfused": QKᵀ and ·V as batched GEMMs with
   // the s×s scores through HBM for softmax and dropout, as Megatron ran in 2021 (SC'21).
   std::string attention_kernel = "flash";
+  // The loss on the logits (core/sim/memory.h LossTensors; core/sim/layer_cost.cpp
+  // lower_output_layer): "vocab_parallel", Megatron's vocabulary-parallel cross-entropy, or
+  // "torch", torch.nn.functional.cross_entropy on the logits upcast to fp32 (torchtitan's train
+  // step; Hugging Face's causal-LM heads upcast likewise): a log_softmax and an NLL in fp32,
+  // each with its own output and gradient. "torch" needs tp = 1 (under TP, torchtitan's
+  // loss_parallel shards the vocabulary).
+  std::string loss = "vocab_parallel";
   // Megatron's element-wise fusions (SC'21 §4.2): bias + GeLU, bias + dropout + residual add, and
   // scale + mask + softmax (the last only matters with attention_kernel "unfused"). false runs each
   // as its own PyTorch kernel (--no-bias-gelu-fusion --no-bias-dropout-fusion

@@ -418,9 +418,16 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
         input = held.back();  // the next layer's input
         held.back().reset();
       }
-      if (loss) {  // the output layer's 16-bit logits, their fp32 copy kept as the softmax
-        std::optional<Allocation> logits = replay.allocate(lt.logits);
-        layers.back() = replay.allocate(lt.softmax);
+      if (loss) {  // the output layer's 16-bit logits, then the loss's tensors (LossTensors)
+        const double E = lt.entries;
+        std::optional<Allocation> logits = replay.allocate(2 * E);
+        if (L.loss == "torch") {  // the fp32 copy, log_softmax's output kept, the copy freed
+          std::optional<Allocation> copy = replay.allocate(4 * E);
+          layers.back() = replay.allocate(4 * E);
+          replay.release(copy);
+        } else {  // the fp32 copy, kept as the softmax
+          layers.back() = replay.allocate(4 * E);
+        }
         replay.release(logits);
       }
       replay.release(input);  // sent to the next stage (Megatron frees the output's storage)
@@ -428,12 +435,26 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       gradient_buffer.assign(n, std::nullopt);
       Handles gradients(gradient_buffer);
       if (loss && !layers.empty()) {
-        // The logits' 16-bit gradient (computed in the softmax's storage, then cast), the softmax
-        // freed, the output layer's input gradient made from it.
-        std::optional<Allocation> logits_gradient = replay.allocate(lt.logits);
-        replay.release(layers.back());
-        gradients.back() = replay.allocate(g.tensors.back().bytes);
-        replay.release(logits_gradient);
+        const double E = lt.entries;
+        if (L.loss == "torch") {
+          // nll_loss's fp32 gradient and log_softmax's input gradient beside its output; those two
+          // freed, the cast's 16-bit gradient, the fp32 one freed, the output layer's input
+          // gradient made from it.
+          std::optional<Allocation> nll_gradient = replay.allocate(4 * E), input_gradient = replay.allocate(4 * E);
+          replay.release(layers.back());
+          replay.release(nll_gradient);
+          std::optional<Allocation> logits_gradient = replay.allocate(2 * E);
+          replay.release(input_gradient);
+          gradients.back() = replay.allocate(g.tensors.back().bytes);
+          replay.release(logits_gradient);
+        } else {
+          // The logits' 16-bit gradient (computed in the softmax's storage, then cast), the
+          // softmax freed, the output layer's input gradient made from it.
+          std::optional<Allocation> logits_gradient = replay.allocate(2 * E);
+          replay.release(layers.back());
+          gradients.back() = replay.allocate(g.tensors.back().bytes);
+          replay.release(logits_gradient);
+        }
       } else {
         gradients.back() = replay.allocate(g.tensors.back().bytes);  // received from the next stage
       }

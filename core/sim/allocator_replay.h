@@ -16,10 +16,12 @@
 //     at twice the cost.
 // Variable-length micro-batches fragment the default allocator (different sizes cannot reuse each
 // other's blocks exactly); expandable segments grow in place instead (allocator_replay_test).
-//   - the chunk that holds the loss (memory.h holds_loss): after its layers the 16-bit logits, then
-//     their fp32 copy (the softmax, kept), the logits freed; its backward starts with the logits'
-//     16-bit gradient, frees the softmax, makes the output layer's input gradient and frees the
-//     logits' gradient (micro_batch_loss_tensors);
+//   - the chunk that holds the loss (memory.h holds_loss, LossTensors): after its layers the
+//     16-bit logits, then their fp32 copy, kept as the softmax (vocab_parallel) or freed once
+//     log_softmax's kept output exists (torch), the logits freed; its backward makes the loss's
+//     gradients (vocab_parallel: the logits' 16-bit one; torch: nll_loss's and log_softmax's in
+//     fp32, then the cast's), frees the kept tensor, makes the output layer's input gradient and
+//     frees the rest;
 //   - with Megatron's distributed optimizer (not ZeRO-3), the start-up first: the stage's
 //     parameters as the model builds them (chunk_parameter_tensors), then per chunk its DDP's
 //     16-bit parameter buffer and gradient buffer, the originals copied in and freed — their

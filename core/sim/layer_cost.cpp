@@ -555,15 +555,31 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
   const int64_t T = mb.rank_tokens();
   if (T == 0) return {};
   const Gemm logits{T, m.vocab / layout.tp, m.hidden};
-  // Vocabulary-parallel cross-entropy in fp32: the logits' max, sum of exponentials and target
-  // logit, each a pass over the logits followed by an all-reduce of [T] fp32 statistics.
-  const double logit_bytes = 4.0 * static_cast<double>(T) * m.vocab / layout.tp;
+  const double entries = static_cast<double>(T) * m.vocab / layout.tp, logit_bytes = 4.0 * entries;
   const GroupPlacement tp = tp_group(cost, layout);
   OpBuilder f(cost), b(cost);
   int last = f.gemm("logits", fwd(logits), {});
-  for (const char* pass : {"logits max", "sum exp", "target logit"})
-    last = f.tp("tp all-reduce", Collective::all_reduce, 4.0 * T, tp, {f.elementwise(pass, logit_bytes, {last})});
-  const int g = b.elementwise("cross-entropy bwd", 2 * logit_bytes, {});
+  int g = -1;
+  if (layout.loss == "torch") {
+    // cross_entropy(logits.float()): the cast (read 2, write 4 bytes per logit), log_softmax in
+    // fp32 — rows of V entries are past what ATen's shared-memory and register kernels hold, so
+    // cunn_SoftMaxForward reads each row for its max, again for its sum of exponentials and again
+    // to write it (aten/src/ATen/native/cuda/SoftMax.cu) — and nll_loss's gather of T targets.
+    // Backward: nll_loss's gradient (a zero fill of 4 bytes per logit, the targets scattered),
+    // log_softmax's (cunn_SoftMaxBackward: the gradient read for its row sum, then it and the
+    // output read and the input gradient written), the cast's (read 4, write 2).
+    last = f.elementwise("logits to fp32", 6 * entries, {last});
+    f.elementwise("log_softmax", 4 * logit_bytes, {last});
+    g = b.elementwise("nll_loss bwd", logit_bytes, {});
+    g = b.elementwise("log_softmax bwd", 4 * logit_bytes, {g});
+    g = b.elementwise("fp32 to logits bwd", 6 * entries, {g});
+  } else {
+    // Vocabulary-parallel cross-entropy in fp32: the logits' max, sum of exponentials and target
+    // logit, each a pass over the logits followed by an all-reduce of [T] fp32 statistics.
+    for (const char* pass : {"logits max", "sum exp", "target logit"})
+      last = f.tp("tp all-reduce", Collective::all_reduce, 4.0 * T, tp, {f.elementwise(pass, logit_bytes, {last})});
+    g = b.elementwise("cross-entropy bwd", 2 * logit_bytes, {});
+  }
   const int d = b.gemm("logits dgrad", dgrad(logits), {g});
   b.gemm("logits wgrad", wgrad(logits), {g});
   b.tp("tp all-reduce", Collective::all_reduce, kAct * static_cast<double>(T) * m.hidden, tp, {d});

@@ -97,7 +97,7 @@ int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelCo
 // Word (and position) embedding lookup on the first stage.
 LayerOps lower_embedding(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                          const PlanMicroBatch& mb);
-// Final norm, vocabulary-parallel logits GEMM and cross-entropy on the last stage.
+// Vocabulary-parallel logits GEMM and the loss (layout.loss) on the last stage.
 LayerOps lower_output_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                             const PlanMicroBatch& mb);
 

@@ -64,6 +64,40 @@ double sum(const OpList& ops, OpStream stream) {
   return s;
 }
 
+// HBM bytes of a pass's element-wise kernels (their measured shape).
+double elementwise_bytes(const OpList& ops) {
+  double s = 0;
+  for (const LayerOp& op : ops)
+    if (op.kernel == "memory_bound") s += op.shape.at("bytes");
+  return s;
+}
+
+TEST(LayerOps, TorchsCrossEntropyMakesMorePassesOverTheLogitsThanMegatrons) {
+  // Per fp32 logit, Megatron's loss reads 4 bytes in each of three passes (max, sum of
+  // exponentials, target) and its backward reads and writes once: 12 and 8 bytes. torch's
+  // cross_entropy(logits.float()): the cast 6 (2 read, 4 written), log_softmax 16 (three reads
+  // and a write); backward nll_loss's zero fill 4, log_softmax's 16, the cast's 6.
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape m = model("llama3_8b");
+  ParallelConfig layout;
+  layout.num_gpus = 1;
+  PlanMicroBatch mb;
+  mb.lengths = {8192};
+  const double logits = 8192.0 * m.vocab;
+  const LayerOps megatron = lower_output_layer(cost, m, layout, mb);
+  layout.loss = "torch";
+  const LayerOps torch = lower_output_layer(cost, m, layout, mb);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(megatron.forward), 12 * logits);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(megatron.backward), 8 * logits);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(torch.forward), 22 * logits);
+  EXPECT_DOUBLE_EQ(elementwise_bytes(torch.backward), 26 * logits);
+  // The GEMMs are the same: the difference in time is those passes at the HBM rate.
+  const double bw = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
+  auto compute = [](const OpList& ops) { return sum(ops, OpStream::compute); };
+  EXPECT_NEAR(compute(torch.forward) - compute(megatron.forward), 10 * logits / bw, 1e-3 * 10 * logits / bw);
+  EXPECT_NEAR(compute(torch.backward) - compute(megatron.backward), 18 * logits / bw, 1e-3 * 18 * logits / bw);
+}
+
 // The kernels a device replays (layer_ops_csv): every single-kernel GEMM, element-wise pass and
 // flash attention call of a layer, with the shape whose model time is exactly the op's; the
 // linears' forward, dgrad and wgrad GEMMs are Megatron's column/row-parallel shapes; the CSV is

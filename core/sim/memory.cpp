@@ -96,7 +96,8 @@ LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConf
   double tokens = 0;  // this CP rank's share of every sequence, as micro_batch_layer_tensors counts it
   for (int64_t len : mb.padded_lengths()) tokens += static_cast<double>((len + cp - 1) / cp);
   const double entries = tokens * static_cast<double>(model.vocab) / static_cast<double>(L.tp);
-  return {2 * entries, 4 * entries};
+  if (L.loss == "torch") return {entries, 4 * entries, 6 * entries, 8 * entries};
+  return {entries, 4 * entries, 2 * entries, 2 * entries};
 }
 
 bool holds_loss(const ParallelConfig& L, int64_t stage, int64_t chunk) { return stage == L.pp - 1 && chunk == L.vp - 1; }
@@ -188,24 +189,25 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     double during = held + buffers[0].bytes + buffers[1].bytes, workspace = 0;
     const LossTensors l = loss_of(i);
     if (ops[i].forward) {
-      // All of the forward's saved bytes exist at its end, the loss's softmax beside its logits.
-      during += saved(i) + l.softmax;
-      workspace = l.logits;
+      // All of the forward's saved bytes exist at its end, the loss's held tensor beside its
+      // forward's transients.
+      during += saved(i) + l.held;
+      workspace = l.forward;
     } else {
       // Backward of one layer at a time: what the mode dropped for that layer comes back while it
       // runs (full: the whole layer; selective: the scores; balanced: the norm and MLP activation
-      // outputs), after the loss's backward (the logits' gradient beside the softmax, which is then
+      // outputs), after the loss's backward (its gradients beside its held tensor, which is then
       // freed).
-      workspace = std::max(l.logits, dropped[ops[i].micro_batch] - l.softmax);  // dropped, without a loss
+      workspace = std::max(l.backward, dropped[ops[i].micro_batch] - l.held);  // dropped, without a loss
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: a forward's bytes are held; a backward frees what stayed on the device (its
     // copied-back share sits in a buffer, which it releases); offloaded shares released here leave.
     if (ops[i].forward) {
-      held += saved(i) + l.softmax;
+      held += saved(i) + l.held;
     } else {
       const int64_t f = off.forward_of[i];
-      held -= (f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i)) + l.softmax;
+      held -= (f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i)) + l.held;
       for (Buffer& b : buffers)
         if (b.user == static_cast<int64_t>(i)) b.user = -1;
     }

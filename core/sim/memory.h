@@ -58,17 +58,27 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
 std::vector<LayerTensor> micro_batch_layer_tensors(const ModelShape& model, const ParallelConfig& layout,
                                                    const PlanMicroBatch& mb);
 
-// The loss of `mb` on one of its CP ranks, on the stage that runs it (holds_loss), as Megatron's
-// vocabulary-parallel cross-entropy allocates it (NVIDIA/Megatron-LM
-// megatron/core/tensor_parallel/cross_entropy.py, core_r0.8 to main: calculate_logits_max copies the
-// logits to fp32, the exponentials and the softmax are computed in place in that copy, which
-// forward saves for the backward; the backward computes the gradient in place in it). With T the
-// rank's tokens (SP gathers them before the output layer) and V/t its vocabulary shard:
-//   - logits: the output layer's 16-bit logits, 2·T·V/t bytes, alive beside their fp32 copy while
-//     the loss's forward runs; the backward's 16-bit gradient of the logits is the same size;
-//   - softmax: the fp32 copy, 4·T·V/t bytes, held from the forward to the backward.
+// The loss of `mb` on one of its CP ranks, on the stage that runs it (holds_loss), as the
+// layout's `loss` allocates it. With E = T·V/t logits (T the rank's tokens, which SP gathers
+// before the output layer; V/t its vocabulary shard):
+//   - held: kept from the loss's forward to its backward;
+//   - forward: beside `held` at the forward's peak;
+//   - backward: beside `held` at the backward's peak, before `held` is freed.
+// "vocab_parallel" (NVIDIA/Megatron-LM megatron/core/tensor_parallel/cross_entropy.py, core_r0.8
+// to main: calculate_logits_max copies the logits to fp32, the exponentials and the softmax are
+// computed in place in that copy, which forward saves; the backward computes the gradient in place
+// in it): held, the fp32 copy (4E); forward, the 16-bit logits beside it (2E); backward, the
+// logits' 16-bit gradient cast from it (2E).
+// "torch" (cross_entropy(logits.float(), labels): log_softmax, then nll_loss; the autograd
+// formulas of pytorch tools/autograd/derivatives.yaml): held, log_softmax's fp32 output, which its
+// backward and nll_loss's read (4E); forward, the 16-bit logits and their fp32 copy, alive while
+// log_softmax writes its output (6E; the copy is saved by nothing and freed after it); backward,
+// nll_loss's fp32 input gradient (zeros with the targets scattered in) and log_softmax's fp32
+// input gradient, both beside the output (8E); then the output and the first freed, the cast's
+// 16-bit gradient beside the fp32 one (6E).
 struct LossTensors {
-  double logits = 0, softmax = 0;
+  double entries = 0;  // E, the logits of the rank
+  double held = 0, forward = 0, backward = 0;
 };
 LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb);
 // Whether chunk `chunk` of stage `stage` ends with the loss: the last stage's last chunk.

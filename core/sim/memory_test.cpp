@@ -83,6 +83,27 @@ TEST(MemoryTimeline, TheLastStageHoldsTheLossSoftmaxFromItsForwardToItsBackward)
                 1e-6 * 4.0 * 8192 * (128256 - 32000) / 2) << "op " << i;
 }
 
+TEST(MemoryTimeline, TorchsCrossEntropyPeaksWithItsFp32GradientsBesideItsLogSoftmax) {
+  // cross_entropy(logits.float()) keeps log_softmax's fp32 output (4 bytes per logit, as Megatron
+  // keeps its softmax) but peaks higher: beside it the 16-bit logits and their fp32 copy in the
+  // forward (6), nll_loss's and log_softmax's fp32 gradients in the backward (8, Megatron's 2).
+  // One stage, t = 1: the peak is a backward's, exactly 6 bytes per logit above Megatron's; what is
+  // held between ops is the same.
+  const ModelShape m = preset("llama3_8b");
+  Plan plan = ptdp_plan(1, 1, 2, 8192, 1);
+  plan.layout.sequence_parallel = false;
+  plan.layout.attention_kernel = "flash";
+  plan.layout.recompute = "full";
+  const auto schedule = pipeline_schedule("1f1b", 1, 2, 1);
+  const StageMemory megatron = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, 0);
+  plan.layout.loss = "torch";
+  const StageMemory torch = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, 0);
+  const double logits = 8192.0 * 128256;
+  EXPECT_NEAR(torch.peak + torch.peak_workspace - (megatron.peak + megatron.peak_workspace), 6 * logits, 1e-9 * logits);
+  ASSERT_EQ(torch.after_op.size(), megatron.after_op.size());
+  for (size_t i = 0; i < torch.after_op.size(); ++i) EXPECT_DOUBLE_EQ(torch.after_op[i], megatron.after_op[i]) << "op " << i;
+}
+
 TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
   const ModelShape llama = preset("llama2_13b");  // 40 layers, SwiGLU, no dropout
   Plan plan = ptdp_plan(4, 2, 16, 4096, 4);

@@ -342,6 +342,27 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   EXPECT_NE(piped.reason.find("deepspeed needs pp = 1"), std::string::npos) << piped.reason;
 }
 
+TEST_F(PtdpTest, TorchsLossRunsOnlyWhereTheVocabularyIsWhole) {
+  // FSDP at t = 1 with torch's cross-entropy: a step that fits, longer and higher in memory than
+  // with Megatron's loss (its extra fp32 passes and gradients); at t = 2 the planner refuses it.
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 8;
+  batch_.lengths.assign(8, 2048);
+  const Evaluation megatron = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  layout_.loss = "torch";
+  const Evaluation torch = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  ASSERT_EQ(megatron.status, "ok") << megatron.reason;
+  ASSERT_EQ(torch.status, "ok") << torch.reason;
+  EXPECT_GT(torch.metrics.at("step_time_s"), megatron.metrics.at("step_time_s"));
+  EXPECT_GT(torch.metrics.at("peak_memory_gib"), megatron.metrics.at("peak_memory_gib"));
+  layout_.num_gpus = 16;
+  layout_.tp = 2;
+  const Evaluation split = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_EQ(split.status, "infeasible");
+  EXPECT_NE(split.reason.find("loss torch needs tp = 1"), std::string::npos) << split.reason;
+}
+
 TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState) {
   model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
   layout_ = ParallelConfig{};
