@@ -463,7 +463,12 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
         gradients.back() = gradients.front();  // the previous layer's output gradient
         gradients.front().reset();
       }
-      replay.release(gradients.back());  // sent to the previous stage
+      if (holds_embedding(stage, op.chunk)) {  // the embedding's dense gradient, then the hook drops it
+        std::optional<Allocation> embedding = replay.allocate(embedding_gradient_bytes(model, L));
+        replay.release(gradients.back());
+        replay.release(embedding);
+      }
+      replay.release(gradients.back());  // sent to the previous stage (freed above on the first)
       in_flight.erase({op.micro_batch, op.chunk});
     }
     ++i;

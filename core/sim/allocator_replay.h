@@ -30,10 +30,13 @@
 //     first DP×CP shard of each bucket). What the start-up leaves allocated is not reported: the
 //     peaks are the pool's, as without it. Without the distributed optimizer nothing is freed at
 //     start-up: the parameters and buffers sit in segments of their own, beside the pool.
+//   - the first stage's first chunk ends its backward with the embedding's dense gradient
+//     (memory.h embedding_gradient_bytes), made beside the embedding output's gradient, which is
+//     then freed, and dropped once added into main_grad;
 // Left out: parameters, gradients and optimizer state without the distributed optimizer
 // (allocated once, beside this pool: the capacity excludes them), the output layer's weight
-// gradient and its saved input, the embedding's gradient, ZeRO-3's gathered layers,
-// communication buffers, allocations on other streams.
+// gradient and its saved input, ZeRO-3's gathered layers, communication buffers, allocations on
+// other streams.
 #pragma once
 
 #include <vector>

@@ -546,7 +546,15 @@ LayerOps lower_embedding(const CostModel& cost, const ModelShape& m, const Paral
   OpBuilder f(cost), b(cost);
   f.tp("tp all-reduce", Collective::all_reduce, bytes, tp_group(cost, layout),
        {f.elementwise("embedding", 3 * bytes, {})});
-  b.elementwise("embedding bwd", 3 * bytes, {});  // scatter-add of the gradient rows
+  // Backward: the table's dense 16-bit gradient zero-filled, the token rows' gradients
+  // scatter-added into it (memory.h embedding_gradient_bytes), then, with Megatron's DDP, added
+  // into main_grad by the parameter's hook (read 2 and the main gradient, write it): weight-
+  // gradient fusion covers the linears only, and without it chunk_cost adds every parameter's.
+  const double table = kAct * static_cast<double>(m.vocab) / static_cast<double>(layout.tp) * static_cast<double>(m.hidden);
+  int last = b.elementwise("embedding grad zero fill", table, {});
+  last = b.elementwise("embedding bwd", 3 * bytes, {last});  // scatter-add of the gradient rows
+  if (!layout.zero3 && layout.gradient_accumulation_fusion)
+    b.elementwise("embedding grad into main_grad", table + 2 * layout.grad_bytes() * table / kAct, {last});
   return {f.take(), b.take()};
 }
 

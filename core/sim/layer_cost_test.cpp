@@ -98,6 +98,27 @@ TEST(LayerOps, TorchsCrossEntropyMakesMorePassesOverTheLogitsThanMegatrons) {
   EXPECT_NEAR(compute(torch.backward) - compute(megatron.backward), 18 * logits / bw, 1e-3 * 18 * logits / bw);
 }
 
+TEST(LayerOps, TheEmbeddingsBackwardZeroFillsItsTableAndAddsItIntoMainGrad) {
+  // Per entry of the V/t × h table: a 16-bit zero fill (2 bytes), then, as Megatron's DDP hook
+  // adds it into the fp32 main_grad, 2 + 4 + 4; the token rows' scatter-add is 3 × 2 bytes per
+  // token and hidden unit. Without weight-gradient fusion chunk_cost adds every parameter's
+  // accumulation (the table's included), and FSDP has no main_grad: the fill alone stays.
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape m = model("llama3_8b");
+  ParallelConfig layout;
+  layout.num_gpus = 2;
+  layout.tp = 2;
+  PlanMicroBatch mb;
+  mb.lengths = {4096};
+  const double table = static_cast<double>(m.vocab) / 2 * m.hidden, rows = 4096.0 * m.hidden;
+  EXPECT_DOUBLE_EQ(elementwise_bytes(lower_embedding(cost, m, layout, mb).backward), 2 * table + 10 * table + 6 * rows);
+  layout.gradient_accumulation_fusion = false;
+  EXPECT_DOUBLE_EQ(elementwise_bytes(lower_embedding(cost, m, layout, mb).backward), 2 * table + 6 * rows);
+  layout.gradient_accumulation_fusion = true;
+  layout.zero3 = true;
+  EXPECT_DOUBLE_EQ(elementwise_bytes(lower_embedding(cost, m, layout, mb).backward), 2 * table + 6 * rows);
+}
+
 // The kernels a device replays (layer_ops_csv): every single-kernel GEMM, element-wise pass and
 // flash attention call of a layer, with the shape whose model time is exactly the op's; the
 // linears' forward, dgrad and wgrad GEMMs are Megatron's column/row-parallel shapes; the CSV is

@@ -102,6 +102,12 @@ LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConf
 
 bool holds_loss(const ParallelConfig& L, int64_t stage, int64_t chunk) { return stage == L.pp - 1 && chunk == L.vp - 1; }
 
+double embedding_gradient_bytes(const ModelShape& model, const ParallelConfig& L) {
+  return 2.0 * static_cast<double>(model.vocab) / static_cast<double>(L.tp) * static_cast<double>(model.hidden);
+}
+
+bool holds_embedding(int64_t stage, int64_t chunk) { return stage == 0 && chunk == 0; }
+
 double micro_batch_layer_bytes(const ModelShape& model, const ParallelConfig& L, const PlanMicroBatch& mb,
                                bool recompute_none) {
   double bytes = 0;
@@ -163,6 +169,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     dropped[k] = micro_batch_layer_bytes(model, L, micro_batches[k], true) - layer_bytes[k];
     loss[k] = micro_batch_loss_tensors(model, L, micro_batches[k]);
   }
+  const double embedding_gradient = embedding_gradient_bytes(model, L);
   // The loss's tensors of op i: none unless its chunk holds the loss.
   auto loss_of = [&](size_t i) { return holds_loss(L, stage, ops[i].chunk) ? loss[ops[i].micro_batch] : LossTensors{}; };
   auto saved = [&](size_t i) {
@@ -199,6 +206,8 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       // outputs), after the loss's backward (its gradients beside its held tensor, which is then
       // freed).
       workspace = std::max(l.backward, dropped[ops[i].micro_batch] - l.held);  // dropped, without a loss
+      // The embedding's gradient comes last, once the micro-batch's saved tensors are freed.
+      if (holds_embedding(stage, ops[i].chunk)) workspace = std::max(workspace, embedding_gradient - saved(i));
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: a forward's bytes are held; a backward frees what stayed on the device (its

@@ -83,6 +83,15 @@ struct LossTensors {
 LossTensors micro_batch_loss_tensors(const ModelShape& model, const ParallelConfig& layout, const PlanMicroBatch& mb);
 // Whether chunk `chunk` of stage `stage` ends with the loss: the last stage's last chunk.
 bool holds_loss(const ParallelConfig& layout, int64_t stage, int64_t chunk);
+// The embedding's dense weight gradient, made at the end of the first chunk's backward on the
+// first stage: ATen's embedding backward zero-fills a [V/t, h] gradient in the weights' 16-bit
+// dtype and scatter-adds the token rows into it (aten/src/ATen/native/cuda/Embedding.cu,
+// embedding_dense_backward_cuda; EmbeddingBackwardKernel.cu for more than 3,072 tokens); Megatron's
+// DDP hook then adds it into main_grad and drops it (megatron/core/distributed/
+// distributed_data_parallel.py, the parameters' backward hook: main_grad.add_(grad), grad = None):
+// 2·V/t·h bytes for the moment it lives, every micro-batch. (Its sort buffers are the tokens'.)
+double embedding_gradient_bytes(const ModelShape& model, const ParallelConfig& layout);
+bool holds_embedding(int64_t stage, int64_t chunk);
 
 // Bytes one layer saves for the backward of `mb` on one of its CP ranks (each holds 1/cp of every
 // sequence), under the layout's TP, SP, recompute mode and attention kernel.

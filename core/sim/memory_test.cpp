@@ -12,6 +12,7 @@
 
 #include "core/experiment/registry.h"
 #include "core/model/formulas.h"
+#include "core/sim/allocator_replay.h"
 
 namespace cpbench {
 namespace {
@@ -102,6 +103,31 @@ TEST(MemoryTimeline, TorchsCrossEntropyPeaksWithItsFp32GradientsBesideItsLogSoft
   EXPECT_NEAR(torch.peak + torch.peak_workspace - (megatron.peak + megatron.peak_workspace), 6 * logits, 1e-9 * logits);
   ASSERT_EQ(torch.after_op.size(), megatron.after_op.size());
   for (size_t i = 0; i < torch.after_op.size(); ++i) EXPECT_DOUBLE_EQ(torch.after_op[i], megatron.after_op[i]) << "op " << i;
+}
+
+TEST(MemoryTimeline, TheFirstStageEndsItsBackwardWithTheEmbeddingsDenseGradient) {
+  // A table of V × h in 16 bits, zero-filled and made whole for the moment the hook adds it into
+  // main_grad: with one layer a stage and 1K-token micro-batches it is the first stage's peak, so
+  // two vocabularies differ there by exactly 2 bytes per entry and hidden unit; the last stage has
+  // no embedding (its loss makes the vocabularies differ there by the loss's bytes instead). The
+  // allocator replay needs at least what the walk counts.
+  ModelShape big = preset("llama3_8b");  // vocabulary 128,256, h 4096
+  big.layers = 2;
+  ModelShape small = big;
+  small.vocab = 64000;
+  Plan plan = ptdp_plan(2, 1, 4, 1024, 1);
+  plan.layout.sequence_parallel = false;
+  plan.layout.attention_kernel = "flash";
+  plan.layout.recompute = "full";
+  const auto schedule = pipeline_schedule("1f1b", 2, 4, 1);
+  auto peak = [&](const ModelShape& m) {
+    const StageMemory sm = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, 0);
+    return sm.peak + sm.peak_workspace;
+  };
+  const double expected = 2.0 * (128256 - 64000) * 4096;
+  EXPECT_NEAR(peak(big) - peak(small), expected, 1e-9 * expected);
+  const AllocatorReplay replay = replay_stage_allocations(big, plan.layout, plan.micro_batches[0], *schedule, 0, false, 1e30);
+  EXPECT_GE(replay.peak_requested, peak(big));
 }
 
 TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {
