@@ -262,7 +262,6 @@ class Replay {
     start_up_bytes_ = static_cast<double>(allocator_.stats().requested);
     allocator_.reset_peaks();
   }
-  double start_up_bytes() const { return start_up_bytes_; }
 
   // The step's peaks, less what the start-up left allocated: the activation pool's.
   AllocatorReplay result() const {
@@ -420,14 +419,10 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       }
       if (loss) {  // the output layer's 16-bit logits, then the loss's tensors (LossTensors)
         const double E = lt.entries;
-        std::optional<Allocation> logits = replay.allocate(2 * E);
-        if (L.loss == "torch") {  // the fp32 copy, log_softmax's output kept, the copy freed
-          std::optional<Allocation> copy = replay.allocate(4 * E);
-          layers.back() = replay.allocate(4 * E);
-          replay.release(copy);
-        } else {  // the fp32 copy, kept as the softmax
-          layers.back() = replay.allocate(4 * E);
-        }
+        std::optional<Allocation> logits = replay.allocate(2 * E), copy;
+        if (L.loss == "torch") copy = replay.allocate(4 * E);  // log_softmax's input, freed once its output exists
+        layers.back() = replay.allocate(4 * E);  // kept: Megatron's fp32 copy (the softmax), or log_softmax's output
+        replay.release(copy);
         replay.release(logits);
       }
       replay.release(input);  // sent to the next stage (Megatron frees the output's storage)
@@ -435,26 +430,24 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
       gradient_buffer.assign(n, std::nullopt);
       Handles gradients(gradient_buffer);
       if (loss && !layers.empty()) {
+        // The logits' 16-bit gradient, the kept tensor freed, the output layer's input gradient
+        // made from it. Megatron computes it in the softmax's storage and casts; torch first makes
+        // nll_loss's fp32 gradient and log_softmax's input gradient beside its output, frees the
+        // output and the first, and casts the second.
         const double E = lt.entries;
+        std::optional<Allocation> logits_gradient;
         if (L.loss == "torch") {
-          // nll_loss's fp32 gradient and log_softmax's input gradient beside its output; those two
-          // freed, the cast's 16-bit gradient, the fp32 one freed, the output layer's input
-          // gradient made from it.
           std::optional<Allocation> nll_gradient = replay.allocate(4 * E), input_gradient = replay.allocate(4 * E);
           replay.release(layers.back());
           replay.release(nll_gradient);
-          std::optional<Allocation> logits_gradient = replay.allocate(2 * E);
+          logits_gradient = replay.allocate(2 * E);
           replay.release(input_gradient);
-          gradients.back() = replay.allocate(g.tensors.back().bytes);
-          replay.release(logits_gradient);
         } else {
-          // The logits' 16-bit gradient (computed in the softmax's storage, then cast), the
-          // softmax freed, the output layer's input gradient made from it.
-          std::optional<Allocation> logits_gradient = replay.allocate(2 * E);
+          logits_gradient = replay.allocate(2 * E);
           replay.release(layers.back());
-          gradients.back() = replay.allocate(g.tensors.back().bytes);
-          replay.release(logits_gradient);
         }
+        gradients.back() = replay.allocate(g.tensors.back().bytes);
+        replay.release(logits_gradient);
       } else {
         gradients.back() = replay.allocate(g.tensors.back().bytes);  // received from the next stage
       }
