@@ -149,6 +149,8 @@ std::string check_parallel_config(const ParallelConfig& p) {
   if (p.cp_comm_overlap && p.cp_comm_type != "all_gather")
     return "cp_comm_overlap needs cp_comm_type all_gather (Kwai's CP overlaps the K/V all-gather with the Q GEMM)";
   if (p.tp_comm_overlap && !p.sequence_parallel) return "tp_comm_overlap needs sequence_parallel (TransformerEngine's userbuffers overlap the SP collectives)";
+  if (p.loss == "torch" && p.tp > 1)
+    return "loss torch needs tp = 1 (under TP the vocabulary is sharded: torchtitan's loss_parallel, Megatron's vocab_parallel)";
   return "";
 }
 

@@ -267,7 +267,7 @@ class Replay {
   AllocatorReplay result() const {
     const AllocatorStats& s = allocator_.stats();
     return {static_cast<double>(s.peak_reserved) - start_up_bytes_, static_cast<double>(s.peak_requested) - start_up_bytes_,
-            !ok_};
+            !ok_, start_up_bytes_};
   }
 
  private:
@@ -280,21 +280,25 @@ class Replay {
 // The pieces of a stage's parameters in the first shard of the DP×CP group, in elements, as the
 // distributed optimizer shards them: each chunk's parameters sit in its buffer in reverse order,
 // cut into buckets (closed once they hold Megatron's bucket size, with overlap_grad_reduce; one
-// bucket without it), and each bucket's first 1/(dp·cp) is the rank's
-// (param_and_grad_buffer.py, distrib_optimizer.py _build_model_gbuf_range).
+// bucket without it, and for every chunk after the first: training.py get_model's
+// disable_bucketing = model_chunk_idx > 0), and each bucket's first 1/(dp·cp) is the rank's
+// (param_and_grad_buffer.py, distrib_optimizer.py _build_model_gbuf_range). Not followed: the
+// shared embedding's bucket of its own under tied embeddings with pp > 1.
 std::vector<double> first_shard_pieces(const ParallelConfig& L, const std::vector<std::vector<double>>& chunks) {
   const double shards = static_cast<double>(L.dp() * L.cp);
   const double bucket_size = !L.overlap_grad_reduce ? std::numeric_limits<double>::infinity()
                              : L.grad_reduce_bucket_params > 0 ? static_cast<double>(L.grad_reduce_bucket_params)
                                                                : std::max(40e6, 1e6 * shards);
   std::vector<double> pieces;
-  for (const auto& tensors : chunks) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const std::vector<double>& tensors = chunks[c];
+    const double bucket = c == 0 ? bucket_size : std::numeric_limits<double>::infinity();
     // Buckets as [first tensor, end) over the reversed order.
     std::vector<double> order(tensors.rbegin(), tensors.rend());
     for (size_t first = 0; first < order.size();) {
       size_t end = first;
       double size = 0;
-      while (end < order.size() && size < bucket_size) size += order[end++];
+      while (end < order.size() && size < bucket) size += order[end++];
       const double owned = size / shards;  // [0, owned) of the bucket is the first shard's
       double at = 0;
       for (size_t i = first; i < end && at < owned; ++i) {
@@ -342,7 +346,10 @@ AllocatorReplay replay_stage_allocations(const ModelShape& model, const Parallel
     for (int c = 0; c < L.vp; ++c) chunks.push_back(chunk_parameter_tensors(model, L, stage, c, longest));
     pieces = first_shard_pieces(L, chunks);
   }
-  double start_up = 0;  // what the start-up leaves allocated: the capacity excludes it already
+  // What the start-up leaves allocated, which the capacity excludes already (as stage_weight_bytes
+  // counts it: its norms split over t and its position table at the plan's longest sequence, a
+  // few kilobytes off these tensors').
+  double start_up = 0;
   for (const auto& tensors : chunks)
     for (double n : tensors) start_up += (2 + L.grad_bytes()) * n;
   for (double n : pieces) start_up += 12 * n;

@@ -51,6 +51,7 @@ struct AllocatorReplay {
   double peak_reserved = 0;   // what the allocator held from the driver at its peak
   double peak_requested = 0;  // what the trace's live tensors needed at their peak
   bool out_of_memory = false;  // a request failed under the capacity after the cache was freed
+  double start_up_bytes = 0;   // what the start-up left allocated (buffers, optimizer state), outside the peaks
   double overhead() const { return peak_reserved - peak_requested; }
 };
 

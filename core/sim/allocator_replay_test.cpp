@@ -196,9 +196,21 @@ TEST(AllocatorReplay, TheDistributedOptimizersStartUpLeavesTheParametersBlocksCa
   EXPECT_DOUBLE_EQ(started_x.peak_requested, plain_x.peak_requested);
   EXPECT_GT(started.overhead(), plain.overhead() + 0.5 * GiB);
   EXPECT_LT(started_x.overhead() - plain_x.overhead(), 0.25 * (started.overhead() - plain.overhead()));
-  // The start-up's own peak (originals beside the buffers) is not the step's: a capacity with room
-  // for the step's tensors and what the start-up leaves cached runs.
-  EXPECT_FALSE(replay(D, mbs, false, started.peak_reserved).out_of_memory);
+  EXPECT_EQ(plain.start_up_bytes, 0);
+  // What the start-up leaves allocated: the 16-bit parameters and the fp32 gradients of every
+  // chunk, and 12 bytes (master copy, two moments) for the rank's 1/(dp·cp) of them — here dp 2 ×
+  // cp 2, two chunks a stage (the second one bucket, the first in 40M-element buckets).
+  ParallelConfig C = D;
+  C.num_gpus = 16;
+  C.cp = 2;
+  C.vp = 2;
+  const auto schedule = pipeline_schedule("interleaved", 2, 8, 2);
+  const AllocatorReplay chunked = replay_stage_allocations(llama(), C, mbs, *schedule, 0, false, 1e30);
+  double params = 0;
+  for (int c = 0; c < 2; ++c)
+    for (double n : chunk_parameter_tensors(llama(), C, 0, c, 4096)) params += n;
+  const double want = (2 + 4) * params + 12 * params / 4;
+  EXPECT_NEAR(chunked.start_up_bytes, want, 1e-6 * want);
 }
 
 TEST(AllocatorReplay, EstimateMemoryChargesTheReplayAndReportsItsFailure) {

@@ -195,6 +195,10 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     }
     double during = held + buffers[0].bytes + buffers[1].bytes, workspace = 0;
     const LossTensors l = loss_of(i);
+    // What a backward frees from `held` as it ends: the share of its forward's saved bytes left on
+    // the device (the copied-back share sits in a buffer) and the loss's kept tensor.
+    const int64_t f = ops[i].forward ? -1 : off.forward_of[i];
+    const double freed = ops[i].forward ? 0 : (f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i)) + l.held;
     if (ops[i].forward) {
       // All of the forward's saved bytes exist at its end, the loss's held tensor beside its
       // forward's transients.
@@ -206,8 +210,8 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
       // outputs), after the loss's backward (its gradients beside its held tensor, which is then
       // freed).
       workspace = std::max(l.backward, dropped[ops[i].micro_batch] - l.held);  // dropped, without a loss
-      // The embedding's gradient comes last, once the micro-batch's saved tensors are freed.
-      if (holds_embedding(stage, ops[i].chunk)) workspace = std::max(workspace, embedding_gradient - saved(i));
+      // The embedding's gradient comes last, once what the backward frees is freed.
+      if (holds_embedding(stage, ops[i].chunk)) workspace = std::max(workspace, embedding_gradient - freed);
     }
     if (during + workspace > out.peak + out.peak_workspace) out.peak = during, out.peak_workspace = workspace;
     // After op i: a forward's bytes are held; a backward frees what stayed on the device (its
@@ -215,8 +219,7 @@ StageMemory stage_activation_memory(const ModelShape& model, const ParallelConfi
     if (ops[i].forward) {
       held += saved(i) + l.held;
     } else {
-      const int64_t f = off.forward_of[i];
-      held -= (f >= 0 && off.offloaded[f] ? (1 - alpha) * saved(f) : saved(i)) + l.held;
+      held -= freed;
       for (Buffer& b : buffers)
         if (b.user == static_cast<int64_t>(i)) b.user = -1;
     }

@@ -128,6 +128,16 @@ TEST(MemoryTimeline, TheFirstStageEndsItsBackwardWithTheEmbeddingsDenseGradient)
   EXPECT_NEAR(peak(big) - peak(small), expected, 1e-9 * expected);
   const AllocatorReplay replay = replay_stage_allocations(big, plan.layout, plan.micro_batches[0], *schedule, 0, false, 1e30);
   EXPECT_GE(replay.peak_requested, peak(big));
+  // One stage holds the embedding and the loss: by the table's moment the loss's kept tensor is
+  // freed too, so the walk counts no more than the replay allocates.
+  Plan one = ptdp_plan(1, 1, 2, 512, 1);
+  one.layout.sequence_parallel = false;
+  one.layout.attention_kernel = "flash";
+  one.layout.recompute = "full";
+  const auto single = pipeline_schedule("1f1b", 1, 2, 1);
+  const StageMemory walk = stage_activation_memory(big, one.layout, one.micro_batches[0], *single, 0);
+  const AllocatorReplay whole = replay_stage_allocations(big, one.layout, one.micro_batches[0], *single, 0, false, 1e30);
+  EXPECT_GE(whole.peak_requested, walk.peak + walk.peak_workspace);
 }
 
 TEST(MemoryTimeline, LlamaUsesItsOwnArchitecture) {

@@ -34,9 +34,6 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   // deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
   if (L.zero3 && L.zero3_sharding == "deepspeed" && L.pp > 1)
     return no("zero3_sharding deepspeed needs pp = 1 (DeepSpeed's pipeline engine refuses ZeRO stage 3)");
-  if (L.loss == "torch" && L.tp > 1)
-    return no("loss torch needs tp = 1 (under TP the vocabulary is sharded: torchtitan's loss_parallel, Megatron's "
-              "vocab_parallel)");
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
   if (auto why = divides("global batch (sequences)", sequences, "dp·micro_batch_size", per_replica); !why.empty())
