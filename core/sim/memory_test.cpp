@@ -34,6 +34,15 @@ Plan ptdp_plan(int64_t pp, int64_t vp, int64_t m, int64_t length, int64_t tp = 8
   return plan;
 }
 
+// One TP rank (t = 1, no SP), flash attention, full recompute: m micro-batches of `length` on pp stages.
+Plan flash_full_plan(int64_t pp, int64_t m, int64_t length) {
+  Plan plan = ptdp_plan(pp, 1, m, length, 1);
+  plan.layout.sequence_parallel = false;
+  plan.layout.attention_kernel = "flash";
+  plan.layout.recompute = "full";
+  return plan;
+}
+
 TEST(MemoryTimeline, GptMatchesMegatronTheoreticalActivationMemory) {
   const ModelShape gpt = preset("gpt_39.1b");  // 48 layers, h 8192
   const double s = 2048, h = static_cast<double>(gpt.hidden), H = static_cast<double>(gpt.ffn_hidden), t = 8;
@@ -91,10 +100,7 @@ TEST(MemoryTimeline, TorchsCrossEntropyPeaksWithItsFp32GradientsBesideItsLogSoft
   // One stage, t = 1: the peak is a backward's, exactly 6 bytes per logit above Megatron's; what is
   // held between ops is the same.
   const ModelShape m = preset("llama3_8b");
-  Plan plan = ptdp_plan(1, 1, 2, 8192, 1);
-  plan.layout.sequence_parallel = false;
-  plan.layout.attention_kernel = "flash";
-  plan.layout.recompute = "full";
+  Plan plan = flash_full_plan(1, 2, 8192);
   const auto schedule = pipeline_schedule("1f1b", 1, 2, 1);
   const StageMemory megatron = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, 0);
   plan.layout.loss = "torch";
@@ -115,10 +121,7 @@ TEST(MemoryTimeline, TheFirstStageEndsItsBackwardWithTheEmbeddingsDenseGradient)
   big.layers = 2;
   ModelShape small = big;
   small.vocab = 64000;
-  Plan plan = ptdp_plan(2, 1, 4, 1024, 1);
-  plan.layout.sequence_parallel = false;
-  plan.layout.attention_kernel = "flash";
-  plan.layout.recompute = "full";
+  Plan plan = flash_full_plan(2, 4, 1024);
   const auto schedule = pipeline_schedule("1f1b", 2, 4, 1);
   auto peak = [&](const ModelShape& m) {
     const StageMemory sm = stage_activation_memory(m, plan.layout, plan.micro_batches[0], *schedule, 0);
@@ -130,10 +133,7 @@ TEST(MemoryTimeline, TheFirstStageEndsItsBackwardWithTheEmbeddingsDenseGradient)
   EXPECT_GE(replay.peak_requested, peak(big));
   // One stage holds the embedding and the loss: by the table's moment the loss's kept tensor is
   // freed too, so the walk counts no more than the replay allocates.
-  Plan one = ptdp_plan(1, 1, 2, 512, 1);
-  one.layout.sequence_parallel = false;
-  one.layout.attention_kernel = "flash";
-  one.layout.recompute = "full";
+  const Plan one = flash_full_plan(1, 2, 512);
   const auto single = pipeline_schedule("1f1b", 1, 2, 1);
   const StageMemory walk = stage_activation_memory(big, one.layout, one.micro_batches[0], *single, 0);
   const AllocatorReplay whole = replay_stage_allocations(big, one.layout, one.micro_batches[0], *single, 0, false, 1e30);
