@@ -1,5 +1,8 @@
 #include "core/plan/parallel_config.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace cpbench {
 
 ParallelConfig parse_parallel_config(JsonObject& o) {
@@ -84,6 +87,12 @@ int64_t chunk_layers(const ParallelConfig& p, int64_t layers, int64_t stage, int
   if (stage == 0 && chunk == 0 && p.account_for_embedding_in_pipeline_split) --k;
   if (stage == p.pp - 1 && chunk == p.vp - 1 && p.account_for_loss_in_pipeline_split) --k;
   return k;
+}
+
+double grad_bucket_params(const ParallelConfig& p, int64_t chunk) {
+  if (!p.overlap_grad_reduce || chunk > 0) return std::numeric_limits<double>::infinity();
+  if (p.grad_reduce_bucket_params > 0) return static_cast<double>(p.grad_reduce_bucket_params);
+  return std::max(40e6, 1e6 * static_cast<double>(p.dp() * p.cp));
 }
 
 int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage) {

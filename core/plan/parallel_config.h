@@ -66,7 +66,7 @@ struct ParallelConfig {
   // "deepspeed" (DeepSpeed's stage 3: gathered and released per layer as "flat", except that a
   // parameter reused within stage3_max_reuse_distance elements is not released, so the last
   // layers stay gathered from their forward to their backward: deepspeed_layers_kept_gathered,
-  // core/sim/layer_cost.h; pp must be 1).
+  // core/sim/deepspeed_zero3.h; pp must be 1).
   std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
@@ -181,6 +181,12 @@ int64_t stage_layers(const ParallelConfig& p, int64_t layers, int64_t stage);
 // the stage's, or with the account_for_* splits the virtual stages' even share less the embedding
 // (first) or the loss (last) counted as a layer.
 int64_t chunk_layers(const ParallelConfig& p, int64_t layers, int64_t stage, int64_t chunk);
+
+// Parameters per gradient bucket of model chunk `chunk`, as Megatron Core's DDP cuts a chunk's
+// gradient buffer: with overlap_grad_reduce, grad_reduce_bucket_params (default max(40M, 1M × the
+// DP×CP size)); one bucket for the whole chunk (infinity) without it and for every chunk after the
+// first (megatron/training/training.py get_model: disable_bucketing = model_chunk_idx > 0).
+double grad_bucket_params(const ParallelConfig& p, int64_t chunk);
 
 // "" when `layers` split over the stages as the layout says (first/last stage counts, the rest
 // evenly over the middle stages, every stage's layers a multiple of vp; or the account_for_*

@@ -279,20 +279,15 @@ class Replay {
 
 // The pieces of a stage's parameters in the first shard of the DP×CP group, in elements, as the
 // distributed optimizer shards them: each chunk's parameters sit in its buffer in reverse order,
-// cut into buckets (closed once they hold Megatron's bucket size, with overlap_grad_reduce; one
-// bucket without it, and for every chunk after the first: training.py get_model's
-// disable_bucketing = model_chunk_idx > 0), and each bucket's first 1/(dp·cp) is the rank's
+// cut into buckets (closed once they hold grad_bucket_params), and each bucket's first 1/(dp·cp) is the rank's
 // (param_and_grad_buffer.py, distrib_optimizer.py _build_model_gbuf_range). Not followed: the
 // shared embedding's bucket of its own under tied embeddings with pp > 1.
 std::vector<double> first_shard_pieces(const ParallelConfig& L, const std::vector<std::vector<double>>& chunks) {
   const double shards = static_cast<double>(L.dp() * L.cp);
-  const double bucket_size = !L.overlap_grad_reduce ? std::numeric_limits<double>::infinity()
-                             : L.grad_reduce_bucket_params > 0 ? static_cast<double>(L.grad_reduce_bucket_params)
-                                                               : std::max(40e6, 1e6 * shards);
   std::vector<double> pieces;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const std::vector<double>& tensors = chunks[c];
-    const double bucket = c == 0 ? bucket_size : std::numeric_limits<double>::infinity();
+    const double bucket = grad_bucket_params(L, static_cast<int64_t>(c));
     // Buckets as [first tensor, end) over the reversed order.
     std::vector<double> order(tensors.rbegin(), tensors.rend());
     for (size_t first = 0; first < order.size();) {

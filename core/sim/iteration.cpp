@@ -8,6 +8,7 @@
 #include "core/common/json_reader.h"
 #include "core/model/formulas.h"
 #include "core/sim/cp_attention.h"
+#include "core/sim/deepspeed_zero3.h"
 #include "core/sim/engine.h"
 #include "core/sim/layer_cost.h"
 #include "core/sim/memory.h"
@@ -72,8 +73,9 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
       c.bwd += ops.layer_bwd_kept.next * kept;
     }
   }
-  if (!L.gradient_accumulation_fusion) {
+  if (!L.zero3 && !L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
+    // (ZeRO-3 has no main_grad: the 16-bit gradient is reduce-scattered from the backward.)
     c.bwd.compute_s += cost.memory_bound_s((2 * L.grad_bytes() + 2) * chunk_params_per_gpu(model, L, longest, stage, chunk));
     c.bwd.kernels += 1;
   }
@@ -459,10 +461,10 @@ class IterationGraph {
   // its time — in total, and the part after the chunk's last backward. Without
   // overlap_grad_reduce one collective after that backward. With it, Megatron's buckets: the
   // chunk's gradients in ceil(P / B) equal buckets of at most B parameters (B =
-  // grad_reduce_bucket_params, default Megatron Core's max(40M, 1M × DP×CP size)), each one
-  // collective issued as the backward completes it, all but the last during the chunk's last
-  // backward; each pays the collective's latency, the last is exposed after it. (Megatron closes
-  // a bucket at a tensor boundary once it holds B; the exact remainder is not modelled.)
+  // grad_bucket_params: one bucket for every chunk after the first), each one collective issued
+  // as the backward completes it, all but the last during the chunk's last backward; each pays
+  // the collective's latency, the last is exposed after it. (Megatron closes a bucket at a tensor
+  // boundary once it holds B; the exact remainder is not modelled.)
   // Each chunk's own gradients: its layers, and the embedding or output layer where they live.
   double chunk_grad_bytes(int s, int c) const {
     return L_.grad_bytes() * chunk_params_per_gpu(model_, L_, longest_, s, c);
@@ -481,10 +483,7 @@ class IterationGraph {
       return {t, t};
     }
     const double params = bytes / L_.grad_bytes();
-    const double bucket = L_.grad_reduce_bucket_params > 0
-                              ? static_cast<double>(L_.grad_reduce_bucket_params)
-                              : std::max(40e6, 1e6 * static_cast<double>(L_.dp() * L_.cp));
-    const double buckets = std::max(1.0, std::ceil(params / bucket));
+    const double buckets = std::max(1.0, std::ceil(params / grad_bucket_params(L_, c)));
     const double one = cost_.collective_s(grad_reduction_kind(), bytes / buckets, dp);
     return {buckets * one, one};
   }

@@ -704,22 +704,6 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
   return out;
 }
 
-int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length) {
-  if (!layout.zero3 || layout.zero3_sharding != "deepspeed" || !layout.zero3_reshard_after_forward ||
-      layout.dp() * layout.cp <= 1)
-    return 0;
-  constexpr double kMaxReuseDistance = 1e9, kMaxLiveParameters = 1e9;  // DeepSpeed's defaults, elements
-  const ParamCount pc = param_count(model, seq_length);
-  const double tp = static_cast<double>(layout.tp);
-  const double layer = pc.per_layer / tp;
-  const double output = (pc.output_layer > 0 ? pc.output_layer : pc.embedding) / tp;  // tied: the embedding
-  int64_t kept = 0;
-  while (kept < model.layers && 2 * output + 2 * static_cast<double>(kept) * layer < kMaxReuseDistance &&
-         static_cast<double>(kept + 1) * layer <= kMaxLiveParameters)
-    ++kept;
-  return kept;
-}
-
 PassCost RepeatedPass::times(double repeats) const {
   if (repeats <= 0) return {};
   PassCost p = first;

@@ -83,16 +83,6 @@ struct AttentionCost {
 // for cp > 1), else one flash (or unfused) call over the micro-batch's sequences.
 LayerOps lower_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention = nullptr);
-// DeepSpeed ZeRO-3 (zero3_sharding "deepspeed"; 0 otherwise): how many of the last layers stay
-// gathered from their forward to their backward, neither released nor gathered again. DeepSpeed
-// releases a parameter after its module ran unless the modules run next, traversed until
-// stage3_max_reuse_distance elements of their parameters have passed, use it again
-// (partitioned_param_coordinator.py, __params_to_release); layer k from the last is reused after
-// the k later layers' forward and backward and the output layer's (2·k·P + 2·output elements,
-// P the layer's parameters on this TP rank). The kept layers' parameters stay within
-// stage3_max_live_parameters. Both limits at DeepSpeed's defaults, 1e9 elements
-// (deepspeed/runtime/zero/config.py).
-int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
 
 // Word (and position) embedding lookup on the first stage.
 LayerOps lower_embedding(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,

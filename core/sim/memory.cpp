@@ -6,6 +6,7 @@
 #include "core/model/formulas.h"
 #include "core/model/model_flops.h"
 #include "core/sim/allocator_replay.h"
+#include "core/sim/deepspeed_zero3.h"
 #include "core/sim/layer_cost.h"
 
 namespace cpbench {
@@ -50,16 +51,22 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // FSDP2 (per_parameter) holds one layer more while a layer's parameters are copied out of
     // their all-gather's output (both alive), and the layer's 16-bit gradients beside their
     // copy in the reduce-scatter's input.
+    // DeepSpeed (deepspeed_zero3.h) instead holds what its coordinator has gathered at its peak
+    // (the last layers kept across the turn included) beside its persistent small tensors, and
+    // its gradients in the contiguous reduce bucket (reduce_bucket_size elements, allocated at
+    // start-up in the 16-bit dtype: stage3.py _setup_for_real_optimizer) beside the tensor whose
+    // gradient autograd has just made, before it is copied into the bucket.
     const double shards = static_cast<double>(L.dp() * L.cp);
+    const double sharded = (2 + L.grad_bytes() + 12) * params / shards;
+    if (L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward) {
+      const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
+      if (ds.peak > 0) return sharded + 2 * (ds.peak + ds.persistent) + 2 * (deepspeed::kReduceBucket + ds.largest);
+    }
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
-    // DeepSpeed keeps its last layers gathered across the turn from forward to backward
-    // (deepspeed_layers_kept_gathered): at the turn they are held beside the working set.
     const bool per_parameter = L.zero3_sharding == "per_parameter";
-    const double kept = static_cast<double>(deepspeed_layers_kept_gathered(model, L, longest));
-    const double gathered =
-        (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0) + 2 * kept * layer;
+    const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0);
     const double gradients = (L.grad_bytes() + (per_parameter ? 2 : 0)) * layer;
-    return (2 + L.grad_bytes() + 12) * params / shards + gathered + gradients;
+    return sharded + gathered + gradients;
   }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.
   return weight_and_optimizer_bytes(params, static_cast<int>(L.dp() * L.cp), L.distributed_optimizer, L.grad_bytes());

@@ -13,6 +13,7 @@
 #include "core/experiment/registry.h"
 #include "core/model/formulas.h"
 #include "core/sim/allocator_replay.h"
+#include "core/sim/deepspeed_zero3.h"
 
 namespace cpbench {
 namespace {
@@ -182,6 +183,56 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
   // buckets): a 2-byte main gradient, the master weights' fp32 gradient sharded with the optimizer.
   plan.layout.grad_reduce_in_fp32 = false;
   EXPECT_DOUBLE_EQ(estimate_memory(gpt, plan, over).weights_optimizer_bytes, (4 + 16.0 / 4) * params);
+}
+
+// DeepSpeed's stage 3 holds what its coordinator gathered (deepspeed_zero3.h), not two layers.
+// Layers far under stage3_max_live_parameters (1.7B: 75M elements): each module's prefetch adds
+// up to 50M, faster than the layers are consumed, so the gathered set climbs to the 1e9 limit
+// (overshooting by at most one tensor), 13 layers where FSDP holds 2. A layer over the limit
+// (GPT-3 175B at t = 1: 1.8B, FC1 and FC2 604M each) is never whole: at most the limit and one
+// tensor, and at least FC1 with FC2 prefetched beside it. Norms and biases (under 1e5 elements)
+// are resident; the reduce bucket (5e8 16-bit elements) is allocated whatever the model.
+TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
+  ParallelConfig L;
+  L.num_gpus = 8;
+  L.zero3 = true;
+  L.zero3_sharding = "deepspeed";
+  const ModelShape small = preset("gpt_1.7b");
+  const DeepSpeedGathered s = deepspeed_gathered(small, L, 2048);
+  const double h = static_cast<double>(small.hidden), layer = param_count(small, 2048).per_layer;
+  EXPECT_DOUBLE_EQ(s.largest, static_cast<double>(small.vocab) * h);  // the (tied) embedding
+  // Per layer two LayerNorms (2h each) and the biases of QKV (3h), the projection (h), FC1 (4h)
+  // and FC2 (h); the final LayerNorm.
+  EXPECT_DOUBLE_EQ(s.persistent, static_cast<double>(small.layers) * 13 * h + 2 * h);
+  EXPECT_GT(s.peak, deepspeed::kMaxLiveParameters - s.largest);
+  EXPECT_LE(s.peak, deepspeed::kMaxLiveParameters + s.largest);
+  EXPECT_GT(s.peak, 10 * layer);
+
+  const ModelShape big = preset("gpt3_175b");
+  const DeepSpeedGathered b = deepspeed_gathered(big, L, 2048);
+  const double H = static_cast<double>(big.hidden);
+  EXPECT_DOUBLE_EQ(b.largest, static_cast<double>(big.vocab) * H);
+  EXPECT_LE(b.peak, deepspeed::kMaxLiveParameters + b.largest);
+  EXPECT_GE(b.peak, 2 * 4 * H * H);  // FC1 with FC2
+  EXPECT_LT(b.peak, param_count(big, 2048).per_layer);
+
+  // In the memory walk: the sharded state, the coordinator's peak and the persistent tensors in
+  // 16 bits, the reduce bucket and one tensor's gradient.
+  Plan plan;
+  plan.layout = L;
+  plan.micro_batches.assign(8, std::vector<PlanMicroBatch>(1, PlanMicroBatch{{2048}, 1, -1, 1}));
+  const double params = params_per_gpu(small, L, 2048, 0);
+  EXPECT_NEAR(stage_weight_bytes(small, plan, 0),
+              (2 + L.grad_bytes() + 12) * params / 8 + 2 * (s.peak + s.persistent) + 2 * (5e8 + s.largest),
+              1e-9 * params);
+  // FSDP's flat units on the same model: two gathered layers and one layer's gradients.
+  plan.layout.zero3_sharding = "flat";
+  EXPECT_NEAR(stage_weight_bytes(small, plan, 0), (2 + L.grad_bytes() + 12) * params / 8 + (4 + L.grad_bytes()) * layer,
+              1e-9 * params);
+  // Not DeepSpeed, or nothing to shard: no coordinator.
+  EXPECT_EQ(deepspeed_gathered(small, plan.layout, 2048).peak, 0);
+  L.num_gpus = 1;
+  EXPECT_EQ(deepspeed_gathered(small, L, 2048).peak, 0);
 }
 
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count

@@ -9,6 +9,7 @@
 #include "core/common/json_reader.h"
 #include "core/cost/cost_model.h"
 #include "core/model/formulas.h"
+#include "core/sim/deepspeed_zero3.h"
 #include "core/sim/layer_cost.h"
 #include "core/sim/memory.h"
 
@@ -294,8 +295,8 @@ TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheCompu
 // DeepSpeed's stage 3 (zero3_sharding deepspeed) releases a layer's parameters after its forward
 // unless the modules run next use them again within stage3_max_reuse_distance (1e9) elements: the
 // last layers, whose backward follows after the later layers' and the output layer's, stay
-// gathered. Each of them is gathered once instead of twice (the bytes of one gather fewer) and held
-// across the turn (2 bytes per parameter); a model whose layers exceed the live-parameter limit
+// gathered. Each of them is gathered once instead of twice (the bytes of one gather fewer); a
+// model whose layers exceed the live-parameter limit
 // keeps none and is FSDP1's flat ZeRO-3; with pipeline stages it is infeasible.
 TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   const auto [flat, ds] = zero3_flat_and("deepspeed");
@@ -315,8 +316,10 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   const double ring = 7.0 / 8.0, gib = 1024.0 * 1024 * 1024;
   EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"),
               ring * 2 * static_cast<double>(kept) * pc.per_layer, 1e-6 * pc.total());
-  EXPECT_NEAR((ds.metrics.at("weights_optimizer_gib") - flat.metrics.at("weights_optimizer_gib")) * gib,
-              2 * static_cast<double>(kept) * pc.per_layer, 1e-6 * pc.total());
+  // Its memory is its coordinator's (memory_test): here more than flat's two layers, since the
+  // prefetch runs up to 1e9 live elements ahead of layers of 75M.
+  EXPECT_GT((ds.metrics.at("weights_optimizer_gib") - flat.metrics.at("weights_optimizer_gib")) * gib,
+            2 * static_cast<double>(kept) * pc.per_layer);
   EXPECT_LE(ds.metrics.at("step_time_s"), flat.metrics.at("step_time_s"));
 
   // Layers of more than 1e9 elements on a rank: none kept, the same step as flat ZeRO-3.
@@ -391,6 +394,11 @@ TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState)
   const double gib = 1024.0 * 1024 * 1024;
   EXPECT_NEAR(ddp.metrics.at("weights_optimizer_gib") * gib, 20 * pc.total(), 1e-6 * pc.total());
   EXPECT_NEAR(zero3.metrics.at("weights_optimizer_gib") * gib, 16 * pc.total() / d + 6 * pc.per_layer, 1e-6 * pc.total());
+  // ZeRO-3 has no main_grad to accumulate into: weight-gradient fusion changes nothing.
+  layout_.gradient_accumulation_fusion = false;
+  const Evaluation unfused = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_EQ(unfused.metrics.at("step_time_s"), zero3.metrics.at("step_time_s"));
+  layout_.gradient_accumulation_fusion = true;
   // Full recompute reruns the forward on the parameters the backward gathered: no extra gather.
   layout_.recompute = "full";
   const Evaluation recomputed = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
@@ -465,6 +473,23 @@ TEST_F(PtdpTest, GradientBucketsHideAllButTheLastBucketAndPayOneLatencyEach) {
   EXPECT_LT(bucketed, blocking);
   // Tiny buckets pay a collective's latency each: slower than the default, though overlapped.
   EXPECT_GT(step(true, 100000), bucketed);
+}
+
+// Megatron Core's buckets, which the time model and the allocator replay both cut with
+// grad_bucket_params: max(40M, 1M x DP x CP) by default, one bucket for a chunk after the first
+// (training.py get_model's disable_bucketing) and without overlap_grad_reduce.
+TEST_F(PtdpTest, GradientBucketsFollowMegatronsDefaultsAndDisableBucketingAfterTheFirstChunk) {
+  ParallelConfig L;
+  L.num_gpus = 128;
+  L.cp = 2;  // dp 64, dp x cp 128
+  EXPECT_EQ(grad_bucket_params(L, 0), 128e6);
+  L.num_gpus = 16;  // dp 8: the 40M floor
+  EXPECT_EQ(grad_bucket_params(L, 0), 40e6);
+  L.grad_reduce_bucket_params = 1000;
+  EXPECT_EQ(grad_bucket_params(L, 0), 1000);
+  EXPECT_TRUE(std::isinf(grad_bucket_params(L, 1)));
+  L.overlap_grad_reduce = false;
+  EXPECT_TRUE(std::isinf(grad_bucket_params(L, 0)));
 }
 
 TEST_F(PtdpTest, PipelineBubbleShrinksWithMoreMicroBatches) {

@@ -1,0 +1,142 @@
+#include "core/sim/deepspeed_zero3.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/model/formulas.h"
+
+namespace cpbench {
+
+namespace {
+
+bool deepspeed_stage3(const ParallelConfig& L) {
+  return L.zero3 && L.zero3_sharding == "deepspeed" && L.dp() * L.cp > 1;
+}
+
+}  // namespace
+
+int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length) {
+  if (!deepspeed_stage3(layout) || !layout.zero3_reshard_after_forward) return 0;
+  const ParamCount pc = param_count(model, seq_length);
+  const double tp = static_cast<double>(layout.tp);
+  const double layer = pc.per_layer / tp;
+  const double output = (pc.output_layer > 0 ? pc.output_layer : pc.embedding) / tp;  // tied: the embedding
+  int64_t kept = 0;
+  while (kept < model.layers && 2 * output + 2 * static_cast<double>(kept) * layer < deepspeed::kMaxReuseDistance &&
+         static_cast<double>(kept + 1) * layer <= deepspeed::kMaxLiveParameters)
+    ++kept;
+  return kept;
+}
+
+DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& L, int64_t seq_length) {
+  DeepSpeedGathered out;
+  if (!deepspeed_stage3(L)) return out;
+  // The parameters (this TP rank's share, as Megatron splits them: core/sim/allocator_replay.h
+  // chunk_parameter_tensors) and the modules that use them, in the forward's order.
+  std::vector<double> size;
+  std::vector<std::vector<int>> modules;
+  auto tensor = [&](double elements) {
+    size.push_back(elements);
+    return static_cast<int>(size.size()) - 1;
+  };
+  auto module = [&](std::vector<int> params) { modules.push_back(std::move(params)); };
+  const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
+  const double qkv = static_cast<double>((m.heads + 2 * m.kv_heads) * m.head_dim());
+  const double attention = static_cast<double>(m.heads * m.head_dim());
+  const double fc1 = static_cast<double>(m.ffn_hidden) * (m.gated_mlp ? 2 : 1), ffn = static_cast<double>(m.ffn_hidden);
+  auto norm = [&] {
+    std::vector<int> p = {tensor(h)};
+    if (m.norm == "layernorm") p.push_back(tensor(h));
+    module(p);
+  };
+  auto linear = [&](double weight, double bias) {
+    std::vector<int> p = {tensor(weight)};
+    if (m.bias) p.push_back(tensor(bias));
+    module(p);
+  };
+  const int embedding = tensor(static_cast<double>(m.vocab) / t * h);
+  module({});  // the embedding module; the word (and position) tables its submodules
+  module({embedding});
+  if (m.position_embedding == "learned") module({tensor(static_cast<double>(seq_length) * h)});
+  for (int64_t l = 0; l < m.layers; ++l) {
+    module({});  // the layer
+    norm();
+    module({});  // self-attention
+    linear(qkv / t * h, qkv / t);
+    module({});  // core attention
+    linear(h * attention / t, h);
+    norm();
+    module({});  // MLP
+    linear(fc1 / t * h, fc1 / t);
+    linear(h * ffn / t, h);
+  }
+  norm();
+  module({m.tied_embeddings ? embedding : tensor(static_cast<double>(m.vocab) / t * h)});
+
+  std::vector<bool> persistent(size.size());
+  for (size_t p = 0; p < size.size(); ++p) {
+    persistent[p] = size[p] < deepspeed::kPersistenceThreshold;
+    if (persistent[p]) out.persistent += size[p];
+    else out.largest = std::max(out.largest, size[p]);
+  }
+  // The step's trace: the forward's modules, then the backward's in reverse; each step's
+  // partitioned parameters as entries of the prefetch queue, [first[i], first[i + 1]).
+  std::vector<int> trace;
+  for (int i = 0; i < static_cast<int>(modules.size()); ++i) trace.push_back(i);
+  for (int i = static_cast<int>(modules.size()) - 1; i >= 0; --i) trace.push_back(i);
+  std::vector<int> queue;
+  std::vector<size_t> first;
+  std::vector<double> traversed = {0};  // all parameters of the steps before step i, persistent included
+  for (int module_index : trace) {
+    first.push_back(queue.size());
+    double numel = 0;
+    for (int p : modules[module_index]) {
+      if (!persistent[p]) queue.push_back(p);
+      numel += size[p];
+    }
+    traversed.push_back(traversed.back() + numel);
+  }
+  first.push_back(queue.size());
+  // Each entry's step, and the parameter's next entry (or none).
+  std::vector<size_t> step_of(queue.size());
+  for (size_t i = 0; i < trace.size(); ++i)
+    for (size_t e = first[i]; e < first[i + 1]; ++e) step_of[e] = i;
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> next_entry(queue.size(), kNone);
+  {
+    std::vector<size_t> later(size.size(), kNone);
+    for (size_t e = queue.size(); e-- > 0;) {
+      next_entry[e] = later[queue[e]];
+      later[queue[e]] = e;
+    }
+  }
+  std::vector<bool> gathered(size.size());
+  double live = 0;
+  size_t popped = 0;  // the queue's front
+  auto gather = [&](int p) {
+    if (gathered[p]) return 0.0;
+    gathered[p] = true;
+    live += size[p];
+    return size[p];
+  };
+  for (size_t i = 0; i < trace.size(); ++i) {
+    for (size_t e = first[i]; e < first[i + 1]; ++e) gather(queue[e]);
+    popped = std::max(popped, first[i + 1]);
+    const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
+    for (double prefetching = 0; popped < queue.size() && prefetching < budget;) prefetching += gather(queue[popped++]);
+    out.peak = std::max(out.peak, live);
+    // Released after the module, unless its next use is already in flight (prefetched) or comes
+    // within stage3_max_reuse_distance elements of the modules that run next.
+    for (size_t e = first[i]; e < first[i + 1]; ++e) {
+      const size_t next = next_entry[e];
+      const bool reused = next != kNone && (next < popped || traversed[step_of[next]] - traversed[i + 1] < deepspeed::kMaxReuseDistance);
+      if (!reused && gathered[queue[e]]) {
+        gathered[queue[e]] = false;
+        live -= size[queue[e]];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace cpbench

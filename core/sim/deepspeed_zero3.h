@@ -1,0 +1,54 @@
+// deepspeed_zero3.h — DeepSpeed's ZeRO stage 3 (zero3_sharding "deepspeed") as its parameter
+// coordinator and gradient buckets hold memory: which layers stay gathered across the turn from
+// forward to backward, how many parameters are gathered at once, what stays resident.
+// Requires: core/model/model.h, core/plan/parallel_config.h. Its limits are DeepSpeed's defaults
+// (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig), in elements; cpbench does not expose
+// them as settings.
+#pragma once
+
+#include <cstdint>
+
+#include "core/model/model.h"
+#include "core/plan/parallel_config.h"
+
+namespace cpbench {
+
+namespace deepspeed {
+constexpr double kMaxLiveParameters = 1e9;      // stage3_max_live_parameters
+constexpr double kMaxReuseDistance = 1e9;       // stage3_max_reuse_distance
+constexpr double kPrefetchBucket = 5e7;         // stage3_prefetch_bucket_size
+constexpr double kPersistenceThreshold = 1e5;   // stage3_param_persistence_threshold
+constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguous_gradients on)
+}  // namespace deepspeed
+
+// How many of the last layers stay gathered from their forward to their backward, neither
+// released nor gathered again (0 unless zero3_sharding "deepspeed" shards over dp·cp > 1).
+// DeepSpeed releases a parameter after its module ran unless the modules run next, traversed
+// until stage3_max_reuse_distance elements of their parameters have passed, use it again
+// (partitioned_param_coordinator.py, __params_to_release); layer k from the last is reused after
+// the k later layers' forward and backward and the output layer's (2·k·P + 2·output elements, P
+// the layer's parameters on this TP rank). The kept layers' parameters stay within
+// stage3_max_live_parameters.
+int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
+
+// The gathered parameters of one rank over a step, in elements of this TP rank's share.
+struct DeepSpeedGathered {
+  double peak = 0;        // the most gathered at once, beside the persistent ones
+  double persistent = 0;  // parameters under stage3_param_persistence_threshold: never partitioned
+  double largest = 0;     // the largest partitioned tensor (its 16-bit gradient exists whole)
+};
+
+// DeepSpeed's coordinator replayed over the step's module trace (the forward's modules in order,
+// then the backward's in reverse; Megatron-DeepSpeed's GPT: per layer the layer, its input norm,
+// self-attention, QKV, core attention, projection, post-attention norm, MLP, FC1 and FC2
+// modules, so 10 hooks; before them the embedding, after them the final norm and the output
+// layer). At each module (partitioned_param_coordinator.py fetch_sub_module): its parameters are
+// gathered if they are not, then the next ones in the trace are prefetched while fewer than
+// min(stage3_max_live_parameters − those gathered, stage3_prefetch_bucket_size) elements have
+// been in this round (so at least one tensor, even one larger than the bucket); after it runs its
+// parameters are released, except the kept layers' at the turn and any already prefetched for a
+// later use. Tensors under the persistence threshold (norms, biases) are resident instead. Zero
+// when the layout is not DeepSpeed's stage 3.
+DeepSpeedGathered deepspeed_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
+
+}  // namespace cpbench
