@@ -65,7 +65,7 @@ struct ParallelConfig {
   // _fsdp_collectives.py, foreach_all_gather_copy_out and foreach_reduce_scatter_copy_in), or
   // "deepspeed" (DeepSpeed's stage 3: gathered and released per layer as "flat", except that a
   // parameter reused within stage3_max_reuse_distance elements is not released, so the last
-  // layers stay gathered from their forward to their backward: deepspeed_layers_kept_gathered,
+  // layers stay gathered from their forward to their backward: deepspeed_gathered's layers_kept,
   // core/sim/deepspeed_zero3.h; pp must be 1).
   std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"

@@ -62,7 +62,7 @@ LayerGraph layer_graph(const ModelShape& m, const ParallelConfig& L, const std::
   auto op = [&](std::vector<int> in, std::vector<int> out, double weight_elements = 0) {
     std::erase(in, -1);
     std::erase(out, -1);
-    g.ops.push_back({in, out, L.gradient_accumulation_fusion ? 0 : 2 * weight_elements});
+    g.ops.push_back({in, out, L.gradient_accumulation_fusion || L.zero3 ? 0 : 2 * weight_elements});  // ZeRO-3: no main_grad
   };
   const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
   const double H = static_cast<double>(m.ffn_hidden) * (m.gated_mlp ? 2 : 1);

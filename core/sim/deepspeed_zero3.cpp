@@ -3,30 +3,16 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/model/formulas.h"
 
 namespace cpbench {
 
 namespace {
 
 bool deepspeed_stage3(const ParallelConfig& L) {
-  return L.zero3 && L.zero3_sharding == "deepspeed" && L.dp() * L.cp > 1;
+  return L.zero3 && L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward && L.dp() * L.cp > 1;
 }
 
 }  // namespace
-
-int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length) {
-  if (!deepspeed_stage3(layout) || !layout.zero3_reshard_after_forward) return 0;
-  const ParamCount pc = param_count(model, seq_length);
-  const double tp = static_cast<double>(layout.tp);
-  const double layer = pc.per_layer / tp;
-  const double output = (pc.output_layer > 0 ? pc.output_layer : pc.embedding) / tp;  // tied: the embedding
-  int64_t kept = 0;
-  while (kept < model.layers && 2 * output + 2 * static_cast<double>(kept) * layer < deepspeed::kMaxReuseDistance &&
-         static_cast<double>(kept + 1) * layer <= deepspeed::kMaxLiveParameters)
-    ++kept;
-  return kept;
-}
 
 DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& L, int64_t seq_length) {
   DeepSpeedGathered out;
@@ -35,11 +21,16 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   // chunk_parameter_tensors) and the modules that use them, in the forward's order.
   std::vector<double> size;
   std::vector<std::vector<int>> modules;
+  std::vector<int64_t> layer_of;  // each module's layer, -1 outside the layers
+  int64_t layer = -1;
   auto tensor = [&](double elements) {
     size.push_back(elements);
     return static_cast<int>(size.size()) - 1;
   };
-  auto module = [&](std::vector<int> params) { modules.push_back(std::move(params)); };
+  auto module = [&](std::vector<int> params) {
+    modules.push_back(std::move(params));
+    layer_of.push_back(layer);
+  };
   const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
   const double qkv = static_cast<double>((m.heads + 2 * m.kv_heads) * m.head_dim());
   const double attention = static_cast<double>(m.heads * m.head_dim());
@@ -59,6 +50,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   module({embedding});
   if (m.position_embedding == "learned") module({tensor(static_cast<double>(seq_length) * h)});
   for (int64_t l = 0; l < m.layers; ++l) {
+    layer = l;
     module({});  // the layer
     norm();
     module({});  // self-attention
@@ -70,12 +62,13 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     linear(fc1 / t * h, fc1 / t);
     linear(h * ffn / t, h);
   }
+  layer = -1;
   norm();
   module({m.tied_embeddings ? embedding : tensor(static_cast<double>(m.vocab) / t * h)});
 
   std::vector<bool> persistent(size.size());
   for (size_t p = 0; p < size.size(); ++p) {
-    persistent[p] = size[p] < deepspeed::kPersistenceThreshold;
+    persistent[p] = size[p] <= deepspeed::kPersistenceThreshold;  // parameter_offload.py mark_persistent_parameters
     if (persistent[p]) out.persistent += size[p];
     else out.largest = std::max(out.largest, size[p]);
   }
@@ -110,7 +103,8 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
       later[queue[e]] = e;
     }
   }
-  std::vector<bool> gathered(size.size());
+  std::vector<bool> gathered(size.size()), released(size.size());
+  std::vector<bool> layer_regathered(static_cast<size_t>(m.layers));
   double live = 0;
   size_t popped = 0;  // the queue's front
   auto gather = [&](int p) {
@@ -120,7 +114,11 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     return size[p];
   };
   for (size_t i = 0; i < trace.size(); ++i) {
-    for (size_t e = first[i]; e < first[i + 1]; ++e) gather(queue[e]);
+    const int64_t l = layer_of[static_cast<size_t>(trace[i])];
+    for (size_t e = first[i]; e < first[i + 1]; ++e) {
+      if (i >= modules.size() && l >= 0 && released[queue[e]]) layer_regathered[static_cast<size_t>(l)] = true;
+      gather(queue[e]);
+    }
     popped = std::max(popped, first[i + 1]);
     const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
     for (double prefetching = 0; popped < queue.size() && prefetching < budget;) prefetching += gather(queue[popped++]);
@@ -132,10 +130,12 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
       const bool reused = next != kNone && (next < popped || traversed[step_of[next]] - traversed[i + 1] < deepspeed::kMaxReuseDistance);
       if (!reused && gathered[queue[e]]) {
         gathered[queue[e]] = false;
+        released[queue[e]] = true;
         live -= size[queue[e]];
       }
     }
   }
+  out.layers_kept = std::count(layer_regathered.begin(), layer_regathered.end(), false);
   return out;
 }
 

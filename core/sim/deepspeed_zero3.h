@@ -21,34 +21,32 @@ constexpr double kPersistenceThreshold = 1e5;   // stage3_param_persistence_thre
 constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguous_gradients on)
 }  // namespace deepspeed
 
-// How many of the last layers stay gathered from their forward to their backward, neither
-// released nor gathered again (0 unless zero3_sharding "deepspeed" shards over dp·cp > 1).
-// DeepSpeed releases a parameter after its module ran unless the modules run next, traversed
-// until stage3_max_reuse_distance elements of their parameters have passed, use it again
-// (partitioned_param_coordinator.py, __params_to_release); layer k from the last is reused after
-// the k later layers' forward and backward and the output layer's (2·k·P + 2·output elements, P
-// the layer's parameters on this TP rank). The kept layers' parameters stay within
-// stage3_max_live_parameters.
-int64_t deepspeed_layers_kept_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
-
 // The gathered parameters of one rank over a step, in elements of this TP rank's share.
 struct DeepSpeedGathered {
   double peak = 0;        // the most gathered at once, beside the persistent ones
   double persistent = 0;  // parameters under stage3_param_persistence_threshold: never partitioned
   double largest = 0;     // the largest partitioned tensor (its 16-bit gradient exists whole)
+  // Layers none of whose tensors is released between its forward and its backward: the last
+  // ones, held across the turn and not gathered again (the time model prices their backward
+  // without the gather).
+  int64_t layers_kept = 0;
 };
 
 // DeepSpeed's coordinator replayed over the step's module trace (the forward's modules in order,
-// then the backward's in reverse; Megatron-DeepSpeed's GPT: per layer the layer, its input norm,
+// then the backward's in reverse — DeepSpeed fires a container's pre-backward hook before its
+// children's, which moves only the modules without parameters; Megatron-DeepSpeed's GPT: per layer the layer, its input norm,
 // self-attention, QKV, core attention, projection, post-attention norm, MLP, FC1 and FC2
 // modules, so 10 hooks; before them the embedding, after them the final norm and the output
 // layer). At each module (partitioned_param_coordinator.py fetch_sub_module): its parameters are
 // gathered if they are not, then the next ones in the trace are prefetched while fewer than
 // min(stage3_max_live_parameters − those gathered, stage3_prefetch_bucket_size) elements have
-// been in this round (so at least one tensor, even one larger than the bucket); after it runs its
-// parameters are released, except the kept layers' at the turn and any already prefetched for a
-// later use. Tensors under the persistence threshold (norms, biases) are resident instead. Zero
-// when the layout is not DeepSpeed's stage 3.
+// been in this round (so at least one tensor, even one larger than the bucket; a tensor already
+// gathered is popped at no cost, so the queue's front can run past the turn into the backward);
+// after it runs, its parameters are released unless their next use was popped already or comes
+// before stage3_max_reuse_distance elements of the modules that run next have passed
+// (__params_to_release). Tensors of at most stage3_param_persistence_threshold elements (norms,
+// biases) are resident instead. Zero unless zero3_sharding "deepspeed" shards over dp·cp > 1
+// with reshard_after_forward (without it every layer stays gathered, as for FSDP).
 DeepSpeedGathered deepspeed_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
 
 }  // namespace cpbench

@@ -50,7 +50,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
-  out.kept = deepspeed_layers_kept_gathered(model, L, longest);
+  out.kept = deepspeed_gathered(model, L, longest).layers_kept;
   if (out.kept > 0) {
     ParallelConfig gathered = L;
     gathered.zero3_reshard_after_forward = false;

@@ -58,9 +58,9 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // gradient autograd has just made, before it is copied into the bucket.
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double sharded = (2 + L.grad_bytes() + 12) * params / shards;
-    if (L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward) {
+    if (L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward && shards > 1) {
       const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
-      if (ds.peak > 0) return sharded + 2 * (ds.peak + ds.persistent) + 2 * (deepspeed::kReduceBucket + ds.largest);
+      return sharded + 2 * (ds.peak + ds.persistent) + 2 * (deepspeed::kReduceBucket + ds.largest);
     }
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
     const bool per_parameter = L.zero3_sharding == "per_parameter";

@@ -186,9 +186,9 @@ TEST(MemoryTimeline, OverheadsAndShardingAddUp) {
 }
 
 // DeepSpeed's stage 3 holds what its coordinator gathered (deepspeed_zero3.h), not two layers.
-// Layers far under stage3_max_live_parameters (1.7B: 75M elements): each module's prefetch adds
+// Layers far under stage3_max_live_parameters (1.7B: 64M elements): each module's prefetch adds
 // up to 50M, faster than the layers are consumed, so the gathered set climbs to the 1e9 limit
-// (overshooting by at most one tensor), 13 layers where FSDP holds 2. A layer over the limit
+// (overshooting by at most one tensor), 17 layers where FSDP holds 2. A layer over the limit
 // (GPT-3 175B at t = 1: 1.8B, FC1 and FC2 604M each) is never whole: at most the limit and one
 // tensor, and at least FC1 with FC2 prefetched beside it. Norms and biases (under 1e5 elements)
 // are resident; the reduce bucket (5e8 16-bit elements) is allocated whatever the model.
@@ -207,6 +207,11 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_GT(s.peak, deepspeed::kMaxLiveParameters - s.largest);
   EXPECT_LE(s.peak, deepspeed::kMaxLiveParameters + s.largest);
   EXPECT_GT(s.peak, 10 * layer);
+  // The last layers are held across the turn (their backward entries are popped while they are
+  // still gathered), within the peak; the first ones are released and gathered again.
+  EXPECT_GT(s.layers_kept, 1);
+  EXPECT_LT(s.layers_kept, small.layers);
+  EXPECT_LE(static_cast<double>(s.layers_kept) * (layer - 13 * h), s.peak);
 
   const ModelShape big = preset("gpt3_175b");
   const DeepSpeedGathered b = deepspeed_gathered(big, L, 2048);
@@ -215,6 +220,7 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_LE(b.peak, deepspeed::kMaxLiveParameters + b.largest);
   EXPECT_GE(b.peak, 2 * 4 * H * H);  // FC1 with FC2
   EXPECT_LT(b.peak, param_count(big, 2048).per_layer);
+  EXPECT_EQ(b.layers_kept, 0);  // the output layer's 629M twice over the turn: past the reuse distance
 
   // In the memory walk: the sharded state, the coordinator's peak and the persistent tensors in
   // 16 bits, the reduce bucket and one tensor's gradient.
