@@ -183,7 +183,9 @@ TEST_F(SearchTest, TheBoundKnowsTheBytesAndMemoryTheSimulationReports) {
     for (const char* m : {"comm_bytes_nvlink", "comm_bytes_network", "comm_bytes_per_gpu", "peak_memory_gib"})
       EXPECT_DOUBLE_EQ(bound.metrics.at(m), sim.metrics.at(m)) << m << " t" << k.t << " c" << k.c << " p" << k.p;
     EXPECT_GT(bound.metrics.at("comm_bytes_per_gpu"), 0);
-    EXPECT_LE(bound.metrics.at("step_time_lower_bound_s"), sim.metrics.at("step_time_s"));
+    // A layout with nothing to overlap (DP x CP = 1, pp 1) sums the same terms in another order:
+    // equal up to rounding.
+    EXPECT_LE(bound.metrics.at("step_time_lower_bound_s"), sim.metrics.at("step_time_s") * (1 + 1e-12));
   }
 }
 
