@@ -1,70 +1,62 @@
 #include "core/sim/deepspeed_zero3.h"
 
 #include <algorithm>
+#include <cassert>
 #include <vector>
 
+#include "core/sim/allocator_replay.h"
 
 namespace cpbench {
-
-namespace {
 
 bool deepspeed_stage3(const ParallelConfig& L) {
   return L.zero3 && L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward && L.dp() * L.cp > 1;
 }
 
-}  // namespace
-
 DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& L, int64_t seq_length) {
   DeepSpeedGathered out;
   if (!deepspeed_stage3(L)) return out;
-  // The parameters (this TP rank's share, as Megatron splits them: core/sim/allocator_replay.h
-  // chunk_parameter_tensors) and the modules that use them, in the forward's order.
+  // The parameters (this TP rank's share, in Megatron's build order: chunk_parameter_tensors; pp
+  // is 1) and the modules that use them, in the forward's order.
   std::vector<double> size;
+  for (int c = 0; c < L.vp; ++c) {
+    const std::vector<double> chunk = chunk_parameter_tensors(m, L, 0, c, seq_length);
+    size.insert(size.end(), chunk.begin(), chunk.end());
+  }
   std::vector<std::vector<int>> modules;
   std::vector<int64_t> layer_of;  // each module's layer, -1 outside the layers
   int64_t layer = -1;
-  auto tensor = [&](double elements) {
-    size.push_back(elements);
-    return static_cast<int>(size.size()) - 1;
-  };
-  auto module = [&](std::vector<int> params) {
+  int built = 0;  // the tensors taken so far
+  auto module = [&](int tensors) {
+    std::vector<int> params;
+    for (int k = 0; k < tensors; ++k) params.push_back(built++);
     modules.push_back(std::move(params));
     layer_of.push_back(layer);
   };
-  const double h = static_cast<double>(m.hidden), t = static_cast<double>(L.tp);
-  const double qkv = static_cast<double>((m.heads + 2 * m.kv_heads) * m.head_dim());
-  const double attention = static_cast<double>(m.heads * m.head_dim());
-  const double fc1 = static_cast<double>(m.ffn_hidden) * (m.gated_mlp ? 2 : 1), ffn = static_cast<double>(m.ffn_hidden);
-  auto norm = [&] {
-    std::vector<int> p = {tensor(h)};
-    if (m.norm == "layernorm") p.push_back(tensor(h));
-    module(p);
-  };
-  auto linear = [&](double weight, double bias) {
-    std::vector<int> p = {tensor(weight)};
-    if (m.bias) p.push_back(tensor(bias));
-    module(p);
-  };
-  const int embedding = tensor(static_cast<double>(m.vocab) / t * h);
-  module({});  // the embedding module; the word (and position) tables its submodules
-  module({embedding});
-  if (m.position_embedding == "learned") module({tensor(static_cast<double>(seq_length) * h)});
-  for (int64_t l = 0; l < m.layers; ++l) {
-    layer = l;
-    module({});  // the layer
-    norm();
-    module({});  // self-attention
-    linear(qkv / t * h, qkv / t);
-    module({});  // core attention
-    linear(h * attention / t, h);
-    norm();
-    module({});  // MLP
-    linear(fc1 / t * h, fc1 / t);
-    linear(h * ffn / t, h);
+  const int norm = m.norm == "layernorm" ? 2 : 1, linear = m.bias ? 2 : 1;
+  module(0);  // the embedding module; the word (and position) tables its submodules
+  module(1);
+  if (m.position_embedding == "learned") module(1);
+  for (layer = 0; layer < m.layers; ++layer) {
+    module(0);  // the layer
+    module(norm);
+    module(0);  // self-attention
+    module(linear);  // QKV
+    module(0);  // core attention
+    module(linear);  // projection
+    module(norm);
+    module(0);  // MLP
+    module(linear);  // FC1
+    module(linear);  // FC2
   }
   layer = -1;
-  norm();
-  module({m.tied_embeddings ? embedding : tensor(static_cast<double>(m.vocab) / t * h)});
+  module(norm);
+  if (m.tied_embeddings) {
+    modules.push_back({0});  // the output layer is the word embedding (tensor 0)
+    layer_of.push_back(-1);
+  } else {
+    module(1);
+  }
+  assert(built == static_cast<int>(size.size()));  // every tensor in one module
 
   std::vector<bool> persistent(size.size());
   for (size_t p = 0; p < size.size(); ++p) {

@@ -21,6 +21,10 @@ constexpr double kPersistenceThreshold = 1e5;   // stage3_param_persistence_thre
 constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguous_gradients on)
 }  // namespace deepspeed
 
+// Whether the layout is DeepSpeed's stage 3 as deepspeed_gathered replays it: zero3_sharding
+// "deepspeed" with reshard_after_forward over dp·cp > 1 ranks.
+bool deepspeed_stage3(const ParallelConfig& layout);
+
 // The gathered parameters of one rank over a step, in elements of this TP rank's share.
 struct DeepSpeedGathered {
   double peak = 0;        // the most gathered at once, beside the persistent ones

@@ -58,7 +58,7 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // gradient autograd has just made, before it is copied into the bucket.
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double sharded = (2 + L.grad_bytes() + 12) * params / shards;
-    if (L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward && shards > 1) {
+    if (deepspeed_stage3(L)) {
       const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
       return sharded + 2 * (ds.peak + ds.persistent) + 2 * (deepspeed::kReduceBucket + ds.largest);
     }
