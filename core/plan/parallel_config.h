@@ -63,10 +63,11 @@ struct ParallelConfig {
   // shard; the all-gather output is copied out into the parameters and the gradients copied in
   // to the reduce-scatter input, both on the compute stream — torch/distributed/fsdp/_fully_shard/
   // _fsdp_collectives.py, foreach_all_gather_copy_out and foreach_reduce_scatter_copy_in), or
-  // "deepspeed" (DeepSpeed's stage 3: gathered and released per layer as "flat", except that a
-  // parameter reused within stage3_max_reuse_distance elements is not released, so the last
-  // layers stay gathered from their forward to their backward: deepspeed_gathered's layers_kept,
-  // core/sim/deepspeed_zero3.h; pp must be 1).
+  // "deepspeed" (DeepSpeed's stage 3: gathered and released per module by its coordinator, which
+  // keeps a parameter reused within stage3_max_reuse_distance elements, so the last layers stay
+  // gathered from their forward to their backward and under full recomputation some tensors are
+  // gathered a third time; the gradients reduced in reduce_bucket_size buckets:
+  // deepspeed_gathered, core/sim/deepspeed_zero3.h; pp must be 1).
   std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <utility>
 #include <vector>
 
 #include "core/sim/allocator_replay.h"
@@ -64,11 +65,29 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     if (persistent[p]) out.persistent += size[p];
     else out.largest = std::max(out.largest, size[p]);
   }
-  // The step's trace: the forward's modules, then the backward's in reverse; each step's
-  // partitioned parameters as entries of the prefetch queue, [first[i], first[i + 1]).
+  out.layer_partitioned = 0;
+  for (size_t i = 0; i < modules.size(); ++i)
+    if (layer_of[i] == 0)
+      for (int p : modules[i])
+        if (!persistent[p]) out.layer_partitioned += size[p];
+  // The step's trace: the forward's modules, then the backward's in reverse. Under full
+  // recomputation each layer's forward runs again right before its backward, and its modules'
+  // forward hooks fetch as the first forward's did (the recomputed modules are in DeepSpeed's
+  // recorded trace: partitioned_param_coordinator.py record_module). Each step's partitioned
+  // parameters are entries of the prefetch queue, [first[i], first[i + 1]).
+  const bool recompute = L.recompute == "full";
   std::vector<int> trace;
   for (int i = 0; i < static_cast<int>(modules.size()); ++i) trace.push_back(i);
-  for (int i = static_cast<int>(modules.size()) - 1; i >= 0; --i) trace.push_back(i);
+  const size_t forward_steps = trace.size();
+  for (int i = static_cast<int>(modules.size()) - 1; i >= 0; --i) {
+    const int64_t l = layer_of[static_cast<size_t>(i)];
+    if (recompute && l >= 0 && (i + 1 == static_cast<int>(modules.size()) || layer_of[static_cast<size_t>(i) + 1] != l)) {
+      int begin = i;  // the layer's first module
+      while (begin > 0 && layer_of[static_cast<size_t>(begin) - 1] == l) --begin;
+      for (int r = begin; r <= i; ++r) trace.push_back(r);
+    }
+    trace.push_back(i);
+  }
   std::vector<int> queue;
   std::vector<size_t> first;
   std::vector<double> traversed = {0};  // all parameters of the steps before step i, persistent included
@@ -95,25 +114,26 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
       later[queue[e]] = e;
     }
   }
-  std::vector<bool> gathered(size.size()), released(size.size());
-  std::vector<bool> layer_regathered(static_cast<size_t>(m.layers));
+  std::vector<bool> gathered(size.size());
+  out.backward_gathered.assign(static_cast<size_t>(m.layers), 0.0);
   double live = 0;
   size_t popped = 0;  // the queue's front
-  auto gather = [&](int p) {
+  // Gathers entry e's parameter unless it is gathered; a gather for a layer's backward (or its
+  // recomputation) is counted to that layer.
+  auto gather = [&](size_t e) {
+    const int p = queue[e];
     if (gathered[p]) return 0.0;
     gathered[p] = true;
     live += size[p];
+    const int64_t l = layer_of[static_cast<size_t>(trace[step_of[e]])];
+    if (step_of[e] >= forward_steps && l >= 0) out.backward_gathered[static_cast<size_t>(l)] += size[p];
     return size[p];
   };
   for (size_t i = 0; i < trace.size(); ++i) {
-    const int64_t l = layer_of[static_cast<size_t>(trace[i])];
-    for (size_t e = first[i]; e < first[i + 1]; ++e) {
-      if (i >= modules.size() && l >= 0 && released[queue[e]]) layer_regathered[static_cast<size_t>(l)] = true;
-      gather(queue[e]);
-    }
+    for (size_t e = first[i]; e < first[i + 1]; ++e) gather(e);
     popped = std::max(popped, first[i + 1]);
     const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
-    for (double prefetching = 0; popped < queue.size() && prefetching < budget;) prefetching += gather(queue[popped++]);
+    for (double prefetching = 0; popped < queue.size() && prefetching < budget;) prefetching += gather(popped++);
     out.peak = std::max(out.peak, live);
     // Released after the module, unless its next use is already in flight (prefetched) or comes
     // within stage3_max_reuse_distance elements of the modules that run next.
@@ -122,12 +142,37 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
       const bool reused = next != kNone && (next < popped || traversed[step_of[next]] - traversed[i + 1] < deepspeed::kMaxReuseDistance);
       if (!reused && gathered[queue[e]]) {
         gathered[queue[e]] = false;
-        released[queue[e]] = true;
         live -= size[queue[e]];
       }
     }
   }
-  out.layers_kept = std::count(layer_regathered.begin(), layer_regathered.end(), false);
+  out.layers_kept = std::count(out.backward_gathered.begin(), out.backward_gathered.end(), 0.0);
+
+  // The gradients, each once its parameter's last backward use has run (DeepSpeed's hook sits on
+  // the parameter's gradient accumulator, so a tied embedding's fires after the embedding's
+  // backward: stage3.py create_reduce_and_remove_grad_hooks), persistent ones included, into the
+  // reduce bucket: a bucket that the next gradient would overflow is reduce-scattered first
+  // (reduce_independent_p_g_buckets_and_remove_grads), the last one at the backward's end
+  // (independent_gradient_partition_epilogue). What is flushed after the last layer's backward is
+  // the step's tail.
+  std::vector<size_t> last_use(size.size(), 0);
+  size_t last_layer_step = 0;
+  for (size_t i = forward_steps; i < trace.size(); ++i) {
+    for (int p : modules[static_cast<size_t>(trace[i])]) last_use[p] = i;
+    if (layer_of[static_cast<size_t>(trace[i])] >= 0) last_layer_step = i;
+  }
+  std::vector<std::pair<size_t, int>> ready;  // (step, parameter)
+  for (size_t p = 0; p < size.size(); ++p) ready.emplace_back(last_use[p], static_cast<int>(p));
+  std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  double bucket = 0;
+  for (const auto& [step, p] : ready) {
+    if (bucket > 0 && bucket + size[p] > deepspeed::kReduceBucket) {
+      if (step > last_layer_step) out.reduced_at_end += bucket;
+      bucket = 0;
+    }
+    bucket += size[p];
+  }
+  out.reduced_at_end += bucket;
   return out;
 }
 

@@ -28,19 +28,21 @@ struct ChunkCost {
 };
 
 // One micro-batch's ops, priced once: a layer (any number of copies), the embedding, the output
-// layer; under DeepSpeed's ZeRO-3 also the backward of a layer that stayed gathered since its
-// forward (no gather again), which the last `kept` layers run.
+// layer. Under DeepSpeed's ZeRO-3 a layer's backward gathers what the coordinator gathers again
+// for it (deepspeed_zero3.h): one pricing per distinct amount, with the number of layers that
+// gather it.
 struct MicroBatchOps {
   RepeatedPass layer_fwd, layer_bwd;
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
-  RepeatedPass layer_bwd_kept;
-  int64_t kept = 0;
+  std::vector<std::pair<int64_t, RepeatedPass>> deepspeed_bwd;  // (layers, their backward)
 };
 
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                                 const PlanMicroBatch& mb, const AttentionCost* attention, int64_t longest) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
-  const LayerOps layer = lower_layer(cost, model, L, mb, attention);
+  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
+  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1} : Zero3Gather{};
+  const LayerOps layer = lower_layer(cost, model, L, mb, attention, gather);
   const LayerOps embedding = lower_embedding(cost, model, L, mb);
   const LayerOps output = lower_output_layer(cost, model, L, mb);
   MicroBatchOps out;
@@ -50,12 +52,15 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
-  out.kept = deepspeed_gathered(model, L, longest).layers_kept;
-  if (out.kept > 0) {
-    ParallelConfig gathered = L;
-    gathered.zero3_reshard_after_forward = false;
-    out.layer_bwd_kept = price_repeated(cost, lower_layer(cost, model, gathered, mb, attention).backward);
+  std::map<double, int64_t> layers_gathering;
+  for (double elements : ds.backward_gathered) ++layers_gathering[elements];
+  for (const auto& [elements, layers] : layers_gathering) {
+    const Zero3Gather g{ds.layer_partitioned, elements};
+    out.deepspeed_bwd.emplace_back(layers, price_repeated(cost, lower_layer(cost, model, L, mb, attention, g).backward));
   }
+  // The most common amount first: its first copy carries the pass's start.
+  std::stable_sort(out.deepspeed_bwd.begin(), out.deepspeed_bwd.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
 }
 
@@ -64,14 +69,10 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   if (mb.lengths.empty()) return {};
   const double layers = static_cast<double>(chunk_layers(L, model.layers, stage, chunk));
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
-  if (ops.kept > 0 && stage == L.pp - 1 && chunk == L.vp - 1) {  // DeepSpeed: the last layers not gathered again
-    const double kept = std::min(static_cast<double>(ops.kept), layers);
-    if (kept >= layers) {
-      c.bwd = ops.layer_bwd_kept.times(layers);
-    } else {
-      c.bwd = ops.layer_bwd.times(layers - kept);
-      c.bwd += ops.layer_bwd_kept.next * kept;
-    }
+  if (!ops.deepspeed_bwd.empty()) {  // DeepSpeed: pp and vp are 1, the chunk is every layer
+    c.bwd = ops.deepspeed_bwd.front().second.times(static_cast<double>(ops.deepspeed_bwd.front().first));
+    for (size_t i = 1; i < ops.deepspeed_bwd.size(); ++i)
+      c.bwd += ops.deepspeed_bwd[i].second.next * static_cast<double>(ops.deepspeed_bwd[i].first);
   }
   if (!L.zero3 && !L.gradient_accumulation_fusion) {
     // main_grad += grad: read the main gradient and the 16-bit new one, write the main one.
@@ -713,7 +714,9 @@ class IterationGraph {
   // left for the step's end, per stage: the reduce-scatter of the last layer of each chunk (its
   // bytes counted with the layer, its time running after the chunk's backward), and the gradients
   // of the parameters outside the layers (embedding, positions, final norm, output layer), which
-  // are reduce-scattered once after the last backward. The optimizer waits for both.
+  // are reduce-scattered once after the last backward. The optimizer waits for both. DeepSpeed
+  // reduces in buckets of reduce_bucket_size instead: what is left is the buckets flushed after
+  // the last layer's backward (deepspeed_zero3.h reduced_at_end).
   void add_zero3_tail(const PipelineTasks& tasks, int first_device, int s) {
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     if (group.size <= 1) return;
@@ -723,8 +726,11 @@ class IterationGraph {
       if (!schedule_[s][i].forward) last = i;
     if (last < 0) return;
     const double bytes = L_.grad_bytes() * zero3_outside_params(s);
-    const double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
-                           cost_.collective_s(Collective::reduce_scatter, bytes, group);
+    double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
+                     cost_.collective_s(Collective::reduce_scatter, bytes, group);
+    if (deepspeed_stage3(L_))  // the reduce buckets flushed after the last layer's backward
+      s_total = cost_.collective_s(Collective::reduce_scatter,
+                                   L_.grad_bytes() * deepspeed_gathered(model_, L_, longest_).reduced_at_end, group);
     TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
     set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));

@@ -224,7 +224,7 @@ AttentionOps attention_ops(OpBuilder& b, const CostModel& cost, const ModelShape
 class LayerLowering {
  public:
   LayerLowering(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout, const PlanMicroBatch& mb,
-                const AttentionCost* attention)
+                const AttentionCost* attention, Zero3Gather gather)
       : cost_(cost), m_(m), layout_(layout), mb_(mb), attention_(attention), recompute_(parse_recompute(layout.recompute)),
         t_(layout.tp), T_(mb.rank_tokens()), h_(m.hidden), qkv_{T_, (h_ + 2 * m.kv_dim()) / t_, h_},
         proj_{T_, h_, h_ / t_}, fc1_{T_, (m.gated_mlp ? 2 : 1) * m.ffn_hidden / t_, h_}, fc2_{T_, h_, m.ffn_hidden / t_},
@@ -234,6 +234,8 @@ class LayerLowering {
         per_parameter_(zero3_ && layout.zero3_sharding == "per_parameter"),
         cp_overlap_(layout.cp_comm_overlap && attention && mb.cp > 1),
         layer_params_(static_cast<double>(param_count(m, 0).per_layer) / t_),
+        forward_gather_(gather.forward >= 0 ? gather.forward : layer_params_),
+        backward_gather_(gather.backward >= 0 ? gather.backward : layout.zero3_reshard_after_forward ? layer_params_ : 0),
         shards_(placement(layout.dp() * layout.cp, t_, cost.cluster().gpus_per_node)) {
     // Element-wise traffic (bytes): each norm reads x and writes y; the MLP activation (bias + GeLU
     // reads and writes ffn/t per token; SwiGLU reads two halves); each fused bias-dropout-residual
@@ -258,7 +260,7 @@ class LayerLowering {
   OpList forward() const {
     OpBuilder f(cost_);
     const int n1 = f.elementwise("norm1", norm_bytes_, {copy_out_parameters(f, -1)});
-    const int gather = prefetch_next_layer(f, n1);
+    const int gather = prefetch_next_layer(f, n1, forward_gather_);
     const auto [q, kv] = qkv_forward(f, n1);
     const int a = attention_ops(f, cost_, m_, layout_, mb_, attention_, false, q, "", kv).done;
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes_, {row_forward(f, "proj", proj_, a)}, bda_kernels_);
@@ -277,7 +279,7 @@ class LayerLowering {
     int start = layout_.zero3_reshard_after_forward ? copy_out_parameters(bw, -1) : -1;
     if (recompute_ == Recompute::full) start = recompute_layer(bw, forward, start);
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes_, {start}, bda_kernels_);
-    const int gather = layout_.zero3_reshard_after_forward ? prefetch_next_layer(bw, b2) : -1;
+    const int gather = backward_gather_ > 0 ? prefetch_next_layer(bw, b2, backward_gather_) : -1;
     const int f2 = row_backward(bw, "fc2", fc2_, recompute_for_wgrad(bw, "activation", act_bytes_, b2, act_kernels_));
     const int act = bw.elementwise("activation bwd", 1.5 * act_bytes_, {f2}, act_kernels_);
     const int f1 = column_backward(bw, "fc1", fc1_, recompute_for_wgrad(bw, "norm2", norm_bytes_, act, 1));
@@ -436,10 +438,10 @@ class LayerLowering {
   // prefetch, one layer ahead) and ends with a zero-length op waiting for them, so a gather slower
   // than the layer's compute is exposed; the first layer of a chunk is taken as prefetched during
   // the op before. Backward: the same gather with reshard_after_forward, and the layer's gradients
-  // reduce-scattered once its backward is done.
-  int prefetch_next_layer(OpBuilder& b, int after) const {
-    return zero3_ ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * layer_params_, shards_, {after})
-                  : -1;
+  // reduce-scattered once its backward is done. Under DeepSpeed the gathers are as many elements
+  // as its coordinator gathers for the pass (forward_gather_, backward_gather_; deepspeed_zero3.h).
+  int prefetch_next_layer(OpBuilder& b, int after, double elements) const {
+    return zero3_ ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * elements, shards_, {after}) : -1;
   }
   void wait_for_gather(OpBuilder& b, int gather, int last) const {
     if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
@@ -486,6 +488,7 @@ class LayerLowering {
   const int64_t chunks_;
   const bool zero3_, per_parameter_, cp_overlap_;
   const double layer_params_;
+  const double forward_gather_, backward_gather_;  // ZeRO-3: elements gathered ahead of each pass
   const GroupPlacement shards_;
   double norm_bytes_ = 0, act_bytes_ = 0, bda_bytes_ = 0;
   int act_kernels_ = 1, bda_kernels_ = 1;
@@ -529,9 +532,9 @@ GroupPlacement placement(int64_t size, int64_t stride, int64_t gpus_per_node) {
 }
 
 LayerOps lower_layer(const CostModel& cost, const ModelShape& m, const ParallelConfig& layout,
-                     const PlanMicroBatch& mb, const AttentionCost* attention) {
+                     const PlanMicroBatch& mb, const AttentionCost* attention, Zero3Gather gather) {
   if (mb.lengths.empty()) return {};  // an idle slot
-  const LayerLowering layer(cost, m, layout, mb, attention);
+  const LayerLowering layer(cost, m, layout, mb, attention, gather);
   LayerOps out;
   out.forward = layer.forward();
   out.backward = layer.backward(out.forward);

@@ -81,8 +81,15 @@ struct AttentionCost {
 // One transformer layer on one rank of the micro-batch's CP group: linear layers and element-wise
 // kernels see padded_tokens / cp tokens. The attention core is `attention` when given (required
 // for cp > 1), else one flash (or unfused) call over the micro-batch's sequences.
+// Under ZeRO-3 each copy all-gathers the next layer's parameters ahead of its forward and, when
+// parameters are resharded after the forward, ahead of its backward; `gather` sets how many
+// elements (this TP rank's share) instead, where DeepSpeed's coordinator decides
+// (deepspeed_zero3.h); negative: the whole layer.
+struct Zero3Gather {
+  double forward = -1, backward = -1;
+};
 LayerOps lower_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
-                     const PlanMicroBatch& mb, const AttentionCost* attention = nullptr);
+                     const PlanMicroBatch& mb, const AttentionCost* attention = nullptr, Zero3Gather gather = {});
 
 // Word (and position) embedding lookup on the first stage.
 LayerOps lower_embedding(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,

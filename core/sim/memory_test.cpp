@@ -221,6 +221,31 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_GE(b.peak, 2 * 4 * H * H);  // FC1 with FC2
   EXPECT_LT(b.peak, param_count(big, 2048).per_layer);
   EXPECT_EQ(b.layers_kept, 0);  // the output layer's 629M twice over the turn: past the reuse distance
+  EXPECT_DOUBLE_EQ(b.layer_partitioned, param_count(big, 2048).per_layer - 13 * H);
+
+  // Under full recomputation the trace runs each layer's forward again before its backward. 1.7B:
+  // a layer's tensors stay gathered from the recomputation to their backward (within the reuse
+  // distance), so each released layer is gathered once more, as before, and the peak is the
+  // same. 175B: after the recomputation the modules run next (FC2, then FC2's backward: 1.2e9)
+  // pass the reuse distance before the backward of FC1, the projection and QKV, and the prefetch
+  // stopped at FC2 (the live limit): those three are gathered a third time.
+  L.recompute = "full";
+  const DeepSpeedGathered sr = deepspeed_gathered(small, L, 2048);
+  EXPECT_DOUBLE_EQ(sr.peak, s.peak);
+  for (size_t l = 0; l < sr.backward_gathered.size(); ++l)
+    EXPECT_TRUE(sr.backward_gathered[l] == 0 || sr.backward_gathered[l] == sr.layer_partitioned) << l;
+  const DeepSpeedGathered br = deepspeed_gathered(big, L, 2048);
+  for (double g : br.backward_gathered) EXPECT_DOUBLE_EQ(g, 2 * br.layer_partitioned - 4 * H * H);  // FC2: h x 4h
+  L.recompute = "none";
+
+  // The gradients' reduce buckets (5e8 elements): the tied embedding's gradient arrives last; a
+  // bucket it would overflow is flushed first, so the step's tail is the embedding and what the
+  // last layers left in the bucket, under one bucket of it.
+  const double v_h = static_cast<double>(small.vocab) * h, v_H = static_cast<double>(big.vocab) * H;
+  EXPECT_GT(s.reduced_at_end, v_h);
+  EXPECT_LE(s.reduced_at_end, v_h + 5e8);
+  EXPECT_GT(b.reduced_at_end, v_H);  // 618M: a bucket of its own
+  EXPECT_LE(b.reduced_at_end, v_H + 5e8);
 
   // In the memory walk: the sharded state, the coordinator's peak and the persistent tensors in
   // 16 bits, the reduce bucket and one tensor's gradient.

@@ -295,9 +295,9 @@ TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheCompu
 // DeepSpeed's stage 3 (zero3_sharding deepspeed) releases a layer's parameters after its forward
 // unless the modules run next use them again within stage3_max_reuse_distance (1e9) elements: the
 // last layers, whose backward follows after the later layers' and the output layer's, stay
-// gathered. Each of them is gathered once instead of twice (the bytes of one gather fewer); a
-// model whose layers exceed the live-parameter limit
-// keeps none and is FSDP1's flat ZeRO-3; with pipeline stages it is infeasible.
+// gathered, and each of them is gathered once instead of twice. Its gathers leave out the
+// persistent norms and biases. A model whose layers exceed the live-parameter limit keeps none;
+// with pipeline stages it is infeasible.
 TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   const auto [flat, ds] = zero3_flat_and("deepspeed");
   ASSERT_EQ(flat.status, "ok");
@@ -305,31 +305,29 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   const ParamCount pc = param_count(model_, 2048);
   ParallelConfig planned = layout_;
   planned.zero3 = true;  // as plan_zero3 sets it
-  const int64_t kept = deepspeed_gathered(model_, planned, 2048).layers_kept;
-  ASSERT_GT(kept, 0);
-  ASSERT_LT(kept, model_.layers) << "a 1.7B model keeps some of its layers, not all";
+  const DeepSpeedGathered g = deepspeed_gathered(model_, planned, 2048);
+  ASSERT_GT(g.layers_kept, 0);
+  ASSERT_LT(g.layers_kept, model_.layers) << "a 1.7B model keeps some of its layers, not all";
+  // The all-gathers' 16-bit bytes a ring of 8 sends, fewer by what DeepSpeed does not gather:
+  // the persistent tensors in both passes and the kept layers' backward.
+  double not_gathered = 0;
+  for (double b : g.backward_gathered) not_gathered += 2 * pc.per_layer - g.layer_partitioned - b;
   const double ring = 7.0 / 8.0, gib = 1024.0 * 1024 * 1024;
-  EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"),
-              ring * 2 * static_cast<double>(kept) * pc.per_layer, 1e-6 * pc.total());
+  EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"), ring * 2 * not_gathered, 1e-6 * pc.total());
+  EXPECT_GT(not_gathered, static_cast<double>(g.layers_kept) * g.layer_partitioned);
   // Its memory is its coordinator's (memory_test): here more than flat's two layers, since the
   // prefetch runs up to 1e9 live elements ahead of layers of 64M.
   EXPECT_GT((ds.metrics.at("weights_optimizer_gib") - flat.metrics.at("weights_optimizer_gib")) * gib,
-            2 * static_cast<double>(kept) * pc.per_layer);
+            2 * static_cast<double>(g.layers_kept) * pc.per_layer);
   EXPECT_LE(ds.metrics.at("step_time_s"), flat.metrics.at("step_time_s"));
 
-  // Layers of more than 1e9 elements on a rank: none kept, the same step as flat ZeRO-3.
+  // Layers of more than 1e9 elements on a rank (175B at TP 1): none kept, every layer gathered
+  // again for its backward as flat ZeRO-3 does (the step: the next test).
   model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
-  layout_.num_gpus = 64;
-  layout_.zero3_sharding = "flat";
-  batch_.lengths.assign(64, 2048);
-  const Evaluation big_flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  layout_.zero3_sharding = "deepspeed";
-  planned = layout_;
-  planned.zero3 = true;
-  EXPECT_EQ(deepspeed_gathered(model_, planned, 2048).layers_kept, 0);
-  const Evaluation big_ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
-  EXPECT_EQ(big_ds.status, big_flat.status);
-  if (big_flat.status == "ok") EXPECT_EQ(big_ds.metrics.at("step_time_s"), big_flat.metrics.at("step_time_s"));
+  planned.zero3_sharding = "deepspeed";
+  const DeepSpeedGathered big = deepspeed_gathered(model_, planned, 2048);
+  EXPECT_EQ(big.layers_kept, 0);
+  for (double b : big.backward_gathered) EXPECT_DOUBLE_EQ(b, big.layer_partitioned);
 
   model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
   layout_.num_gpus = 8;
@@ -338,6 +336,37 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   const Evaluation piped = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
   EXPECT_EQ(piped.status, "infeasible");
   EXPECT_NE(piped.reason.find("deepspeed needs pp = 1"), std::string::npos) << piped.reason;
+}
+
+// Under full recomputation DeepSpeed gathers a layer of 175B (TP 1) one and two-thirds times for
+// its backward: the recomputed forward gathers it all, and its QKV, projection and FC1, released
+// after the recomputation because FC2's two uses pass the reuse distance before their backward
+// (memory_test), are gathered again. FSDP's flat units gather it once. On 384 GPUs the step moves
+// those bytes more (a ring's 383/384 of them), and is no shorter.
+TEST_F(PtdpTest, Zero3DeepSpeedGathersAgainWhatTheRecomputationReleased) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 384;
+  layout_.grad_reduce_in_fp32 = false;
+  layout_.recompute = "full";
+  batch_.lengths.assign(384, 2048);
+  const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  layout_.zero3_sharding = "deepspeed";
+  const Evaluation ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  ASSERT_EQ(flat.status, "ok") << flat.reason;
+  ASSERT_EQ(ds.status, "ok") << ds.reason;
+  ParallelConfig planned = layout_;
+  planned.zero3 = true;
+  const DeepSpeedGathered g = deepspeed_gathered(model_, planned, 2048);
+  const double per_layer = param_count(model_, 2048).per_layer, h = static_cast<double>(model_.hidden);
+  double more = 0;  // gathered beyond flat's two gathers of each layer
+  for (double b : g.backward_gathered) {
+    EXPECT_NEAR(b, 2 * g.layer_partitioned - 4 * h * h, 1);  // all but FC2 twice
+    more += g.layer_partitioned + b - 2 * per_layer;
+  }
+  EXPECT_GT(more, 0.6 * static_cast<double>(model_.layers) * per_layer);
+  EXPECT_NEAR(ds.metrics.at("comm_bytes_per_gpu") - flat.metrics.at("comm_bytes_per_gpu"), 383.0 / 384 * 2 * more, 1e-6 * more);
+  EXPECT_GE(ds.metrics.at("step_time_s"), flat.metrics.at("step_time_s"));
 }
 
 TEST_F(PtdpTest, TorchsLossRunsOnlyWhereTheVocabularyIsWhole) {
