@@ -91,6 +91,12 @@ class OpBuilder {
     return add({std::move(name), OpStream::dp, cost_.collective_s(kind, bytes, group), 1, false, std::move(deps),
                 collective_sent_bytes(kind, bytes, group), {}, {}});
   }
+  // A copy on the dp stream (DeepSpeed's, beside its collectives): an HBM pass of `bytes`.
+  int dp_copy(std::string name, double bytes, std::vector<int> deps) {
+    const int i = add({std::move(name), OpStream::dp, cost_.memory_bound_s(bytes), 1, false, std::move(deps), {}, {}, {}});
+    ops_[static_cast<size_t>(i)].hbm_bytes = bytes;
+    return i;
+  }
   // The attention core waiting for CP transfers it could not hide (priced by the attention-plan
   // simulation, which already ran the transfers beside the tiles).
   int cp_wait(double s, std::vector<int> deps) {
@@ -232,6 +238,7 @@ class LayerLowering {
         overlap_(sp_ && layout.tp_comm_overlap && tp_.size > 1), tp_network_(tp_.ranks_per_node < tp_.size),
         chunks_(overlap_ ? t_ : 1), zero3_(layout.zero3 && layout.dp() * layout.cp > 1),
         per_parameter_(zero3_ && layout.zero3_sharding == "per_parameter"),
+        deepspeed_(zero3_ && layout.zero3_sharding == "deepspeed"),
         cp_overlap_(layout.cp_comm_overlap && attention && mb.cp > 1),
         layer_params_(static_cast<double>(param_count(m, 0).per_layer) / t_),
         forward_gather_(gather.forward >= 0 ? gather.forward : layer_params_),
@@ -440,8 +447,16 @@ class LayerLowering {
   // the op before. Backward: the same gather with reshard_after_forward, and the layer's gradients
   // reduce-scattered once its backward is done. Under DeepSpeed the gathers are as many elements
   // as its coordinator gathers for the pass (forward_gather_, backward_gather_; deepspeed_zero3.h).
+  // DeepSpeed (0.6 and later) copies on its streams: each gathered parameter rebuilt from the
+  // rank-major output by one torch.cat before the compute may use it (partition_parameters.py
+  // AllGatherCoalescedHandle.wait), and each gradient copied into the reduce bucket, then the
+  // bucket re-interleaved by rank for the reduce-scatter (stage3.py __add_grad_to_ipg_bucket,
+  // coalesced_collectives.py reduce_scatter_coalesced); the 1/n-sized copies of the shards are
+  // left out.
   int prefetch_next_layer(OpBuilder& b, int after, double elements) const {
-    return zero3_ ? b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * elements, shards_, {after}) : -1;
+    if (!zero3_) return -1;
+    const int gather = b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * elements, shards_, {after});
+    return deepspeed_ && gather >= 0 ? b.dp_copy("dp param rebuild", 2 * kAct * elements, {gather}) : gather;
   }
   void wait_for_gather(OpBuilder& b, int gather, int last) const {
     if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
@@ -449,6 +464,8 @@ class LayerLowering {
   void reduce_scatter_gradients(OpBuilder& b, int after) const {
     if (per_parameter_)  // FSDP2: the gradients (16-bit) copied into the reduce-scatter input, in its dtype
       after = b.elementwise("dp grad copy-in", (kAct + layout_.grad_bytes()) * layer_params_, {after});
+    if (deepspeed_ && shards_.size > 1)  // into the bucket, then re-interleaved (both on the reduce stream)
+      after = b.dp_copy("dp grad bucket copy", (kAct + 3 * layout_.grad_bytes()) * layer_params_, {after});
     b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
   }
   // FSDP2: this layer's parameters copied out of their all-gather's output (read and write, 16-bit)
@@ -486,7 +503,7 @@ class LayerLowering {
   const double a_bytes_;  // an activation [T, h], 16-bit: what a TP collective moves
   const bool overlap_, tp_network_;
   const int64_t chunks_;
-  const bool zero3_, per_parameter_, cp_overlap_;
+  const bool zero3_, per_parameter_, deepspeed_, cp_overlap_;
   const double layer_params_;
   const double forward_gather_, backward_gather_;  // ZeRO-3: elements gathered ahead of each pass
   const GroupPlacement shards_;
@@ -627,6 +644,10 @@ void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int 
       if (op.kernels > 0 && host_s > 0)
         t.deps.push_back(graph.add({device, kHost, op.kernels * host_s, {}, -1, -1, "issue " + op.name, 'o'}));
       if (op.stream == OpStream::tp || op.stream == OpStream::dp) set_contention(cost, t, op.bytes);
+      if (op.hbm_bytes > 0 && t.duration_s > 0) {  // a copy beside the compute: its HBM traffic
+        const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
+        t.hbm_share = std::min(1.0, op.hbm_bytes / t.duration_s / hbm_Bps);
+      }
       id[i] = graph.add(std::move(t));
     }
     // The next copy follows this copy's last op off the dp stream: ZeRO-3's trailing gradient

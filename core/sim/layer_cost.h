@@ -41,6 +41,7 @@ struct LayerOp {
   // (communication, waits, TransformerEngine's chunked GEMMs, an unfused or CP attention core).
   std::string kernel;
   std::map<std::string, double> shape;
+  double hbm_bytes = 0;  // a copy off the compute stream: what it reads and writes in HBM
 };
 using OpList = std::vector<LayerOp>;
 

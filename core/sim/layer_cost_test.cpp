@@ -17,6 +17,7 @@
 #include "core/cost/calibrate.h"
 #include "core/cost/cost_test_util.h"
 #include "core/experiment/registry.h"
+#include "core/model/formulas.h"
 
 namespace cpbench {
 namespace {
@@ -214,6 +215,43 @@ TEST(LayerOps, AsyncReductionHidesBesideTheWgradGemmAndPaysContention) {
   // overlapped collective time.
   const double share = cost.params().comm_sm_fraction;
   EXPECT_LE(async.contention_s, sum(async_ops, OpStream::tp) * share / (1 - share) + 1e-12);
+}
+
+// DeepSpeed's ZeRO-3 (0.6 and later) copies on its communication streams: each gathered
+// parameter rebuilt from the rank-major output (read and write, 16-bit) before the layer may run,
+// each gradient copied into the reduce bucket and re-interleaved before the reduce-scatter. They
+// are HBM passes on the dp stream, not on the compute stream: the compute ops are FSDP1's (flat),
+// and the copies slow them only by sharing HBM.
+TEST(LayerOps, DeepSpeedCopiesItsGathersAndGradientsOnTheCommunicationStream) {
+  const CostModel cost = preset_model("a100_80gb_dgx");
+  ParallelConfig layout;
+  layout.num_gpus = 64;
+  layout.zero3 = true;
+  layout.grad_reduce_in_fp32 = false;
+  PlanMicroBatch mb;
+  mb.lengths = {2048};
+  const ModelShape m = model("gpt_1.7b");
+  const LayerOps flat = lower_layer(cost, m, layout, mb);
+  layout.zero3_sharding = "deepspeed";
+  const LayerOps ds = lower_layer(cost, m, layout, mb);
+  const double elements = param_count(m, 0).per_layer;
+  for (const auto& [f, d] : {std::pair{&flat.forward, &ds.forward}, std::pair{&flat.backward, &ds.backward}}) {
+    EXPECT_DOUBLE_EQ(sum(*d, OpStream::compute), sum(*f, OpStream::compute));
+    double copied = 0;
+    for (const LayerOp& op : *d)
+      if (op.hbm_bytes > 0) {
+        EXPECT_EQ(op.stream, OpStream::dp) << op.name;
+        EXPECT_DOUBLE_EQ(op.duration_s, cost.memory_bound_s(op.hbm_bytes)) << op.name;
+        EXPECT_EQ(op.bytes.nvlink + op.bytes.network, 0) << op.name << " sends nothing";
+        copied += op.hbm_bytes;
+      }
+    // Forward: the next layer's gather rebuilt (4 bytes an element); backward: that and the
+    // gradients into the bucket and re-interleaved (2 + 2 and 2 + 2).
+    EXPECT_DOUBLE_EQ(copied, (d == &ds.forward ? 4 : 12) * elements);
+  }
+  const PassCost pf = price_ops(cost, flat.backward), pd = price_ops(cost, ds.backward);
+  EXPECT_GE(pd.total(), pf.total());
+  EXPECT_GT(pd.contention_s, pf.contention_s);  // the copies take HBM from the layer's kernels
 }
 
 TEST(LayerOps, ShortKernelsMakeThePassHostBound) {
