@@ -67,7 +67,9 @@ struct ParallelConfig {
   // keeps a parameter reused within stage3_max_reuse_distance elements, so the last layers stay
   // gathered from their forward to their backward and under full recomputation some tensors are
   // gathered a third time; the gradients reduced in reduce_bucket_size buckets:
-  // deepspeed_gathered, core/sim/deepspeed_zero3.h; pp must be 1).
+  // deepspeed_gathered, core/sim/deepspeed_zero3.h; pp must be 1), or "deepspeed_2021" (its
+  // releases of 2021, v0.3.12 to v0.5.x: the host in step with the device at every module that
+  // gathers, one collective per tensor; deepspeed_synchronous_times).
   std::string zero3_sharding = "flat";
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch

@@ -6,11 +6,13 @@
 #include <vector>
 
 #include "core/sim/allocator_replay.h"
+#include "core/sim/layer_cost.h"
 
 namespace cpbench {
 
 bool deepspeed_stage3(const ParallelConfig& L) {
-  return L.zero3 && L.zero3_sharding == "deepspeed" && L.zero3_reshard_after_forward && L.dp() * L.cp > 1;
+  return L.zero3 && (L.zero3_sharding == "deepspeed" || L.zero3_sharding == "deepspeed_2021") &&
+         L.zero3_reshard_after_forward && L.dp() * L.cp > 1;
 }
 
 DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& L, int64_t seq_length) {
@@ -24,14 +26,16 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     size.insert(size.end(), chunk.begin(), chunk.end());
   }
   std::vector<std::vector<int>> modules;
-  std::vector<int64_t> layer_of;  // each module's layer, -1 outside the layers
+  std::vector<int64_t> layer_of;     // each module's layer, -1 outside the layers
+  std::vector<LayerModule> kind_of;  // and which of the layer's (none: a container, or outside)
   int64_t layer = -1;
   int built = 0;  // the tensors taken so far
-  auto module = [&](int tensors) {
+  auto module = [&](int tensors, LayerModule kind = LayerModule::none) {
     std::vector<int> params;
     for (int k = 0; k < tensors; ++k) params.push_back(built++);
     modules.push_back(std::move(params));
     layer_of.push_back(layer);
+    kind_of.push_back(kind);
   };
   const int norm = m.norm == "layernorm" ? 2 : 1, linear = m.bias ? 2 : 1;
   module(0);  // the embedding module; the word (and position) tables its submodules
@@ -39,21 +43,22 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   if (m.position_embedding == "learned") module(1);
   for (layer = 0; layer < m.layers; ++layer) {
     module(0);  // the layer
-    module(norm);
+    module(norm, LayerModule::norm1);
     module(0);  // self-attention
-    module(linear);  // QKV
-    module(0);  // core attention
-    module(linear);  // projection
-    module(norm);
+    module(linear, LayerModule::qkv);
+    module(0, LayerModule::core_attention);
+    module(linear, LayerModule::proj);
+    module(norm, LayerModule::norm2);
     module(0);  // MLP
-    module(linear);  // FC1
-    module(linear);  // FC2
+    module(linear, LayerModule::fc1);
+    module(linear, LayerModule::fc2);
   }
   layer = -1;
   module(norm);
   if (m.tied_embeddings) {
     modules.push_back({0});  // the output layer is the word embedding (tensor 0)
     layer_of.push_back(-1);
+    kind_of.push_back(LayerModule::none);
   } else {
     module(1);
   }
@@ -77,16 +82,30 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   // parameters are entries of the prefetch queue, [first[i], first[i + 1]).
   const bool recompute = L.recompute == "full";
   std::vector<int> trace;
-  for (int i = 0; i < static_cast<int>(modules.size()); ++i) trace.push_back(i);
+  std::vector<char> phase;  // each step's: 'f' forward, 'r' recomputed forward, 'b' backward
+  for (int i = 0; i < static_cast<int>(modules.size()); ++i) {
+    trace.push_back(i);
+    phase.push_back('f');
+  }
   const size_t forward_steps = trace.size();
   for (int i = static_cast<int>(modules.size()) - 1; i >= 0; --i) {
     const int64_t l = layer_of[static_cast<size_t>(i)];
     if (recompute && l >= 0 && (i + 1 == static_cast<int>(modules.size()) || layer_of[static_cast<size_t>(i) + 1] != l)) {
       int begin = i;  // the layer's first module
       while (begin > 0 && layer_of[static_cast<size_t>(begin) - 1] == l) --begin;
-      for (int r = begin; r <= i; ++r) trace.push_back(r);
+      for (int r = begin; r <= i; ++r) {
+        trace.push_back(r);
+        phase.push_back('r');
+      }
     }
     trace.push_back(i);
+    phase.push_back('b');
+  }
+  out.steps.resize(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    out.steps[i].layer = layer_of[static_cast<size_t>(trace[i])];
+    out.steps[i].module = kind_of[static_cast<size_t>(trace[i])];
+    out.steps[i].phase = phase[i];
   }
   std::vector<int> queue;
   std::vector<size_t> first;
@@ -120,20 +139,45 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   size_t popped = 0;  // the queue's front
   // Gathers entry e's parameter unless it is gathered; a gather for a layer's backward (or its
   // recomputation) is counted to that layer.
-  auto gather = [&](size_t e) {
+  auto gather = [&](size_t e, std::vector<double>& into) {
     const int p = queue[e];
     if (gathered[p]) return 0.0;
     gathered[p] = true;
     live += size[p];
+    into.push_back(size[p]);
     const int64_t l = layer_of[static_cast<size_t>(trace[step_of[e]])];
     if (step_of[e] >= forward_steps && l >= 0) out.backward_gathered[static_cast<size_t>(l)] += size[p];
     return size[p];
   };
+  // DeepSpeed of 2021 (deepspeed_2021): a module whose tensors are not gathered or still in flight
+  // synchronizes the host with the device (stage3.py fetch_sub_module, _synchronize_communication),
+  // which completes every gather in flight; the prefetch runs only with nothing in flight and
+  // fewer than stage3_max_live_parameters gathered, and takes tensors until the bucket is full
+  // (prefetch_next_sub_modules, PrefetchCoordinator.get_params_to_prefetch).
+  const bool synchronous = L.zero3_sharding == "deepspeed_2021";
+  std::vector<bool> in_flight(size.size());
+  bool any_in_flight = false;
   for (size_t i = 0; i < trace.size(); ++i) {
-    for (size_t e = first[i]; e < first[i + 1]; ++e) gather(e);
+    for (size_t e = first[i]; e < first[i + 1]; ++e)
+      if (!gathered[queue[e]] || in_flight[queue[e]]) out.steps[i].synchronized = true;
+    if (out.steps[i].synchronized) {
+      std::fill(in_flight.begin(), in_flight.end(), false);
+      any_in_flight = false;
+    }
+    for (size_t e = first[i]; e < first[i + 1]; ++e) gather(e, out.steps[i].fetched);
     popped = std::max(popped, first[i + 1]);
-    const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
-    for (double prefetching = 0; popped < queue.size() && prefetching < budget;) prefetching += gather(popped++);
+    if (synchronous) {
+      if (!any_in_flight && live < deepspeed::kMaxLiveParameters)
+        for (double prefetching = 0; popped < queue.size() && prefetching < deepspeed::kPrefetchBucket; ++popped)
+          if (const double g = gather(popped, out.steps[i].prefetched); g > 0) {
+            prefetching += g;
+            in_flight[queue[popped]] = any_in_flight = true;
+          }
+    } else {
+      const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
+      for (double prefetching = 0; popped < queue.size() && prefetching < budget;)
+        prefetching += gather(popped++, out.steps[i].prefetched);
+    }
     out.peak = std::max(out.peak, live);
     // Released after the module, unless its next use is already in flight (prefetched) or comes
     // within stage3_max_reuse_distance elements of the modules that run next.
@@ -164,15 +208,68 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   std::vector<std::pair<size_t, int>> ready;  // (step, parameter)
   for (size_t p = 0; p < size.size(); ++p) ready.emplace_back(last_use[p], static_cast<int>(p));
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  double bucket = 0;
+  std::vector<double> bucket;  // its gradients
+  double in_bucket = 0;
   for (const auto& [step, p] : ready) {
-    if (bucket > 0 && bucket + size[p] > deepspeed::kReduceBucket) {
-      if (step > last_layer_step) out.reduced_at_end += bucket;
-      bucket = 0;
+    if (in_bucket > 0 && in_bucket + size[p] > deepspeed::kReduceBucket) {
+      if (step > last_layer_step) out.reduced_at_end += in_bucket;
+      out.steps[step].flushed.push_back(std::move(bucket));
+      bucket.clear();
+      in_bucket = 0;
     }
-    bucket += size[p];
+    bucket.push_back(size[p]);
+    in_bucket += size[p];
   }
-  out.reduced_at_end += bucket;
+  out.reduced_at_end += in_bucket;
+  out.last_bucket = in_bucket;
+  return out;
+}
+
+DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const DeepSpeedSyncCosts& c) {
+  DeepSpeedSyncTimes out;
+  double host = 0, device = 0, gathering = 0, reducing = 0;  // when each is next free
+  double forward_end = -1;
+  for (const DeepSpeedStep& step : g.steps) {
+    const bool forward = step.phase == 'f';
+    if (!forward && forward_end < 0) forward_end = std::max(host, device);
+    double waited_host = 0;
+    if (step.synchronized) {
+      host = std::max({host, device, gathering, reducing});
+      for (double t : step.fetched) host += c.gather_s(t);
+    }
+    if (!step.prefetched.empty()) {
+      host = std::max(host, device);  // _allgather_param's torch.cuda.synchronize()
+      for (size_t k = 0; k + 1 < step.prefetched.size(); ++k) host += c.gather_s(step.prefetched[k]);
+      gathering = host + c.gather_s(step.prefetched.back());
+    }
+    const double compute = step.layer >= 0 ? c.compute_s(step) : 0;
+    double beside = 0;  // collective time beside the module's kernels
+    for (const std::vector<double>& bucket : step.flushed) {
+      double elements = 0;
+      for (double t : bucket) elements += t;
+      device += c.bucket_copy_s_per_element * elements;
+      host = std::max(host, reducing);  // reduction_stream.synchronize()
+      reducing = host;
+      for (double t : bucket) reducing += c.reduce_scatter_s(t);
+      beside += reducing - host;
+    }
+    double slowed = 0;
+    if (compute > 0) {
+      if (host >= device) waited_host = c.host_s;
+      const double start = std::max(device, host + waited_host);
+      beside += std::max(0.0, gathering - start);
+      const double s = std::clamp(c.comm_sm_share, 0.0, 0.99);
+      slowed = s * std::min(beside, compute / (1 - s));
+      device = start + compute + slowed;
+    }
+    (forward ? out.forward_compute_s : out.backward_compute_s) += compute;
+    (forward ? out.forward_host_s : out.backward_host_s) += waited_host;
+    (forward ? out.forward_contention_s : out.backward_contention_s) += slowed;
+  }
+  const double end = std::max({host, device, gathering, reducing});
+  if (forward_end < 0) forward_end = end;
+  out.forward_s = forward_end;
+  out.backward_s = end - forward_end;
   return out;
 }
 

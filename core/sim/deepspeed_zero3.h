@@ -2,16 +2,18 @@
 // coordinator and gradient buckets run a step: what each layer's backward gathers again (none
 // for the layers held across the turn), how many parameters are gathered at once, what stays
 // resident, what the last reduce buckets hold for the step's tail.
-// Requires: core/model/model.h, core/plan/parallel_config.h. Its limits are DeepSpeed's defaults
-// (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig), in elements; cpbench does not expose
-// them as settings.
+// Requires: core/model/model.h, core/plan/parallel_config.h, core/sim/layer_cost.h (LayerModule).
+// Its limits are DeepSpeed's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig; the
+// same in 2021's constants.py), in elements; cpbench does not expose them as settings.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/model/model.h"
 #include "core/plan/parallel_config.h"
+#include "core/sim/layer_cost.h"
 
 namespace cpbench {
 
@@ -26,6 +28,17 @@ constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguou
 // Whether the layout is DeepSpeed's stage 3 as deepspeed_gathered replays it: zero3_sharding
 // "deepspeed" with reshard_after_forward over dp·cp > 1 ranks.
 bool deepspeed_stage3(const ParallelConfig& layout);
+
+// One step of the module trace: a module's hook, what it gathered and what its gradients flushed.
+struct DeepSpeedStep {
+  int64_t layer = -1;                         // -1 outside the layers
+  LayerModule module = LayerModule::none;     // none: a container, or a module outside the layers
+  char phase = 'f';                           // 'f' forward, 'r' its recomputation, 'b' backward
+  bool synchronized = false;                  // it had a tensor to gather or in flight: a wait
+  std::vector<double> fetched;                // tensors gathered for the module itself, not prefetched
+  std::vector<double> prefetched;             // tensors the prefetch after its fetch gathered
+  std::vector<std::vector<double>> flushed;   // reduce buckets its gradients flushed (their tensors)
+};
 
 // The gathered parameters of one rank over a step, in elements of this TP rank's share.
 struct DeepSpeedGathered {
@@ -42,6 +55,8 @@ struct DeepSpeedGathered {
   // Gradient elements reduce-scattered after the last layer's backward: the reduce buckets the
   // gradients outside the layers flush (a tied embedding's arrives last) and the last bucket.
   double reduced_at_end = 0;
+  double last_bucket = 0;            // of which the bucket the backward's end flushes
+  std::vector<DeepSpeedStep> steps;  // the trace, step by step
 };
 
 // DeepSpeed's coordinator replayed over the step's module trace: the forward's modules in order,
@@ -64,5 +79,37 @@ struct DeepSpeedGathered {
 // "deepspeed" shards over dp·cp > 1 with reshard_after_forward (without it every layer stays
 // gathered, as for FSDP).
 DeepSpeedGathered deepspeed_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
+
+// DeepSpeed of 2021 (zero3_sharding "deepspeed_2021": v0.3.12 to v0.5.x, before the coordinator
+// of v0.6.0) runs a micro-batch module by module with the host in step with the device; what
+// one micro-batch's layers take, walked over the trace deepspeed_gathered recorded. The costs:
+struct DeepSpeedSyncCosts {
+  std::function<double(const DeepSpeedStep&)> compute_s;  // the module's kernels in that step
+  std::function<double(double)> gather_s;                 // one tensor's all-gather, by its elements
+  std::function<double(double)> reduce_scatter_s;         // one tensor's gradient reduce-scatter
+  double host_s = 0;                // the host issuing a module's first kernel after a wait
+  double bucket_copy_s_per_element = 0;  // a gradient copied into the reduce bucket (compute stream)
+  double comm_sm_share = 0;  // of the SMs a collective holds beside the kernels (comm_sm_fraction)
+};
+struct DeepSpeedSyncTimes {
+  double forward_s = 0, backward_s = 0;                  // the layers' passes, waits included
+  double forward_compute_s = 0, backward_compute_s = 0;  // of which the modules' kernels
+  double forward_host_s = 0, backward_host_s = 0;        // and the host's issue after each wait
+  double forward_contention_s = 0, backward_contention_s = 0;  // kernels slowed beside collectives
+};
+// The walk (stage3.py and partition_parameters.py of v0.3.16 and v0.5.0): at a module that
+// synchronizes, the host waits for the device — its kernels, every gather and the reduction
+// stream (_synchronize_communication: comm_stream.synchronize(); torch.cuda.synchronize()) —
+// then gathers the module's own tensors one collective each; each prefetched tensor's
+// collective is issued after another torch.cuda.synchronize() (_allgather_param), so all but the
+// last prefetched tensor complete before the module's kernels are issued, and the last runs beside
+// them, slowing them by the SMs it holds (a kernel beside a collective for x runs at 1 − share of
+// its speed meanwhile: c + share · min(x, c / (1 − share))). A bucket of gradients is reduce-scattered tensor by tensor on the reduction stream once
+// the host has waited for the bucket before (reduce_ipg_grads: reduction_stream.synchronize()),
+// without waiting for the compute stream (no wait_stream in stage3.py of 2021); each gradient is
+// first copied into the bucket on the compute stream (contiguous_gradients, v0.5.0's default).
+// The modules outside the layers take no compute here (the embedding's and output layer's passes
+// are priced apart) but their gathers are walked; the last bucket is the step's tail.
+DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& gathered, const DeepSpeedSyncCosts& costs);
 
 }  // namespace cpbench

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "core/common/json_reader.h"
@@ -35,7 +37,57 @@ struct MicroBatchOps {
   RepeatedPass layer_fwd, layer_bwd;
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
   std::vector<std::pair<int64_t, RepeatedPass>> deepspeed_bwd;  // (layers, their backward)
+  std::optional<ChunkCost> deepspeed_2021;  // every layer's passes, walked module by module
 };
+
+// DeepSpeed of 2021: the layers' passes walked module by module (deepspeed_synchronous_times) on
+// the kernels of the layer lowered without ZeRO-3's collectives, and what the walk waits beyond
+// them added as the passes' ZeRO-3 wait; the bytes are every tensor's collective.
+ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
+                               const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds) {
+  ParallelConfig plain = L;
+  plain.zero3 = false;
+  const LayerOps ops = lower_layer(cost, model, plain, mb, attention);
+  std::map<std::pair<LayerModule, char>, double> module_s;  // (module, phase): its kernels
+  for (const auto& [list, backward] : {std::pair{&ops.forward, false}, std::pair{&ops.backward, true}})
+    for (const LayerOp& op : *list)
+      if (op.stream == OpStream::compute || op.stream == OpStream::tp)
+        module_s[{op.module, !backward ? 'f' : op.recomputed ? 'r' : 'b'}] += op.duration_s;
+  const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
+  DeepSpeedSyncCosts c;
+  c.compute_s = [&](const DeepSpeedStep& step) {
+    const auto it = module_s.find({step.module, step.phase});
+    return it == module_s.end() ? 0.0 : it->second;
+  };
+  c.gather_s = [&](double elements) { return cost.collective_s(Collective::all_gather, 2 * elements, group); };
+  c.reduce_scatter_s = [&](double elements) {
+    return cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * elements, group);
+  };
+  c.host_s = cost.params().host_op_us * 1e-6;
+  c.bucket_copy_s_per_element = cost.memory_bound_s(1e9 * (2 + L.grad_bytes())) / 1e9;  // a launch per 1e9: none
+  c.comm_sm_share = cost.params().comm_sm_fraction;
+  const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
+  const double layers = static_cast<double>(model.layers);
+  ChunkCost out{price_ops(cost, ops.forward, layers), price_ops(cost, ops.backward, layers)};
+  for (auto [pass, walked, compute, host, slowed] :
+       {std::tuple{&out.fwd, t.forward_s, t.forward_compute_s, t.forward_host_s, t.forward_contention_s},
+        std::tuple{&out.bwd, t.backward_s, t.backward_compute_s, t.backward_host_s, t.backward_contention_s}}) {
+    pass->dp_comm_s = std::max(0.0, walked - compute - host - slowed);
+    pass->host_s += host;
+    pass->compute_s += slowed;
+    pass->contention_s += slowed;
+  }
+  // The bytes: every gather walked (the modules outside the layers' too), and the layers'
+  // gradients (those outside them are the step's, add_zero3_tail and sent_bytes).
+  for (const DeepSpeedStep& step : ds.steps) {
+    PassCost& pass = step.phase == 'f' ? out.fwd : out.bwd;
+    for (const auto* list : {&step.fetched, &step.prefetched})
+      for (double e : *list) pass.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * e, group);
+  }
+  const double layer_params = param_count(model, 0).per_layer / static_cast<double>(L.tp);
+  out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * layer_params * layers, group);
+  return out;
+}
 
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                                 const PlanMicroBatch& mb, const AttentionCost* attention, int64_t longest) {
@@ -52,6 +104,10 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
+  if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
+    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds);
+    return out;
+  }
   std::map<double, int64_t> layers_gathering;
   for (double elements : ds.backward_gathered) ++layers_gathering[elements];
   for (const auto& [elements, layers] : layers_gathering) {
@@ -69,6 +125,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
   if (mb.lengths.empty()) return {};
   const double layers = static_cast<double>(chunk_layers(L, model.layers, stage, chunk));
   ChunkCost c{ops.layer_fwd.times(layers), ops.layer_bwd.times(layers)};
+  if (ops.deepspeed_2021) c = *ops.deepspeed_2021;  // pp and vp are 1: every layer
   if (!ops.deepspeed_bwd.empty()) {  // DeepSpeed: pp and vp are 1, the chunk is every layer
     c.bwd = ops.deepspeed_bwd.front().second.times(static_cast<double>(ops.deepspeed_bwd.front().first));
     for (size_t i = 1; i < ops.deepspeed_bwd.size(); ++i)
@@ -728,9 +785,12 @@ class IterationGraph {
     const double bytes = L_.grad_bytes() * zero3_outside_params(s);
     double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
                      cost_.collective_s(Collective::reduce_scatter, bytes, group);
-    if (deepspeed_stage3(L_))  // the reduce buckets flushed after the last layer's backward
-      s_total = cost_.collective_s(Collective::reduce_scatter,
-                                   L_.grad_bytes() * deepspeed_gathered(model_, L_, longest_).reduced_at_end, group);
+    if (deepspeed_stage3(L_)) {  // the reduce buckets flushed after the last layer's backward
+      const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
+      // DeepSpeed of 2021 walks its modules' flushes with the passes: the last bucket is left.
+      const double elements = L_.zero3_sharding == "deepspeed_2021" ? ds.last_bucket : ds.reduced_at_end;
+      s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * elements, group);
+    }
     TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
     set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));

@@ -103,7 +103,10 @@ class OpBuilder {
     if (s <= 0) return -1;
     return add({"cp wait", OpStream::cp, s, 0, false, std::move(deps), {}, {}, {}});
   }
-  // Appends `ops` (another list), its deps shifted; the first op also reads `after`.
+  // The ops added from here on run in module `m` (LayerOp::module).
+  void enter(LayerModule m) { module_ = m; }
+  // Appends `ops` (another list: the forward, run again) as recomputed ops, its deps shifted;
+  // the first op also reads `after`.
   int append(const OpList& ops, const std::string& prefix, int after) {
     const int base = static_cast<int>(ops_.size());
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -111,6 +114,7 @@ class OpBuilder {
       op.name = prefix + op.name;
       for (int& d : op.deps) d += base;
       if (i == 0 && after >= 0) op.deps.push_back(after);
+      op.recomputed = true;
       ops_.push_back(std::move(op));
     }
     return static_cast<int>(ops_.size()) - 1;
@@ -121,11 +125,13 @@ class OpBuilder {
  private:
   int add(LayerOp op) {
     std::erase_if(op.deps, [](int d) { return d < 0; });
+    op.module = module_;
     ops_.push_back(std::move(op));
     return last();
   }
   const CostModel& cost_;
   OpList ops_;
+  LayerModule module_ = LayerModule::none;
 };
 
 // The attention core (scores, softmax, weighted sum) of a micro-batch on one TP rank, without CP.
@@ -266,14 +272,21 @@ class LayerLowering {
   // bias-dropout-add — under ZeRO-3 with the next layer's parameters gathered beside it.
   OpList forward() const {
     OpBuilder f(cost_);
+    f.enter(LayerModule::norm1);
     const int n1 = f.elementwise("norm1", norm_bytes_, {copy_out_parameters(f, -1)});
     const int gather = prefetch_next_layer(f, n1, forward_gather_);
+    f.enter(LayerModule::qkv);
     const auto [q, kv] = qkv_forward(f, n1);
+    f.enter(LayerModule::core_attention);
     const int a = attention_ops(f, cost_, m_, layout_, mb_, attention_, false, q, "", kv).done;
+    f.enter(LayerModule::proj);
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes_, {row_forward(f, "proj", proj_, a)}, bda_kernels_);
+    f.enter(LayerModule::norm2);
     const int n2 = f.elementwise("norm2", norm_bytes_, {b1});
+    f.enter(LayerModule::fc1);
     const int f1 = column_forward(f, "fc1", fc1_, n2);
     const int act = f.elementwise("activation", act_bytes_, {f1}, act_kernels_);
+    f.enter(LayerModule::fc2);
     const int b2 = f.elementwise("bias-dropout-add2", bda_bytes_, {row_forward(f, "fc2", fc2_, act), b1}, bda_kernels_);
     wait_for_gather(f, gather, b2);
     return f.take();
@@ -285,20 +298,31 @@ class LayerLowering {
     OpBuilder bw(cost_);
     int start = layout_.zero3_reshard_after_forward ? copy_out_parameters(bw, -1) : -1;
     if (recompute_ == Recompute::full) start = recompute_layer(bw, forward, start);
+    // Each op in the module whose backward hook fired last before it: a module's hook fires once
+    // the gradient of its output exists, so the element-wise backward that makes it belongs to
+    // the module before.
+    bw.enter(LayerModule::fc2);
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes_, {start}, bda_kernels_);
     const int gather = backward_gather_ > 0 ? prefetch_next_layer(bw, b2, backward_gather_) : -1;
     const int f2 = row_backward(bw, "fc2", fc2_, recompute_for_wgrad(bw, "activation", act_bytes_, b2, act_kernels_));
     const int act = bw.elementwise("activation bwd", 1.5 * act_bytes_, {f2}, act_kernels_);
+    bw.enter(LayerModule::fc1);
     const int f1 = column_backward(bw, "fc1", fc1_, recompute_for_wgrad(bw, "norm2", norm_bytes_, act, 1));
+    bw.enter(LayerModule::norm2);
     const int n2 = bw.elementwise("norm2 bwd", 1.5 * norm_bytes_, {f1});
     const int b1 = bw.elementwise("bias-dropout-add1 bwd", 1.5 * bda_bytes_, {n2, b2}, bda_kernels_);
+    bw.enter(LayerModule::proj);
     int pr = row_backward(bw, "proj", proj_, b1);
+    bw.enter(LayerModule::core_attention);
     if (recompute_ == Recompute::selective) pr = recompute_attention(bw, pr);
     // The attention's transfers start with its kernels, once the projection's backward is done
     // (autograd runs the linear's dgrad and wgrad, then the attention's backward): a stall of the
     // attention plan cannot hide behind the projection's weight gradient.
     const AttentionOps a = attention_ops(bw, cost_, m_, layout_, mb_, attention_, true, pr, "", bw.last());
-    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes_, {qkv_backward(bw, a)});
+    bw.enter(LayerModule::qkv);
+    const int qkv = qkv_backward(bw, a);
+    bw.enter(LayerModule::norm1);
+    const int n1 = bw.elementwise("norm1 bwd", 1.5 * norm_bytes_, {qkv});
     if (zero3_) reduce_scatter_gradients(bw, n1);
     wait_for_gather(bw, gather, n1);
     return bw.take();

@@ -27,6 +27,11 @@
 namespace cpbench {
 
 
+// The modules of a transformer layer whose hooks a framework runs (Megatron's GPT layer, as
+// Megatron-DeepSpeed builds it), in forward order; an op belongs to the one it runs in, an
+// element-wise op between two linears to the module whose hook fired last before it.
+enum class LayerModule : int8_t { none = -1, norm1, qkv, core_attention, proj, norm2, fc1, fc2 };
+
 struct LayerOp {
   std::string name;  // "qkv", "attention", "norm1", "tp all-gather", ...
   OpStream stream = OpStream::compute;
@@ -42,6 +47,8 @@ struct LayerOp {
   std::string kernel;
   std::map<std::string, double> shape;
   double hbm_bytes = 0;  // a copy off the compute stream: what it reads and writes in HBM
+  LayerModule module = LayerModule::none;
+  bool recomputed = false;  // part of the forward run again inside the backward (full recompute)
 };
 using OpList = std::vector<LayerOp>;
 

@@ -55,12 +55,14 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     // (the last layers kept across the turn included) beside its persistent small tensors, and
     // its gradients in the contiguous reduce bucket (reduce_bucket_size elements, allocated at
     // start-up in the 16-bit dtype: stage3.py _setup_for_real_optimizer) beside the tensor whose
-    // gradient autograd has just made, before it is copied into the bucket.
+    // gradient autograd has just made, before it is copied into the bucket. DeepSpeed of 2021
+    // double-buffers the bucket (stage3.py of v0.5.0, ipg_buffer with overlap_comm).
     const double shards = static_cast<double>(L.dp() * L.cp);
     const double sharded = (2 + L.grad_bytes() + 12) * params / shards;
     if (deepspeed_stage3(L)) {
       const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
-      return sharded + 2 * (ds.peak + ds.persistent) + 2 * (deepspeed::kReduceBucket + ds.largest);
+      const double buckets = L.zero3_sharding == "deepspeed_2021" ? 2 : 1;
+      return sharded + 2 * (ds.peak + ds.persistent) + 2 * (buckets * deepspeed::kReduceBucket + ds.largest);
     }
     const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
     const bool per_parameter = L.zero3_sharding == "per_parameter";

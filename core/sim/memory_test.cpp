@@ -266,6 +266,56 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_EQ(deepspeed_gathered(small, L, 2048).peak, 0);
 }
 
+// DeepSpeed of 2021 (deepspeed_2021): the coordinator prefetches only with nothing in flight, and a
+// module whose tensors are not there waits for the device. The walk (deepspeed_synchronous_times)
+// on made-up costs: without collectives it is the modules' kernels back to back; without
+// kernels every gather is serial (each waited for before the next module, or issued after a
+// device synchronization); with both it is never shorter than either.
+TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
+  ParallelConfig L;
+  L.num_gpus = 8;
+  L.zero3 = true;
+  L.zero3_sharding = "deepspeed_2021";
+  L.recompute = "full";
+  for (const char* name : {"gpt_1.7b", "gpt3_175b"}) {
+    const ModelShape m = preset(name);
+    const DeepSpeedGathered g = deepspeed_gathered(m, L, 2048);
+    double gathers = 0, modules = 0, flushed = 0;
+    bool in_flight = false;
+    for (const DeepSpeedStep& step : g.steps) {
+      if (step.synchronized) in_flight = false;
+      if (!step.prefetched.empty()) {
+        EXPECT_FALSE(in_flight) << name << ": a prefetch while another is in flight";
+        in_flight = true;
+      }
+      EXPECT_TRUE(step.fetched.empty() || step.synchronized) << name;
+      for (const auto* list : {&step.fetched, &step.prefetched})
+        for (double t : *list) gathers += t;
+      if (step.layer >= 0) modules += 1;  // the walk takes compute in the layers only
+      for (const auto& bucket : step.flushed)
+        for (double t : bucket) flushed += t;
+    }
+    DeepSpeedSyncCosts c;
+    c.compute_s = [](const DeepSpeedStep&) { return 1.0; };
+    c.gather_s = [](double) { return 0.0; };
+    c.reduce_scatter_s = [](double) { return 0.0; };
+    const DeepSpeedSyncTimes kernels = deepspeed_synchronous_times(g, c);
+    EXPECT_DOUBLE_EQ(kernels.forward_s + kernels.backward_s, modules) << name;
+    c.compute_s = [](const DeepSpeedStep&) { return 0.0; };
+    c.gather_s = [](double e) { return e * 1e-9; };
+    const DeepSpeedSyncTimes comm = deepspeed_synchronous_times(g, c);
+    EXPECT_NEAR(comm.forward_s + comm.backward_s, gathers * 1e-9, 1e-9) << name;
+    c.compute_s = [](const DeepSpeedStep& step) { return step.module == LayerModule::core_attention ? 0.0 : 1e-3; };
+    c.reduce_scatter_s = [](double e) { return e * 1e-9; };
+    c.host_s = 1e-5;
+    const DeepSpeedSyncTimes both = deepspeed_synchronous_times(g, c);
+    EXPECT_GE(both.forward_s + both.backward_s, both.forward_compute_s + both.backward_compute_s) << name;
+    EXPECT_GE(both.forward_s + both.backward_s, gathers * 1e-9) << name;
+    EXPECT_GT(flushed, 0) << name;
+    EXPECT_NEAR(flushed + g.last_bucket, param_count(m, 2048).total(), 1e-6 * param_count(m, 2048).total()) << name;
+  }
+}
+
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count
 // on 1F1B, stage 0, one chunk's bytes = x, p micro-batches in flight: a forward's bytes stay until
 // the next forward ends (its copy runs meanwhile), and copies back land in two persistent buffers

@@ -32,7 +32,7 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   const ModelShape& m = in.model;
   if (auto why = check_model_split(m, L); !why.empty()) return no(why);
   // deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
-  if (L.zero3 && L.zero3_sharding == "deepspeed" && L.pp > 1)
+  if (L.zero3 && L.zero3_sharding.starts_with("deepspeed") && L.pp > 1)
     return no("zero3_sharding deepspeed needs pp = 1 (DeepSpeed's pipeline engine refuses ZeRO stage 3)");
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
