@@ -211,6 +211,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   std::vector<double> bucket;  // its gradients
   double in_bucket = 0;
   for (const auto& [step, p] : ready) {
+    out.steps[step].gradients.push_back(size[p]);
     if (in_bucket > 0 && in_bucket + size[p] > deepspeed::kReduceBucket) {
       if (step > last_layer_step) out.reduced_at_end += in_bucket;
       out.steps[step].flushed.push_back(std::move(bucket));
@@ -229,38 +230,41 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
   DeepSpeedSyncTimes out;
   double host = 0, device = 0, gathering = 0, reducing = 0;  // when each is next free
   double forward_end = -1;
+  const double share = std::clamp(c.comm_sm_share, 0.0, 0.99);
   for (const DeepSpeedStep& step : g.steps) {
     const bool forward = step.phase == 'f';
     if (!forward && forward_end < 0) forward_end = std::max(host, device);
-    double waited_host = 0;
+    if (step.layer < 0) continue;  // the embedding and output layer: priced apart, not gathered
+    // The fetch: a module with tensors to gather or in flight waits for the device and every
+    // stream, then gathers its own; the prefetch's tensors each after a device synchronization.
     if (step.synchronized) {
       host = std::max({host, device, gathering, reducing});
       for (double t : step.fetched) host += c.gather_s(t);
     }
     if (!step.prefetched.empty()) {
-      host = std::max(host, device);  // _allgather_param's torch.cuda.synchronize()
+      host = std::max({host, device, gathering, reducing});  // _allgather_param's torch.cuda.synchronize()
       for (size_t k = 0; k + 1 < step.prefetched.size(); ++k) host += c.gather_s(step.prefetched[k]);
       gathering = host + c.gather_s(step.prefetched.back());
     }
-    const double compute = step.layer >= 0 ? c.compute_s(step) : 0;
-    double beside = 0;  // collective time beside the module's kernels
-    for (const std::vector<double>& bucket : step.flushed) {
-      double elements = 0;
-      for (double t : bucket) elements += t;
-      device += c.bucket_copy_s_per_element * elements;
-      host = std::max(host, reducing);  // reduction_stream.synchronize()
-      reducing = host;
-      for (double t : bucket) reducing += c.reduce_scatter_s(t);
-      beside += reducing - host;
-    }
-    double slowed = 0;
+    // The module's kernels, issued after the wait, slowed by the collectives running beside them.
+    const double compute = c.compute_s(step);
+    double waited_host = 0, slowed = 0;
     if (compute > 0) {
       if (host >= device) waited_host = c.host_s;
       const double start = std::max(device, host + waited_host);
-      beside += std::max(0.0, gathering - start);
-      const double s = std::clamp(c.comm_sm_share, 0.0, 0.99);
-      slowed = s * std::min(beside, compute / (1 - s));
+      const double beside = std::max(0.0, gathering - start) + std::max(0.0, reducing - start);
+      slowed = share * std::min(beside, compute / (1 - share));
       device = start + compute + slowed;
+    }
+    // Its gradients, once its kernels are issued: each copied into the bucket on the compute
+    // stream (one larger than the bucket is reduced where it lies), and a full bucket
+    // reduce-scattered once the host has waited for the one before.
+    for (double t : step.gradients)
+      if (t <= deepspeed::kReduceBucket) device += c.bucket_copy_s_per_element * t;
+    for (const std::vector<double>& bucket : step.flushed) {
+      host = std::max(host, reducing);  // reduction_stream.synchronize()
+      reducing = host;
+      for (double t : bucket) reducing += c.reduce_scatter_s(t);
     }
     (forward ? out.forward_compute_s : out.backward_compute_s) += compute;
     (forward ? out.forward_host_s : out.backward_host_s) += waited_host;

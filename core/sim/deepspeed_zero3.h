@@ -1,4 +1,5 @@
-// deepspeed_zero3.h — DeepSpeed's ZeRO stage 3 (zero3_sharding "deepspeed") as its parameter
+// deepspeed_zero3.h — DeepSpeed's ZeRO stage 3 (zero3_sharding "deepspeed", and its 2021
+// releases, "deepspeed_2021") as its parameter
 // coordinator and gradient buckets run a step: what each layer's backward gathers again (none
 // for the layers held across the turn), how many parameters are gathered at once, what stays
 // resident, what the last reduce buckets hold for the step's tail.
@@ -26,7 +27,8 @@ constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguou
 }  // namespace deepspeed
 
 // Whether the layout is DeepSpeed's stage 3 as deepspeed_gathered replays it: zero3_sharding
-// "deepspeed" with reshard_after_forward over dp·cp > 1 ranks.
+// "deepspeed" or "deepspeed_2021" over dp·cp > 1 ranks (with reshard_after_forward, which
+// plan_zero3 requires of both).
 bool deepspeed_stage3(const ParallelConfig& layout);
 
 // One step of the module trace: a module's hook, what it gathered and what its gradients flushed.
@@ -37,6 +39,7 @@ struct DeepSpeedStep {
   bool synchronized = false;                  // it had a tensor to gather or in flight: a wait
   std::vector<double> fetched;                // tensors gathered for the module itself, not prefetched
   std::vector<double> prefetched;             // tensors the prefetch after its fetch gathered
+  std::vector<double> gradients;              // tensors whose gradients it made (their last use)
   std::vector<std::vector<double>> flushed;   // reduce buckets its gradients flushed (their tensors)
 };
 
@@ -75,9 +78,11 @@ struct DeepSpeedGathered {
 // before stage3_max_reuse_distance elements of the modules that run next have passed
 // (__params_to_release). Tensors of at most stage3_param_persistence_threshold elements (norms,
 // biases) are resident instead. The gradients fill reduce buckets in the order their hooks fire
-// (stage3.py reduce_independent_p_g_buckets_and_remove_grads). Zero unless zero3_sharding
-// "deepspeed" shards over dp·cp > 1 with reshard_after_forward (without it every layer stays
-// gathered, as for FSDP).
+// (stage3.py reduce_independent_p_g_buckets_and_remove_grads). Under "deepspeed_2021" the
+// prefetch runs only with nothing in flight and fewer than stage3_max_live_parameters gathered,
+// and takes tensors until the bucket is full; a module whose tensors are not gathered or still in
+// flight is marked synchronized (it waits for every gather in flight). Zero unless
+// deepspeed_stage3.
 DeepSpeedGathered deepspeed_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
 
 // DeepSpeed of 2021 (zero3_sharding "deepspeed_2021": v0.3.12 to v0.5.x, before the coordinator

@@ -51,11 +51,12 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   std::map<std::pair<LayerModule, char>, double> module_s;  // (module, phase): its kernels
   for (const auto& [list, backward] : {std::pair{&ops.forward, false}, std::pair{&ops.backward, true}})
     for (const LayerOp& op : *list)
-      if (op.stream == OpStream::compute || op.stream == OpStream::tp)
+      if (op.stream == OpStream::compute)  // TP collectives: the plain passes' own exposure, below
         module_s[{op.module, !backward ? 'f' : op.recomputed ? 'r' : 'b'}] += op.duration_s;
   const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
   DeepSpeedSyncCosts c;
   c.compute_s = [&](const DeepSpeedStep& step) {
+    if (step.module == LayerModule::none) return 0.0;  // a container's hook: no kernels of its own
     const auto it = module_s.find({step.module, step.phase});
     return it == module_s.end() ? 0.0 : it->second;
   };
@@ -77,9 +78,11 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     pass->compute_s += slowed;
     pass->contention_s += slowed;
   }
-  // The bytes: every gather walked (the modules outside the layers' too), and the layers'
-  // gradients (those outside them are the step's, add_zero3_tail and sent_bytes).
+  // The bytes: every gather walked (in the layers: the embedding and output layer are not
+  // gathered in any ZeRO-3 model), and the layers' gradients (those outside them are the step's,
+  // add_zero3_tail and sent_bytes).
   for (const DeepSpeedStep& step : ds.steps) {
+    if (step.layer < 0) continue;
     PassCost& pass = step.phase == 'f' ? out.fwd : out.bwd;
     for (const auto* list : {&step.fetched, &step.prefetched})
       for (double e : *list) pass.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * e, group);
@@ -108,6 +111,8 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
     out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds);
     return out;
   }
+  // (A copy's backward gathers for the layer after it in the backward's order; the layers' kernels
+  // are the same, so which copy carries which amount does not matter.)
   std::map<double, int64_t> layers_gathering;
   for (double elements : ds.backward_gathered) ++layers_gathering[elements];
   for (const auto& [elements, layers] : layers_gathering) {
@@ -426,7 +431,18 @@ class IterationGraph {
         if (!a) return a.errors();
         attn = *a;
       }
-      const LayerOps ops = lower_layer(cost_, model_, L_, mb, mb.cp > 1 ? &attn : nullptr);
+      // DeepSpeed's layer as most of its layers gather (deepspeed_2021's passes are walked module
+      // by module instead: the trace shows its layer as flat ZeRO-3 lowers it).
+      Zero3Gather gather;
+      if (L_.zero3_sharding == "deepspeed" && deepspeed_stage3(L_)) {
+        const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
+        std::map<double, int64_t> count;
+        for (double e : ds.backward_gathered) ++count[e];
+        gather = {ds.layer_partitioned, std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
+                                          return a.second < b.second;
+                                        })->first};
+      }
+      const LayerOps ops = lower_layer(cost_, model_, L_, mb, mb.cp > 1 ? &attn : nullptr, gather);
       TaskGraph g;
       append_ops(g, cost_, ops.forward, 2, 0);
       append_ops(g, cost_, ops.backward, 2, 1);
@@ -785,14 +801,16 @@ class IterationGraph {
     const double bytes = L_.grad_bytes() * zero3_outside_params(s);
     double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
                      cost_.collective_s(Collective::reduce_scatter, bytes, group);
+    double tail_bytes = bytes;  // for its contention
     if (deepspeed_stage3(L_)) {  // the reduce buckets flushed after the last layer's backward
       const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
       // DeepSpeed of 2021 walks its modules' flushes with the passes: the last bucket is left.
       const double elements = L_.zero3_sharding == "deepspeed_2021" ? ds.last_bucket : ds.reduced_at_end;
       s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * elements, group);
+      tail_bytes = L_.grad_bytes() * elements;
     }
     TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
-    set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, bytes, group));
+    set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, tail_bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));
   }
 

@@ -300,7 +300,8 @@ class LayerLowering {
     if (recompute_ == Recompute::full) start = recompute_layer(bw, forward, start);
     // Each op in the module whose backward hook fired last before it: a module's hook fires once
     // the gradient of its output exists, so the element-wise backward that makes it belongs to
-    // the module before.
+    // the module before — bias-dropout-add2's to the layer's own hook, which has no tensors to
+    // wait for: it is counted with FC2's.
     bw.enter(LayerModule::fc2);
     const int b2 = bw.elementwise("bias-dropout-add2 bwd", 1.5 * bda_bytes_, {start}, bda_kernels_);
     const int gather = backward_gather_ > 0 ? prefetch_next_layer(bw, b2, backward_gather_) : -1;

@@ -34,6 +34,11 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   // deepspeed/runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism".
   if (L.zero3 && L.zero3_sharding.starts_with("deepspeed") && L.pp > 1)
     return no("zero3_sharding deepspeed needs pp = 1 (DeepSpeed's pipeline engine refuses ZeRO stage 3)");
+  // Its coordinator decides what stays gathered from forward to backward (deepspeed_zero3.h):
+  // it has no switch to keep every layer, as FSDP's reshard_after_forward = false does.
+  if (L.zero3 && L.zero3_sharding.starts_with("deepspeed") && !L.zero3_reshard_after_forward)
+    return no("zero3_sharding " + L.zero3_sharding + " releases parameters after the forward as its coordinator decides: "
+              "zero3_reshard_after_forward false is FSDP's");
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
   if (auto why = divides("global batch (sequences)", sequences, "dp·micro_batch_size", per_replica); !why.empty())

@@ -382,34 +382,45 @@ TEST_F(PtdpTest, Zero3DeepSpeedGathersAgainWhatTheRecomputationReleased) {
 // (deepspeed_zero3.h deepspeed_synchronous_times): what DeepSpeed 0.6 and FSDP hide beside the
 // compute is exposed, and more of the step as the GPUs double at a fixed batch (each GPU still
 // gathers the whole model per micro-batch while its compute halves): 175B, TP 1, full
-// recompute, 384 sequences of 2048 on 192 and then 384 GPUs.
+// recompute, 768 sequences of 2048 on 384 and then 768 GPUs.
 TEST_F(PtdpTest, Zero3DeepSpeed2021ExposesItsGathersAndScalesWorseThanFlat) {
   model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
   layout_ = ParallelConfig{};
   layout_.grad_reduce_in_fp32 = false;
   layout_.recompute = "full";
-  batch_.lengths.assign(384, 2048);
-  std::map<std::string, std::pair<double, double>> step;  // sharding: (192 GPUs, 384 GPUs)
+  batch_.lengths.assign(768, 2048);
+  std::map<std::string, std::pair<double, double>> step;  // sharding: (384 GPUs, 768 GPUs)
   std::map<std::string, double> exposed;
   for (const char* sharding : {"flat", "deepspeed", "deepspeed_2021"})
-    for (int64_t gpus : {192, 384}) {
+    for (int64_t gpus : {384, 768}) {
       layout_.zero3_sharding = sharding;
       layout_.num_gpus = gpus;
       const Evaluation e = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
       ASSERT_EQ(e.status, "ok") << sharding << " " << gpus << ": " << e.reason;
-      (gpus == 192 ? step[sharding].first : step[sharding].second) = e.metrics.at("step_time_s");
-      if (gpus == 384) exposed[sharding] = e.metrics.at("exposed_comm_s") / e.metrics.at("step_time_s");
+      (gpus == 384 ? step[sharding].first : step[sharding].second) = e.metrics.at("step_time_s");
+      if (gpus == 768) exposed[sharding] = e.metrics.at("exposed_comm_s") / e.metrics.at("step_time_s");
     }
   EXPECT_LT(exposed["deepspeed"], 0.01);
   EXPECT_GT(exposed["deepspeed_2021"], 0.05);
   EXPECT_GT(step["deepspeed_2021"].second, step["deepspeed"].second);
   const auto halving = [&](const std::string& s) { return step[s].second / step[s].first; };
   EXPECT_GT(halving("deepspeed_2021"), halving("flat") + 0.01);
-  // The 2021 coordinator's memory: its reduce bucket double-buffered.
-  layout_.zero3_sharding = "deepspeed_2021";
-  ParallelConfig planned = layout_;
-  planned.zero3 = true;
-  EXPECT_GT(deepspeed_gathered(model_, planned, 2048).peak, 0);
+  // The 2021 coordinator's memory: what its replay gathered at once, and its reduce bucket
+  // double-buffered (5e8 16-bit elements more than 0.6's).
+  Plan plan;
+  plan.layout = layout_;
+  plan.layout.zero3 = true;
+  plan.micro_batches.assign(768, std::vector<PlanMicroBatch>(1, PlanMicroBatch{{2048}, 1, -1, 1}));
+  plan.layout.zero3_sharding = "deepspeed";
+  const double peak06 = deepspeed_gathered(model_, plan.layout, 2048).peak, bytes06 = stage_weight_bytes(model_, plan, 0);
+  plan.layout.zero3_sharding = "deepspeed_2021";
+  const double peak21 = deepspeed_gathered(model_, plan.layout, 2048).peak, bytes21 = stage_weight_bytes(model_, plan, 0);
+  EXPECT_NEAR(bytes21 - bytes06, 2 * (peak21 - peak06) + 2 * 5e8, 1e3);
+  // Without resharding after the forward DeepSpeed has no equivalent: infeasible, with the reason.
+  layout_.zero3_reshard_after_forward = false;
+  const Evaluation kept = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  EXPECT_EQ(kept.status, "infeasible");
+  EXPECT_NE(kept.reason.find("zero3_reshard_after_forward false"), std::string::npos) << kept.reason;
 }
 
 TEST_F(PtdpTest, TorchsLossRunsOnlyWhereTheVocabularyIsWhole) {
