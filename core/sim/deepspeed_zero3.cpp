@@ -237,14 +237,21 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
     if (step.layer < 0) continue;  // the embedding and output layer: priced apart, not gathered
     // The fetch: a module with tensors to gather or in flight waits for the device and every
     // stream, then gathers its own; the prefetch's tensors each after a device synchronization.
+    // A collective issued at `host`: the host is busy issuing it (its per-rank copies) for
+    // issue_s, the device done with it after gather_s, whichever is later.
+    auto gathered_by = [&](double t) {
+      const double start = host;
+      host += c.issue_s;
+      return std::max(host, start + c.gather_s(t));
+    };
     if (step.synchronized) {
       host = std::max({host, device, gathering, reducing});
-      for (double t : step.fetched) host += c.gather_s(t);
+      for (double t : step.fetched) host = gathered_by(t);
     }
     if (!step.prefetched.empty()) {
       host = std::max({host, device, gathering, reducing});  // _allgather_param's torch.cuda.synchronize()
-      for (size_t k = 0; k + 1 < step.prefetched.size(); ++k) host += c.gather_s(step.prefetched[k]);
-      gathering = host + c.gather_s(step.prefetched.back());
+      for (size_t k = 0; k + 1 < step.prefetched.size(); ++k) host = gathered_by(step.prefetched[k]);
+      gathering = gathered_by(step.prefetched.back());
     }
     // The module's kernels, issued after the wait, slowed by the collectives running beside them.
     const double compute = c.compute_s(step);
@@ -264,7 +271,11 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
     for (const std::vector<double>& bucket : step.flushed) {
       host = std::max(host, reducing);  // reduction_stream.synchronize()
       reducing = host;
-      for (double t : bucket) reducing += c.reduce_scatter_s(t);
+      for (double t : bucket) {
+        const double start = std::max(reducing, host);
+        host += c.issue_s;
+        reducing = std::max(host, start + c.reduce_scatter_s(t));
+      }
     }
     (forward ? out.forward_compute_s : out.backward_compute_s) += compute;
     (forward ? out.forward_host_s : out.backward_host_s) += waited_host;

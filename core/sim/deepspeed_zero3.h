@@ -92,6 +92,7 @@ struct DeepSpeedSyncCosts {
   std::function<double(const DeepSpeedStep&)> compute_s;  // the module's kernels in that step
   std::function<double(double)> gather_s;                 // one tensor's all-gather, by its elements
   std::function<double(double)> reduce_scatter_s;         // one tensor's gradient reduce-scatter
+  double issue_s = 0;  // the host issuing one of those collectives (torch's per-rank copies)
   double host_s = 0;                // the host issuing a module's first kernel after a wait
   double bucket_copy_s_per_element = 0;  // a gradient copied into the reduce bucket (compute stream)
   double comm_sm_share = 0;  // of the SMs a collective holds beside the kernels (comm_sm_fraction)
@@ -107,14 +108,19 @@ struct DeepSpeedSyncTimes {
 // stream (_synchronize_communication: comm_stream.synchronize(); torch.cuda.synchronize()) —
 // then gathers the module's own tensors one collective each; each prefetched tensor's
 // collective is issued after another torch.cuda.synchronize() (_allgather_param), so all but the
-// last prefetched tensor complete before the module's kernels are issued, and the last runs beside
-// them, slowing them by the SMs it holds (a kernel beside a collective for x runs at 1 − share of
-// its speed meanwhile: c + share · min(x, c / (1 − share))). A bucket of gradients is reduce-scattered tensor by tensor on the reduction stream once
-// the host has waited for the bucket before (reduce_ipg_grads: reduction_stream.synchronize()),
-// without waiting for the compute stream (no wait_stream in stage3.py of 2021); each gradient is
-// first copied into the bucket on the compute stream (contiguous_gradients, v0.5.0's default).
-// The modules outside the layers take no compute here (the embedding's and output layer's passes
-// are priced apart) but their gathers are walked; the last bucket is the step's tail.
+// last prefetched tensor complete before the module's kernels are issued, and the last runs
+// beside them, slowing them by the SMs it holds (a kernel beside a collective for x runs at
+// 1 − share of its speed meanwhile: c + share · min(x, c / (1 − share))). Each collective is
+// torch.distributed's list form, which copies its world_size pieces one by one out of (or into)
+// a flat buffer on the NCCL stream (ProcessGroupNCCL allgather and reduce_scatter, torch
+// 1.7–1.10): the host busy issuing them (issue_s), the device with the collective and the copies
+// (gather_s, reduce_scatter_s). A bucket of gradients is reduce-scattered tensor by tensor on the
+// reduction stream once the host has waited for the bucket before (reduce_ipg_grads:
+// reduction_stream.synchronize()), without waiting for the compute stream (no wait_stream in
+// stage3.py of 2021); each gradient is first copied into the bucket on the compute stream
+// (contiguous_gradients, v0.5.0's default; not one larger than the bucket). Only the layers'
+// steps are walked: the embedding's and output layer's passes are priced apart, and their gathers
+// in no ZeRO-3 model; the last bucket is the step's tail.
 DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& gathered, const DeepSpeedSyncCosts& costs);
 
 }  // namespace cpbench

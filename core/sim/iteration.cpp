@@ -60,10 +60,20 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     const auto it = module_s.find({step.module, step.phase});
     return it == module_s.end() ? 0.0 : it->second;
   };
-  c.gather_s = [&](double elements) { return cost.collective_s(Collective::all_gather, 2 * elements, group); };
-  c.reduce_scatter_s = [&](double elements) {
-    return cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * elements, group);
+  // torch.distributed's list collectives (all DeepSpeed of 2021 calls): world_size copies of a
+  // piece each between the pieces and a flat buffer, on the NCCL stream (one launch each, the whole
+  // tensor read and written) and issued one by one by the host (one op each).
+  const double ranks = static_cast<double>(group.size);
+  const double launch_s = cost.params().kernel_overhead_us * 1e-6;
+  c.gather_s = [&](double elements) {
+    return cost.collective_s(Collective::all_gather, 2 * elements, group) + cost.memory_bound_s(2 * 2 * elements) +
+           (ranks - 1) * launch_s;
   };
+  c.reduce_scatter_s = [&](double elements) {
+    return cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * elements, group) +
+           cost.memory_bound_s(2 * L.grad_bytes() * elements) + (ranks - 1) * launch_s;
+  };
+  c.issue_s = ranks * cost.params().host_op_us * 1e-6;
   c.host_s = cost.params().host_op_us * 1e-6;
   c.bucket_copy_s_per_element = cost.memory_bound_s(1e9 * (2 + L.grad_bytes())) / 1e9;  // a launch per 1e9: none
   c.comm_sm_share = cost.params().comm_sm_fraction;

@@ -340,6 +340,15 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   t = deepspeed_synchronous_times(hand, c);
   EXPECT_DOUBLE_EQ(t.forward_contention_s, 1.75);
   EXPECT_DOUBLE_EQ(t.forward_s, 9.75);
+  // The host busy 3 s issuing each collective (torch's per-rank copies), longer than the gathers
+  // themselves: QKV's own gather done at 3, the 2 at 6, the 4 issued by 9 (done at 10); kernels
+  // 9.5 → 12.5; proj waits for them: 13 → 14; FC1's backward 14 → 19, its copy to 19.5, its
+  // bucket issued from 12.5 to 15.5 and done at 20.5.
+  c.comm_sm_share = 0;
+  c.issue_s = 3;
+  t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.forward_s, 14);
+  EXPECT_DOUBLE_EQ(t.backward_s, 20.5 - 14);
 }
 
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count
