@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -156,22 +157,23 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   // (prefetch_next_sub_modules, PrefetchCoordinator.get_params_to_prefetch).
   const bool synchronous = L.zero3_sharding == "deepspeed_2021";
   std::vector<bool> in_flight(size.size());
-  bool any_in_flight = false;
+  std::vector<int> in_flight_list;  // the tensors marked in in_flight
   for (size_t i = 0; i < trace.size(); ++i) {
     for (size_t e = first[i]; e < first[i + 1]; ++e)
       if (!gathered[queue[e]] || in_flight[queue[e]]) out.steps[i].synchronized = true;
     if (out.steps[i].synchronized) {
-      std::fill(in_flight.begin(), in_flight.end(), false);
-      any_in_flight = false;
+      for (int p : in_flight_list) in_flight[p] = false;
+      in_flight_list.clear();
     }
     for (size_t e = first[i]; e < first[i + 1]; ++e) gather(e, out.steps[i].fetched);
     popped = std::max(popped, first[i + 1]);
     if (synchronous) {
-      if (!any_in_flight && live < deepspeed::kMaxLiveParameters)
+      if (in_flight_list.empty() && live < deepspeed::kMaxLiveParameters)
         for (double prefetching = 0; popped < queue.size() && prefetching < deepspeed::kPrefetchBucket; ++popped)
           if (const double g = gather(popped, out.steps[i].prefetched); g > 0) {
             prefetching += g;
-            in_flight[queue[popped]] = any_in_flight = true;
+            in_flight[queue[popped]] = true;
+            in_flight_list.push_back(queue[popped]);
           }
     } else {
       const double budget = std::min(deepspeed::kMaxLiveParameters - live, deepspeed::kPrefetchBucket);
@@ -223,6 +225,14 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   }
   out.reduced_at_end += in_bucket;
   out.last_bucket = in_bucket;
+  return out;
+}
+
+std::vector<std::pair<double, int64_t>> deepspeed_backward_groups(const DeepSpeedGathered& g) {
+  std::map<double, int64_t> layers;
+  for (double elements : g.backward_gathered) ++layers[elements];
+  std::vector<std::pair<double, int64_t>> out(layers.begin(), layers.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
 }
 

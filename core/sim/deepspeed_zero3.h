@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "core/model/model.h"
@@ -84,6 +85,10 @@ struct DeepSpeedGathered {
 // flight is marked synchronized (it waits for every gather in flight). Zero unless
 // deepspeed_stage3.
 DeepSpeedGathered deepspeed_gathered(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length);
+
+// The distinct amounts the layers' backwards gather (backward_gathered), each with how many layers
+// gather it, the most common first.
+std::vector<std::pair<double, int64_t>> deepspeed_backward_groups(const DeepSpeedGathered& gathered);
 
 // DeepSpeed of 2021 (zero3_sharding "deepspeed_2021": v0.3.12 to v0.5.x, before the coordinator
 // of v0.6.0) runs a micro-batch module by module with the host in step with the device; what

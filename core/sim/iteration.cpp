@@ -75,7 +75,7 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   };
   c.issue_s = ranks * cost.params().host_op_us * 1e-6;
   c.host_s = cost.params().host_op_us * 1e-6;
-  c.bucket_copy_s_per_element = cost.memory_bound_s(1e9 * (2 + L.grad_bytes())) / 1e9;  // a launch per 1e9: none
+  c.bucket_copy_s_per_element = cost.memory_bound_s(2 + L.grad_bytes()) - launch_s;  // its bytes, no launch of its own
   c.comm_sm_share = cost.params().comm_sm_fraction;
   const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
   const double layers = static_cast<double>(model.layers);
@@ -105,33 +105,29 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                                 const PlanMicroBatch& mb, const AttentionCost* attention, int64_t longest) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
-  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
-  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1} : Zero3Gather{};
-  const LayerOps layer = lower_layer(cost, model, L, mb, attention, gather);
   const LayerOps embedding = lower_embedding(cost, model, L, mb);
   const LayerOps output = lower_output_layer(cost, model, L, mb);
   MicroBatchOps out;
-  out.layer_fwd = price_repeated(cost, layer.forward);
-  out.layer_bwd = price_repeated(cost, layer.backward);
   out.embedding_fwd = price_ops(cost, embedding.forward);
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
+  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
     out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds);
     return out;
   }
+  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1} : Zero3Gather{};
+  const LayerOps layer = lower_layer(cost, model, L, mb, attention, gather);
+  out.layer_fwd = price_repeated(cost, layer.forward);
+  out.layer_bwd = price_repeated(cost, layer.backward);
   // (A copy's backward gathers for the layer after it in the backward's order; the layers' kernels
-  // are the same, so which copy carries which amount does not matter.)
-  std::map<double, int64_t> layers_gathering;
-  for (double elements : ds.backward_gathered) ++layers_gathering[elements];
-  for (const auto& [elements, layers] : layers_gathering) {
+  // are the same, so which copy carries which amount does not matter.) The most common amount
+  // first: its first copy carries the pass's start.
+  for (const auto& [elements, layers] : deepspeed_backward_groups(ds)) {
     const Zero3Gather g{ds.layer_partitioned, elements};
     out.deepspeed_bwd.emplace_back(layers, price_repeated(cost, lower_layer(cost, model, L, mb, attention, g).backward));
   }
-  // The most common amount first: its first copy carries the pass's start.
-  std::stable_sort(out.deepspeed_bwd.begin(), out.deepspeed_bwd.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;
 }
 
@@ -446,11 +442,7 @@ class IterationGraph {
       Zero3Gather gather;
       if (L_.zero3_sharding == "deepspeed" && deepspeed_stage3(L_)) {
         const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
-        std::map<double, int64_t> count;
-        for (double e : ds.backward_gathered) ++count[e];
-        gather = {ds.layer_partitioned, std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) {
-                                          return a.second < b.second;
-                                        })->first};
+        gather = {ds.layer_partitioned, deepspeed_backward_groups(ds).front().first};
       }
       const LayerOps ops = lower_layer(cost_, model_, L_, mb, mb.cp > 1 ? &attn : nullptr, gather);
       TaskGraph g;

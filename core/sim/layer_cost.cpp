@@ -639,14 +639,20 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
   return {f.take(), b.take()};
 }
 
+namespace {
+// The share of HBM a task moving `bytes` through it for its duration holds.
+double hbm_share(const CostModel& cost, double bytes, double duration_s) {
+  const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
+  return duration_s > 0 && hbm_Bps > 0 ? std::min(1.0, bytes / duration_s / hbm_Bps) : 0.0;
+}
+}  // namespace
+
 void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent) {
   // comm_sm_fraction 0: communication does not run on the compute device (the CPU executor moves
   // data inside its waits), so it takes neither SMs nor memory bandwidth from the kernels.
   if (cost.params().comm_sm_fraction <= 0) return;
   task.sm_share = cost.params().comm_sm_fraction;
-  const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
-  if (task.duration_s > 0 && hbm_Bps > 0)
-    task.hbm_share = std::min(1.0, 2 * (sent.nvlink + sent.network) / task.duration_s / hbm_Bps);
+  task.hbm_share = hbm_share(cost, 2 * (sent.nvlink + sent.network), task.duration_s);
 }
 
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device) {
@@ -669,10 +675,7 @@ void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int 
       if (op.kernels > 0 && host_s > 0)
         t.deps.push_back(graph.add({device, kHost, op.kernels * host_s, {}, -1, -1, "issue " + op.name, 'o'}));
       if (op.stream == OpStream::tp || op.stream == OpStream::dp) set_contention(cost, t, op.bytes);
-      if (op.hbm_bytes > 0 && t.duration_s > 0) {  // a copy beside the compute: its HBM traffic
-        const double hbm_Bps = cost.cluster().gpu.hbm_bandwidth_GBps * 1e9 * cost.params().hbm_efficiency;
-        t.hbm_share = std::min(1.0, op.hbm_bytes / t.duration_s / hbm_Bps);
-      }
+      if (op.hbm_bytes > 0) t.hbm_share = hbm_share(cost, op.hbm_bytes, t.duration_s);  // a copy beside the compute
       id[i] = graph.add(std::move(t));
     }
     // The next copy follows this copy's last op off the dp stream: ZeRO-3's trailing gradient

@@ -55,6 +55,17 @@ class PtdpTest : public ::testing::Test {
     return {flat, other};
   }
 
+  // GPT-3 175B under ZeRO-3 with no model parallelism: TP 1, PP 1, full recompute, 16-bit
+  // gradients, `sequences` of 2048 tokens on as many GPUs (flat sharding until a test sets it).
+  void zero3_175b(int64_t sequences) {
+    model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
+    layout_ = ParallelConfig{};
+    layout_.num_gpus = sequences;
+    layout_.grad_reduce_in_fp32 = false;
+    layout_.recompute = "full";
+    batch_.lengths.assign(sequences, 2048);
+  }
+
   ClusterSpec cluster_;
   ModelShape model_;
   ParallelConfig layout_;
@@ -353,12 +364,7 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
 // (memory_test), are gathered again. FSDP's flat units gather it once. On 384 GPUs the step moves
 // those bytes more (a ring's 383/384 of them), and is no shorter.
 TEST_F(PtdpTest, Zero3DeepSpeedGathersAgainWhatTheRecomputationReleased) {
-  model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
-  layout_ = ParallelConfig{};
-  layout_.num_gpus = 384;
-  layout_.grad_reduce_in_fp32 = false;
-  layout_.recompute = "full";
-  batch_.lengths.assign(384, 2048);
+  zero3_175b(384);
   const Evaluation flat = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
   layout_.zero3_sharding = "deepspeed";
   const Evaluation ds = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
@@ -384,11 +390,7 @@ TEST_F(PtdpTest, Zero3DeepSpeedGathersAgainWhatTheRecomputationReleased) {
 // gathers the whole model per micro-batch while its compute halves): 175B, TP 1, full
 // recompute, 768 sequences of 2048 on 384 and then 768 GPUs.
 TEST_F(PtdpTest, Zero3DeepSpeed2021ExposesItsGathersAndScalesWorseThanFlat) {
-  model_ = *load_model(default_experiments_dir() / "models" / "gpt3_175b.json");
-  layout_ = ParallelConfig{};
-  layout_.grad_reduce_in_fp32 = false;
-  layout_.recompute = "full";
-  batch_.lengths.assign(768, 2048);
+  zero3_175b(768);
   std::map<std::string, std::pair<double, double>> step;  // sharding: (384 GPUs, 768 GPUs)
   std::map<std::string, double> exposed;
   for (const char* sharding : {"flat", "deepspeed", "deepspeed_2021"})
