@@ -131,6 +131,42 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   return out;
 }
 
+// FSDP (zero3_sharding flat and per_parameter): what each pass waits for beyond its layers'
+// chained gathers (a layer gathers the next one beside its compute, layer_cost.cpp). The root
+// unit — the chunk's parameters outside its layers — is gathered at the pass's start with the
+// unshard stream waiting for the compute stream (FSDP1 _root_pre_forward and
+// _wait_for_computation_stream), and kept to the backward's end (not resharded after the
+// forward: FSDP1 _post_forward_reshard, FSDP2's root post_forward_mesh_info None). The first
+// layer's gather follows it, beside only the embedding's compute (the chain's last gather, for
+// a layer that is not there, is taken back); in the backward, with resharding, beside only the
+// output layer's. Each backward ends waiting for its reduce-scatters (the post-backward final
+// callback waits for the post-backward stream): the first layer's, beside only the embedding's
+// backward, and the root's.
+void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
+                         const MicroBatchOps& ops, int stage, int chunk, int64_t longest, ChunkCost& c) {
+  const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
+  if (group.size <= 1) return;
+  const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
+  const double root = chunk_outside_params_per_gpu(model, L, longest, stage, chunk);
+  auto gather_s = [&](double e) { return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) : 0.0; };
+  auto reduce_s = [&](double e) {
+    return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0;
+  };
+  auto first_layer_s = [&](double beside, double layer_compute) {
+    const double g = gather_s(layer);
+    return std::max(0.0, std::max(0.0, g - beside) - std::max(0.0, g - layer_compute));
+  };
+  const bool embedding = stage == 0 && chunk == 0, output = stage == L.pp - 1 && chunk == L.vp - 1;
+  c.fwd.dp_comm_s += gather_s(root) + first_layer_s(embedding ? ops.embedding_fwd.compute_s : 0, ops.layer_fwd.next.compute_s);
+  if (L.zero3_reshard_after_forward)
+    c.bwd.dp_comm_s += first_layer_s(output ? ops.output_bwd.compute_s : 0, ops.layer_bwd.next.compute_s);
+  c.bwd.dp_comm_s += std::max(0.0, reduce_s(layer) - (embedding ? ops.embedding_bwd.compute_s : 0)) + reduce_s(root);
+  if (root > 0) {
+    c.fwd.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * root, group);
+    c.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * root, group);
+  }
+}
+
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                      const PlanMicroBatch& mb, const MicroBatchOps& ops, int stage, int chunk, int64_t longest) {
   if (mb.lengths.empty()) return {};
@@ -156,6 +192,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
     c.fwd += ops.output_fwd;
     c.bwd += ops.output_bwd;
   }
+  if (L.zero3 && !deepspeed_stage3(L)) add_fsdp_pass_edges(cost, model, L, ops, stage, chunk, longest, c);
   return c;
 }
 
@@ -725,8 +762,9 @@ class IterationGraph {
     for (const PipeOp& op : schedule_[s])
       if (const int to = send_target(s, op); to >= 0) out += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    if (L_.zero3) {
-      if (group.size > 1) out += collective_sent_bytes(Collective::reduce_scatter, L_.grad_bytes() * zero3_outside_params(s), group);
+    if (L_.zero3) {  // FSDP's root unit: its passes' (add_fsdp_pass_edges)
+      if (group.size > 1 && deepspeed_stage3(L_))
+        out += collective_sent_bytes(Collective::reduce_scatter, L_.grad_bytes() * zero3_outside_params(s), group);
     } else {
       for (int c = 0; c < v_; ++c) out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s, c), group);
     }
@@ -785,32 +823,24 @@ class IterationGraph {
     }
   }
 
-  // ZeRO-3 reduce-scatters each layer's gradients inside its backward (layer_cost.cpp); what is
-  // left for the step's end, per stage: the reduce-scatter of the last layer of each chunk (its
-  // bytes counted with the layer, its time running after the chunk's backward), and the gradients
-  // of the parameters outside the layers (embedding, positions, final norm, output layer), which
-  // are reduce-scattered once after the last backward. The optimizer waits for both. DeepSpeed
-  // reduces in buckets of reduce_bucket_size instead: what is left is the buckets flushed after
-  // the last layer's backward (deepspeed_zero3.h reduced_at_end).
+  // ZeRO-3 reduce-scatters each layer's gradients inside its backward (layer_cost.cpp). FSDP's
+  // backward passes end waiting for theirs and for the root unit's (add_fsdp_pass_edges):
+  // nothing is left for the step's end. DeepSpeed reduces in buckets of reduce_bucket_size: what
+  // is left is the buckets flushed after the last layer's backward (deepspeed_zero3.h
+  // reduced_at_end), which the optimizer waits for.
   void add_zero3_tail(const PipelineTasks& tasks, int first_device, int s) {
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    if (group.size <= 1) return;
-    const double layer_params = param_count(model_, longest_).per_layer / static_cast<double>(L_.tp);
+    if (group.size <= 1 || !deepspeed_stage3(L_)) return;  // FSDP: each backward waited (add_fsdp_pass_edges)
     int last = -1;
     for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
       if (!schedule_[s][i].forward) last = i;
     if (last < 0) return;
-    const double bytes = L_.grad_bytes() * zero3_outside_params(s);
-    double s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * layer_params, group) * v_ +
-                     cost_.collective_s(Collective::reduce_scatter, bytes, group);
-    double tail_bytes = bytes;  // for its contention
-    if (deepspeed_stage3(L_)) {  // the reduce buckets flushed after the last layer's backward
-      const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
-      // DeepSpeed of 2021 walks its modules' flushes with the passes: the last bucket is left.
-      const double elements = L_.zero3_sharding == "deepspeed_2021" ? ds.last_bucket : ds.reduced_at_end;
-      s_total = cost_.collective_s(Collective::reduce_scatter, L_.grad_bytes() * elements, group);
-      tail_bytes = L_.grad_bytes() * elements;
-    }
+    // The reduce buckets flushed after the last layer's backward; DeepSpeed of 2021 walks its
+    // modules' flushes with the passes: the last bucket is left.
+    const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
+    const double elements = L_.zero3_sharding == "deepspeed_2021" ? ds.last_bucket : ds.reduced_at_end;
+    const double tail_bytes = L_.grad_bytes() * elements;
+    const double s_total = cost_.collective_s(Collective::reduce_scatter, tail_bytes, group);
     TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
     set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, tail_bytes, group));
     grad_tasks_[s].push_back(graph_.add(t));

@@ -23,7 +23,14 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
 double chunk_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage,
                             int64_t chunk) {
   const ParamCount pc = param_count(model, seq_length);
-  double p = pc.per_layer * static_cast<double>(chunk_layers(layout, model.layers, stage, chunk));
+  const double layers = pc.per_layer * static_cast<double>(chunk_layers(layout, model.layers, stage, chunk));
+  return layers / layout.tp + chunk_outside_params_per_gpu(model, layout, seq_length, stage, chunk);
+}
+
+double chunk_outside_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length,
+                                    int64_t stage, int64_t chunk) {
+  const ParamCount pc = param_count(model, seq_length);
+  double p = 0;
   if (stage == 0 && chunk == 0) p += pc.embedding + pc.position;
   if (stage == layout.pp - 1 && chunk == layout.vp - 1)
     p += pc.final_norm + (pc.output_layer > 0 ? pc.output_layer : (layout.pp > 1 ? pc.embedding : 0));
@@ -64,10 +71,22 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
       const double buckets = L.zero3_sharding == "deepspeed_2021" ? 2 : 1;
       return sharded + 2 * (ds.peak + ds.persistent) + 2 * (buckets * deepspeed::kReduceBucket + ds.largest);
     }
-    const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
+    // FSDP's root unit (the parameters outside the layers: embedding, final norm, output layer)
+    // is not resharded after the forward (FSDP1 _post_forward_reshard: not for the root; FSDP2's
+    // lazy init: the root's post_forward_mesh_info None): gathered from the forward's start to
+    // the backward's end, beside its unsharded gradients from the output layer's backward on —
+    // FSDP1's flat parameter's whole, FSDP2's less the embedding's own tables, whose gradients
+    // arrive last (a tied embedding's is the output layer's).
+    const ParamCount pc = param_count(model, longest);
+    const double layer = pc.per_layer / static_cast<double>(L.tp);
     const bool per_parameter = L.zero3_sharding == "per_parameter";
-    const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer : 2 * params) + (per_parameter ? 2 * layer : 0);
-    const double gradients = (L.grad_bytes() + (per_parameter ? 2 : 0)) * layer;
+    double root = 0, root_grads = 0;
+    for (int64_t c = 0; c < L.vp; ++c) root += chunk_outside_params_per_gpu(model, L, longest, stage, c);
+    root_grads = root;
+    if (per_parameter && stage == 0)
+      root_grads -= (pc.position + (pc.output_layer > 0 || L.pp > 1 ? pc.embedding : 0)) / static_cast<double>(L.tp);
+    const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer + 2 * root : 2 * params) + (per_parameter ? 2 * layer : 0);
+    const double gradients = (L.grad_bytes() + (per_parameter ? 2 : 0)) * layer + L.grad_bytes() * root_grads;
     return sharded + gathered + gradients;
   }
   // Sharded over the data-parallel group with CP (dp·cp ranks) by the distributed optimizer.

@@ -43,6 +43,10 @@ double params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int
 // what Megatron's DDP keeps in that chunk's gradient buffer. The chunks of a stage sum to it.
 double chunk_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length, int64_t stage,
                             int64_t chunk);
+// Of those, the parameters outside the chunk's layers (embedding and positions, final norm and
+// output layer): under FSDP the root unit's share of the chunk.
+double chunk_outside_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length,
+                                    int64_t stage, int64_t chunk);
 
 // The plan's longest sequence: what a learned position table must hold (param_count's seq_length).
 int64_t longest_sequence(const Plan& plan);

@@ -256,9 +256,12 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_NEAR(stage_weight_bytes(small, plan, 0),
               (2 + L.grad_bytes() + 12) * params / 8 + 2 * (s.peak + s.persistent) + 2 * (5e8 + s.largest),
               1e-9 * params);
-  // FSDP's flat units on the same model: two gathered layers and one layer's gradients.
+  // FSDP's flat units on the same model: two gathered layers and one layer's gradients, and the
+  // root unit (the parameters outside the layers) gathered beside its whole flat gradient.
   plan.layout.zero3_sharding = "flat";
-  EXPECT_NEAR(stage_weight_bytes(small, plan, 0), (2 + L.grad_bytes() + 12) * params / 8 + (4 + L.grad_bytes()) * layer,
+  const double root = params - static_cast<double>(small.layers) * layer;
+  EXPECT_NEAR(stage_weight_bytes(small, plan, 0),
+              (2 + L.grad_bytes() + 12) * params / 8 + (4 + L.grad_bytes()) * layer + (2 + L.grad_bytes()) * root,
               1e-9 * params);
   // Not DeepSpeed, or nothing to shard: no coordinator.
   EXPECT_EQ(deepspeed_gathered(small, plan.layout, 2048).peak, 0);
