@@ -779,11 +779,9 @@ class IterationGraph {
   }
 
   // ZeRO-3: the parameters of stage s outside its layers (embedding, positions, norms, output),
-  // per GPU, reduce-scattered once at the step's end.
-  double zero3_outside_params(int s) const {
-    const double layer_params = param_count(model_, longest_).per_layer / static_cast<double>(L_.tp);
-    return std::max(0.0, params_per_gpu(model_, L_, longest_, s) - layer_params * static_cast<double>(stage_layers(L_, model_.layers, s)));
-  }
+  // per GPU: DeepSpeed reduce-scatters their gradients in its buckets once per step.
+  double zero3_outside_params(int s) const { return stage_outside_params_per_gpu(model_, L_, longest_, s); }
+
 
 
   // Gradient reduction of each chunk over the DP×CP ranks (Megatron reduces over the

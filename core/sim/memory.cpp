@@ -37,6 +37,13 @@ double chunk_outside_params_per_gpu(const ModelShape& model, const ParallelConfi
   return p / layout.tp;
 }
 
+double stage_outside_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length,
+                                    int64_t stage) {
+  double p = 0;
+  for (int64_t c = 0; c < layout.vp; ++c) p += chunk_outside_params_per_gpu(model, layout, seq_length, stage, c);
+  return p;
+}
+
 int64_t longest_sequence(const Plan& plan) {
   int64_t longest = 0;
   for (const auto& rank : plan.micro_batches)
@@ -80,9 +87,8 @@ double stage_weight_bytes(const ModelShape& model, const Plan& plan, int64_t sta
     const ParamCount pc = param_count(model, longest);
     const double layer = pc.per_layer / static_cast<double>(L.tp);
     const bool per_parameter = L.zero3_sharding == "per_parameter";
-    double root = 0, root_grads = 0;
-    for (int64_t c = 0; c < L.vp; ++c) root += chunk_outside_params_per_gpu(model, L, longest, stage, c);
-    root_grads = root;
+    const double root = stage_outside_params_per_gpu(model, L, longest, stage);
+    double root_grads = root;
     if (per_parameter && stage == 0)
       root_grads -= (pc.position + (pc.output_layer > 0 || L.pp > 1 ? pc.embedding : 0)) / static_cast<double>(L.tp);
     const double gathered = (L.zero3_reshard_after_forward ? 2 * 2 * layer + 2 * root : 2 * params) + (per_parameter ? 2 * layer : 0);

@@ -47,6 +47,9 @@ double chunk_params_per_gpu(const ModelShape& model, const ParallelConfig& layou
 // output layer): under FSDP the root unit's share of the chunk.
 double chunk_outside_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length,
                                     int64_t stage, int64_t chunk);
+// The same summed over the stage's chunks.
+double stage_outside_params_per_gpu(const ModelShape& model, const ParallelConfig& layout, int64_t seq_length,
+                                    int64_t stage);
 
 // The plan's longest sequence: what a learned position table must hold (param_count's seq_length).
 int64_t longest_sequence(const Plan& plan);
