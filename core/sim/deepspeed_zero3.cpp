@@ -29,19 +29,21 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   std::vector<std::vector<int>> modules;
   std::vector<int64_t> layer_of;     // each module's layer, -1 outside the layers
   std::vector<LayerModule> kind_of;  // and which of the layer's (none: a container, or outside)
+  std::vector<OutsideModule> outside_of;  // or which outside them
   int64_t layer = -1;
   int built = 0;  // the tensors taken so far
-  auto module = [&](int tensors, LayerModule kind = LayerModule::none) {
+  auto module = [&](int tensors, LayerModule kind = LayerModule::none, OutsideModule outside = OutsideModule::none) {
     std::vector<int> params;
     for (int k = 0; k < tensors; ++k) params.push_back(built++);
     modules.push_back(std::move(params));
     layer_of.push_back(layer);
     kind_of.push_back(kind);
+    outside_of.push_back(outside);
   };
   const int norm = m.norm == "layernorm" ? 2 : 1, linear = m.bias ? 2 : 1;
   module(0);  // the embedding module; the word (and position) tables its submodules
-  module(1);
-  if (m.position_embedding == "learned") module(1);
+  module(1, LayerModule::none, OutsideModule::word_embedding);
+  if (m.position_embedding == "learned") module(1, LayerModule::none, OutsideModule::position_embedding);
   for (layer = 0; layer < m.layers; ++layer) {
     module(0);  // the layer
     module(norm, LayerModule::norm1);
@@ -55,13 +57,14 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     module(linear, LayerModule::fc2);
   }
   layer = -1;
-  module(norm);
+  module(norm, LayerModule::none, OutsideModule::final_norm);
   if (m.tied_embeddings) {
     modules.push_back({0});  // the output layer is the word embedding (tensor 0)
     layer_of.push_back(-1);
     kind_of.push_back(LayerModule::none);
+    outside_of.push_back(OutsideModule::output_layer);
   } else {
-    module(1);
+    module(1, LayerModule::none, OutsideModule::output_layer);
   }
   assert(built == static_cast<int>(size.size()));  // every tensor in one module
 
@@ -106,6 +109,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   for (size_t i = 0; i < trace.size(); ++i) {
     out.steps[i].layer = layer_of[static_cast<size_t>(trace[i])];
     out.steps[i].module = kind_of[static_cast<size_t>(trace[i])];
+    out.steps[i].outside = outside_of[static_cast<size_t>(trace[i])];
     out.steps[i].phase = phase[i];
   }
   std::vector<int> queue;
@@ -139,15 +143,22 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   double live = 0;
   size_t popped = 0;  // the queue's front
   // Gathers entry e's parameter unless it is gathered; a gather for a layer's backward (or its
-  // recomputation) is counted to that layer.
+  // recomputation) is counted to that layer, one for a module outside the layers to its part.
   auto gather = [&](size_t e, std::vector<double>& into) {
     const int p = queue[e];
     if (gathered[p]) return 0.0;
     gathered[p] = true;
     live += size[p];
     into.push_back(size[p]);
-    const int64_t l = layer_of[static_cast<size_t>(trace[step_of[e]])];
-    if (step_of[e] >= forward_steps && l >= 0) out.backward_gathered[static_cast<size_t>(l)] += size[p];
+    const size_t use = static_cast<size_t>(trace[step_of[e]]);
+    const bool backward = step_of[e] >= forward_steps;
+    if (layer_of[use] >= 0) {
+      if (backward) out.backward_gathered[static_cast<size_t>(layer_of[use])] += size[p];
+    } else if (outside_of[use] == OutsideModule::word_embedding || outside_of[use] == OutsideModule::position_embedding) {
+      (backward ? out.embedding_backward : out.embedding_forward) += size[p];
+    } else {
+      (backward ? out.output_backward : out.output_forward) += size[p];
+    }
     return size[p];
   };
   // DeepSpeed of 2021 (deepspeed_2021): a module whose tensors are not gathered or still in flight
@@ -225,6 +236,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   }
   out.reduced_at_end += in_bucket;
   out.last_bucket = in_bucket;
+  if (!bucket.empty()) out.steps.back().flushed.push_back(std::move(bucket));  // the epilogue's
   return out;
 }
 
@@ -244,7 +256,6 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
   for (const DeepSpeedStep& step : g.steps) {
     const bool forward = step.phase == 'f';
     if (!forward && forward_end < 0) forward_end = std::max(host, device);
-    if (step.layer < 0) continue;  // the embedding and output layer: priced apart, not gathered
     // The fetch: a module with tensors to gather or in flight waits for the device and every
     // stream, then gathers its own; the prefetch's tensors each after a device synchronization.
     // A collective issued at `host`: the host is busy issuing it (its per-rank copies) for

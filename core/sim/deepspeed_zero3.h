@@ -32,19 +32,27 @@ constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguou
 // plan_zero3 requires of both).
 bool deepspeed_stage3(const ParallelConfig& layout);
 
+// The modules outside the layers whose hooks DeepSpeed runs (Megatron-DeepSpeed's GPT): before
+// them the embedding's word table and its position table, after them the final norm and the
+// output layer (a tied one is the word table's module again).
+enum class OutsideModule : int8_t { none = -1, word_embedding, position_embedding, final_norm, output_layer };
+
 // One step of the module trace: a module's hook, what it gathered and what its gradients flushed.
 struct DeepSpeedStep {
   int64_t layer = -1;                         // -1 outside the layers
   LayerModule module = LayerModule::none;     // none: a container, or a module outside the layers
+  OutsideModule outside = OutsideModule::none;  // which module outside the layers (none: in them)
   char phase = 'f';                           // 'f' forward, 'r' its recomputation, 'b' backward
   bool synchronized = false;                  // it had a tensor to gather or in flight: a wait
   std::vector<double> fetched;                // tensors gathered for the module itself, not prefetched
   std::vector<double> prefetched;             // tensors the prefetch after its fetch gathered
   std::vector<double> gradients;              // tensors whose gradients it made (their last use)
-  std::vector<std::vector<double>> flushed;   // reduce buckets its gradients flushed (their tensors)
+  // Reduce buckets it flushed (their tensors): those its gradients overflowed, and at the
+  // backward's last step the bucket the epilogue flushes (independent_gradient_partition_epilogue).
+  std::vector<std::vector<double>> flushed;
 };
 
-// The gathered parameters of one rank over a step, in elements of this TP rank's share.
+// The gathered parameters of one rank over a micro-batch, in elements of this TP rank's share.
 struct DeepSpeedGathered {
   double peak = 0;        // the most gathered at once, beside the persistent ones
   double persistent = 0;  // parameters under stage3_param_persistence_threshold: never partitioned
@@ -56,14 +64,25 @@ struct DeepSpeedGathered {
   // reuse distance.
   std::vector<double> backward_gathered;
   int64_t layers_kept = 0;  // layers with nothing gathered again for their backward
-  // Gradient elements reduce-scattered after the last layer's backward: the reduce buckets the
-  // gradients outside the layers flush (a tied embedding's arrives last) and the last bucket.
+  // What the modules outside the layers gather for their own use in a micro-batch, wherever the
+  // gather was issued: the embedding's tables for its forward (the pass's first gathers) and
+  // its backward, the output layer's (a tied one's word table gathered again, released over
+  // the layers past the reuse distance) for its forward and its backward (kept from its forward,
+  // which it follows).
+  double embedding_forward = 0, embedding_backward = 0, output_forward = 0, output_backward = 0;
+  // Gradient elements reduce-scattered after the last layer's backward, in every micro-batch (the
+  // engine's backward ends with the epilogue, which waits for the reduction stream): the reduce
+  // buckets the gradients outside the layers flush (a tied embedding's arrives last) and the
+  // bucket the epilogue flushes.
   double reduced_at_end = 0;
-  double last_bucket = 0;            // of which the bucket the backward's end flushes
+  double last_bucket = 0;            // of which the bucket the epilogue flushes
   std::vector<DeepSpeedStep> steps;  // the trace, step by step
 };
 
-// DeepSpeed's coordinator replayed over the step's module trace: the forward's modules in order,
+// DeepSpeed's coordinator replayed over a micro-batch's module trace (the engine runs each
+// micro-batch's forward and backward, and the coordinator's step is reset for each: after the
+// backward in v0.6 and later, stage3.py backward; at the forward's start in 2021,
+// _pre_forward_hook): the forward's modules in order,
 // then the backward's in reverse, each layer's forward run again before its backward under full
 // recomputation (its forward hooks fire again). Megatron-DeepSpeed's GPT: per layer the layer,
 // its input norm, self-attention, QKV, core attention, projection, post-attention norm, MLP, FC1
@@ -92,7 +111,7 @@ std::vector<std::pair<double, int64_t>> deepspeed_backward_groups(const DeepSpee
 
 // DeepSpeed of 2021 (zero3_sharding "deepspeed_2021": v0.3.12 to v0.5.x, before the coordinator
 // of v0.6.0) runs a micro-batch module by module with the host in step with the device; what
-// one micro-batch's layers take, walked over the trace deepspeed_gathered recorded. The costs:
+// one micro-batch takes, walked over the trace deepspeed_gathered recorded. The costs:
 struct DeepSpeedSyncCosts {
   std::function<double(const DeepSpeedStep&)> compute_s;  // the module's kernels in that step
   std::function<double(double)> gather_s;                 // one tensor's all-gather, by its elements
@@ -103,7 +122,7 @@ struct DeepSpeedSyncCosts {
   double comm_sm_share = 0;  // of the SMs a collective holds beside the kernels (comm_sm_fraction)
 };
 struct DeepSpeedSyncTimes {
-  double forward_s = 0, backward_s = 0;                  // the layers' passes, waits included
+  double forward_s = 0, backward_s = 0;                  // the passes, waits included
   double forward_compute_s = 0, backward_compute_s = 0;  // of which the modules' kernels
   double forward_host_s = 0, backward_host_s = 0;        // and the host's issue after each wait
   double forward_contention_s = 0, backward_contention_s = 0;  // kernels slowed beside collectives
@@ -123,9 +142,10 @@ struct DeepSpeedSyncTimes {
 // reduction stream once the host has waited for the bucket before (reduce_ipg_grads:
 // reduction_stream.synchronize()), without waiting for the compute stream (no wait_stream in
 // stage3.py of 2021); each gradient is first copied into the bucket on the compute stream
-// (contiguous_gradients, v0.5.0's default; not one larger than the bucket). Only the layers'
-// steps are walked: the embedding's and output layer's passes are priced apart, and their gathers
-// in no ZeRO-3 model; the last bucket is the step's tail.
+// (contiguous_gradients, v0.5.0's default; not one larger than the bucket). Every step is walked,
+// the modules outside the layers too (compute_s gives the embedding's and the output layer's
+// kernels); the backward ends with the epilogue's bucket reduced and waited for (the last step's
+// flush; independent_gradient_partition_epilogue, reduction_stream.synchronize()).
 DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& gathered, const DeepSpeedSyncCosts& costs);
 
 }  // namespace cpbench

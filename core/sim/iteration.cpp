@@ -40,11 +40,13 @@ struct MicroBatchOps {
   std::optional<ChunkCost> deepspeed_2021;  // every layer's passes, walked module by module
 };
 
-// DeepSpeed of 2021: the layers' passes walked module by module (deepspeed_synchronous_times) on
-// the kernels of the layer lowered without ZeRO-3's collectives, and what the walk waits beyond
-// them added as the passes' ZeRO-3 wait; the bytes are every tensor's collective.
+// DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
+// kernels of the layer lowered without ZeRO-3's collectives and of the embedding and output layer
+// (`outside`, priced), and what the walk waits beyond them added as the layers' passes' ZeRO-3
+// wait; the bytes are every tensor's collective.
 ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                               const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds) {
+                               const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds,
+                               const MicroBatchOps& outside) {
   ParallelConfig plain = L;
   plain.zero3 = false;
   const LayerOps ops = lower_layer(cost, model, plain, mb, attention);
@@ -56,6 +58,10 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
   DeepSpeedSyncCosts c;
   c.compute_s = [&](const DeepSpeedStep& step) {
+    const bool forward = step.phase == 'f';
+    if (step.outside == OutsideModule::word_embedding)  // the lookup, the position table's add with it
+      return (forward ? outside.embedding_fwd : outside.embedding_bwd).compute_s;
+    if (step.outside == OutsideModule::output_layer) return (forward ? outside.output_fwd : outside.output_bwd).compute_s;
     if (step.module == LayerModule::none) return 0.0;  // a container's hook: no kernels of its own
     const auto it = module_s.find({step.module, step.phase});
     return it == module_s.end() ? 0.0 : it->second;
@@ -88,17 +94,15 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     pass->compute_s += slowed;
     pass->contention_s += slowed;
   }
-  // The bytes: every gather walked (in the layers: the embedding and output layer are not
-  // gathered in any ZeRO-3 model), and the layers' gradients (those outside them are the step's,
-  // add_zero3_tail and sent_bytes).
+  // The bytes: every gather walked, and every gradient (each micro-batch's backward reduces them
+  // all, the epilogue's bucket included).
   for (const DeepSpeedStep& step : ds.steps) {
-    if (step.layer < 0) continue;
     PassCost& pass = step.phase == 'f' ? out.fwd : out.bwd;
     for (const auto* list : {&step.fetched, &step.prefetched})
       for (double e : *list) pass.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * e, group);
+    for (const std::vector<double>& bucket : step.flushed)
+      for (double e : bucket) out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group);
   }
-  const double layer_params = param_count(model, 0).per_layer / static_cast<double>(L.tp);
-  out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * layer_params * layers, group);
   return out;
 }
 
@@ -114,7 +118,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.output_bwd = price_ops(cost, output.backward);
   const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
-    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds);
+    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds, out);
     return out;
   }
   const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1} : Zero3Gather{};
@@ -131,6 +135,30 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   return out;
 }
 
+// ZeRO-3's collectives at a pass's edges, over the DP×CP group: a gather of `e` elements (16-bit;
+// DeepSpeed's rebuilt by one copy, as a layer's: layer_cost.cpp prefetch_next_layer), a gradient
+// reduce-scatter, and what a gather leaves exposed beside `beside` seconds of compute.
+struct Zero3Edges {
+  const CostModel& cost;
+  const ParallelConfig& L;
+  GroupPlacement group;
+  bool rebuild = false;
+  double gather_s(double e) const {
+    return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) + (rebuild ? cost.memory_bound_s(2 * 2 * e) : 0.0)
+                 : 0.0;
+  }
+  double reduce_s(double e) const { return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0; }
+  double exposed_s(double e, double beside) const { return std::max(0.0, gather_s(e) - beside); }
+  // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds.
+  double moved_s(double e, double beside, double layer_compute) const {
+    return std::max(0.0, exposed_s(e, beside) - exposed_s(e, layer_compute));
+  }
+  LinkBytes gather_bytes(double e) const { return e > 0 ? collective_sent_bytes(Collective::all_gather, 2 * e, group) : LinkBytes{}; }
+  LinkBytes reduce_bytes(double e) const {
+    return e > 0 ? collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group) : LinkBytes{};
+  }
+};
+
 // FSDP (zero3_sharding flat and per_parameter): what each pass waits for beyond its layers'
 // chained gathers (a layer gathers the next one beside its compute, layer_cost.cpp). The root
 // unit — the chunk's parameters outside its layers — is gathered at the pass's start with the
@@ -144,27 +172,48 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
 // backward, and the root's.
 void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                          const MicroBatchOps& ops, int stage, int chunk, int64_t longest, ChunkCost& c) {
-  const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
-  if (group.size <= 1) return;
+  const Zero3Edges z{cost, L, placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node)};
+  if (z.group.size <= 1) return;
   const double layer = param_count(model, longest).per_layer / static_cast<double>(L.tp);
   const double root = chunk_outside_params_per_gpu(model, L, longest, stage, chunk);
-  auto gather_s = [&](double e) { return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) : 0.0; };
-  auto reduce_s = [&](double e) {
-    return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0;
-  };
-  auto first_layer_s = [&](double beside, double layer_compute) {
-    const double g = gather_s(layer);
-    return std::max(0.0, std::max(0.0, g - beside) - std::max(0.0, g - layer_compute));
-  };
   const bool embedding = stage == 0 && chunk == 0, output = stage == L.pp - 1 && chunk == L.vp - 1;
-  c.fwd.dp_comm_s += gather_s(root) + first_layer_s(embedding ? ops.embedding_fwd.compute_s : 0, ops.layer_fwd.next.compute_s);
+  c.fwd.dp_comm_s += z.gather_s(root) + z.moved_s(layer, embedding ? ops.embedding_fwd.compute_s : 0, ops.layer_fwd.next.compute_s);
   if (L.zero3_reshard_after_forward)
-    c.bwd.dp_comm_s += first_layer_s(output ? ops.output_bwd.compute_s : 0, ops.layer_bwd.next.compute_s);
-  c.bwd.dp_comm_s += std::max(0.0, reduce_s(layer) - (embedding ? ops.embedding_bwd.compute_s : 0)) + reduce_s(root);
-  if (root > 0) {
-    c.fwd.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * root, group);
-    c.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * root, group);
-  }
+    c.bwd.dp_comm_s += z.moved_s(layer, output ? ops.output_bwd.compute_s : 0, ops.layer_bwd.next.compute_s);
+  c.bwd.dp_comm_s += std::max(0.0, z.reduce_s(layer) - (embedding ? ops.embedding_bwd.compute_s : 0)) + z.reduce_s(root);
+  c.fwd.dp_bytes += z.gather_bytes(root);
+  c.bwd.dp_bytes += z.reduce_bytes(root);
+}
+
+// DeepSpeed (0.6 and later; pp and vp are 1): what each micro-batch's passes wait for beyond the
+// layers' chained gathers, from its coordinator's trace (deepspeed_zero3.h). Forward: the
+// embedding's tables gathered first, with nothing to run beside them; the first layer's beside
+// only the embedding's compute; the output layer's (a tied one's word table again) beside the
+// last layer's forward, in place of the chain's gather for a layer that is not there. Backward:
+// the first layer's (none for a layer held across the turn) beside only the output layer's
+// backward; the output layer's own, if released, beside its forward; the embedding's tables again
+// beside the first layer's backward, in place of the chain's last. Every backward ends with the
+// optimizer's epilogue (engine.py backward → allreduce_gradients →
+// independent_gradient_partition_epilogue, each micro-batch), which reduce-scatters the buckets
+// flushed after the last layer's backward and waits for them; the gradients outside the layers
+// are those buckets' bytes.
+void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
+                              const MicroBatchOps& ops, int64_t longest, ChunkCost& c) {
+  const Zero3Edges z{cost, L, placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node), true};
+  if (z.group.size <= 1) return;
+  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
+  const double layer_fwd = ops.layer_fwd.next.compute_s, layer_bwd = ops.deepspeed_bwd.front().second.next.compute_s;
+  const double first_backward = ds.backward_gathered.empty() ? 0 : ds.backward_gathered.back();
+  c.fwd.dp_comm_s += z.gather_s(ds.embedding_forward) + z.moved_s(ds.layer_partitioned, ops.embedding_fwd.compute_s, layer_fwd) +
+                     z.exposed_s(ds.output_forward, layer_fwd);
+  c.bwd.dp_comm_s += z.moved_s(first_backward, ops.output_bwd.compute_s, layer_bwd) +
+                     z.exposed_s(ds.output_backward, ops.output_fwd.compute_s) + z.exposed_s(ds.embedding_backward, layer_bwd) +
+                     z.reduce_s(ds.reduced_at_end);
+  c.fwd.dp_bytes += z.gather_bytes(ds.embedding_forward);
+  c.fwd.dp_bytes += z.gather_bytes(ds.output_forward);
+  c.bwd.dp_bytes += z.gather_bytes(ds.output_backward);
+  c.bwd.dp_bytes += z.gather_bytes(ds.embedding_backward);
+  c.bwd.dp_bytes += z.reduce_bytes(stage_outside_params_per_gpu(model, L, longest, 0));
 }
 
 ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
@@ -193,6 +242,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
     c.bwd += ops.output_bwd;
   }
   if (L.zero3 && !deepspeed_stage3(L)) add_fsdp_pass_edges(cost, model, L, ops, stage, chunk, longest, c);
+  if (!ops.deepspeed_bwd.empty()) add_deepspeed_pass_edges(cost, model, L, ops, longest, c);
   return c;
 }
 
@@ -762,12 +812,8 @@ class IterationGraph {
     for (const PipeOp& op : schedule_[s])
       if (const int to = send_target(s, op); to >= 0) out += boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).bytes;
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    if (L_.zero3) {  // FSDP's root unit: its passes' (add_fsdp_pass_edges)
-      if (group.size > 1 && deepspeed_stage3(L_))
-        out += collective_sent_bytes(Collective::reduce_scatter, L_.grad_bytes() * zero3_outside_params(s), group);
-    } else {
+    if (!L_.zero3)  // ZeRO-3 reduces in every micro-batch's backward: its passes' bytes
       for (int c = 0; c < v_; ++c) out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s, c), group);
-    }
     if (L_.distributed_optimizer && !L_.zero3 && group.size > 1) {
       if (L_.overlap_param_gather)  // layer by layer, chunk by chunk (add_param_gather_prologue)
         for (int c = 0; c < v_; ++c)
@@ -778,18 +824,12 @@ class IterationGraph {
     return out;
   }
 
-  // ZeRO-3: the parameters of stage s outside its layers (embedding, positions, norms, output),
-  // per GPU: DeepSpeed reduce-scatters their gradients in its buckets once per step.
-  double zero3_outside_params(int s) const { return stage_outside_params_per_gpu(model_, L_, longest_, s); }
-
-
-
   // Gradient reduction of each chunk over the DP×CP ranks (Megatron reduces over the
   // data-parallel group with CP): with overlap once its last backward has run — its buckets but
   // the last while that backward runs, the last after it (grad_reduction); without, after the
   // stage's last op.
   void add_gradient_reduction(const PipelineTasks& tasks, int first_device, int s) {
-    if (L_.zero3) return add_zero3_tail(tasks, first_device, s);
+    if (L_.zero3) return;  // every micro-batch's backward waited for its reduce-scatters (chunk_cost)
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const Collective kind = grad_reduction_kind();
     // Chunks in the order their last backward runs (interleaving finishes the last chunk first):
@@ -819,29 +859,6 @@ class IterationGraph {
         grad_tasks_[s].push_back(graph_.add(t));
       }
     }
-  }
-
-  // ZeRO-3 reduce-scatters each layer's gradients inside its backward (layer_cost.cpp). FSDP's
-  // backward passes end waiting for theirs and for the root unit's (add_fsdp_pass_edges):
-  // nothing is left for the step's end. DeepSpeed reduces in buckets of reduce_bucket_size: what
-  // is left is the buckets flushed after the last layer's backward (deepspeed_zero3.h
-  // reduced_at_end), which the optimizer waits for.
-  void add_zero3_tail(const PipelineTasks& tasks, int first_device, int s) {
-    const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
-    if (group.size <= 1 || !deepspeed_stage3(L_)) return;  // FSDP: each backward waited (add_fsdp_pass_edges)
-    int last = -1;
-    for (int i = 0; i < static_cast<int>(schedule_[s].size()); ++i)
-      if (!schedule_[s][i].forward) last = i;
-    if (last < 0) return;
-    // The reduce buckets flushed after the last layer's backward; DeepSpeed of 2021 walks its
-    // modules' flushes with the passes: the last bucket is left.
-    const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
-    const double elements = L_.zero3_sharding == "deepspeed_2021" ? ds.last_bucket : ds.reduced_at_end;
-    const double tail_bytes = L_.grad_bytes() * elements;
-    const double s_total = cost_.collective_s(Collective::reduce_scatter, tail_bytes, group);
-    TaskSpec t{first_device + s, step_stream::dp, s_total, {tasks.done[s][last]}, -1, -1, "zero3 grad reduce-scatter tail", 'm'};
-    set_contention(cost_, t, collective_sent_bytes(Collective::reduce_scatter, tail_bytes, group));
-    grad_tasks_[s].push_back(graph_.add(t));
   }
 
   // which: 'a' every op of micro-batch k, 'f' its forwards, 'b' its backwards.

@@ -738,7 +738,7 @@ RepeatedPass price_repeated(const CostModel& cost, const OpList& ops) {
     p.dp_comm_s = std::min(p.dp_comm_s, r.exposed_comm_s[0] - p.cp_wait_s);
     p.tp_comm_s = std::max(0.0, r.exposed_comm_s[0] - p.cp_wait_s - p.dp_comm_s);
     // The pass ends with its last task off the dp stream: a trailing ZeRO-3 reduce-scatter is the
-    // iteration's to wait for (add_zero3_tail), not this pass's.
+    // iteration's to wait for (chunk_cost: the pass edges of FSDP and DeepSpeed), not this layer's.
     double pass_end = 0;
     for (size_t i = 0; i < g.size(); ++i)
       if (g.task(static_cast<int>(i)).stream != static_cast<int>(OpStream::dp)) pass_end = std::max(pass_end, r.end_s[i]);

@@ -222,6 +222,19 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_LT(b.peak, param_count(big, 2048).per_layer);
   EXPECT_EQ(b.layers_kept, 0);  // the output layer's 629M twice over the turn: past the reuse distance
   EXPECT_DOUBLE_EQ(b.layer_partitioned, param_count(big, 2048).per_layer - 13 * H);
+  // The modules outside the layers, in every micro-batch: the word and position tables for the
+  // embedding's forward; the tied word table again for the output layer (released over the
+  // layers, past the reuse distance), kept into its backward, which follows; both tables again
+  // for the embedding's backward. Those of the 1.7B model the same way (its layers, 1.6e9
+  // elements, pass the reuse distance too).
+  for (const auto& [shape, g] : {std::pair{&small, &s}, std::pair{&big, &b}}) {
+    const double word = static_cast<double>(shape->vocab) * static_cast<double>(shape->hidden);
+    const double tables = word + param_count(*shape, 2048).position;
+    EXPECT_DOUBLE_EQ(g->embedding_forward, tables) << shape->name;
+    EXPECT_DOUBLE_EQ(g->output_forward, word) << shape->name;
+    EXPECT_DOUBLE_EQ(g->output_backward, 0) << shape->name;
+    EXPECT_DOUBLE_EQ(g->embedding_backward, tables) << shape->name;
+  }
 
   // Under full recomputation the trace runs each layer's forward again before its backward. 1.7B:
   // a layer's tensors stay gathered from the recomputation to their backward (within the reuse
@@ -294,7 +307,6 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
       EXPECT_TRUE(step.fetched.empty() || step.synchronized) << name;
       for (const auto& bucket : step.flushed)
         for (double t : bucket) flushed += t;
-      if (step.layer < 0) continue;  // the walk takes the layers' steps only
       for (const auto* list : {&step.fetched, &step.prefetched})
         for (double t : *list) gathers += t;
       modules += 1;
@@ -310,7 +322,12 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
     const DeepSpeedSyncTimes comm = deepspeed_synchronous_times(g, c);
     EXPECT_NEAR(comm.forward_s + comm.backward_s, gathers * 1e-9, 1e-9) << name;
     EXPECT_GT(flushed, 0) << name;
-    EXPECT_NEAR(flushed + g.last_bucket, param_count(m, 2048).total(), 1e-6 * param_count(m, 2048).total()) << name;
+    // Every gradient flushed once, the epilogue's bucket at the backward's last step.
+    EXPECT_NEAR(flushed, param_count(m, 2048).total(), 1e-6 * param_count(m, 2048).total()) << name;
+    ASSERT_FALSE(g.steps.back().flushed.empty()) << name;
+    double epilogue = 0;
+    for (double t : g.steps.back().flushed.back()) epilogue += t;
+    EXPECT_DOUBLE_EQ(epilogue, g.last_bucket) << name;
   }
 
   // By hand, three steps (gather and reduce-scatter take 1 s per element, host issue 0.5 s):
@@ -322,9 +339,9 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   //       reduce-scattered from the host's 7 to 15, the step's end.
   DeepSpeedGathered hand;
   hand.steps.resize(3);
-  hand.steps[0] = {0, LayerModule::qkv, 'f', true, {1}, {2, 4}, {}, {}};
-  hand.steps[1] = {0, LayerModule::proj, 'f', true, {}, {}, {}, {}};
-  hand.steps[2] = {0, LayerModule::fc1, 'b', false, {}, {}, {2}, {{8}}};
+  hand.steps[0] = {0, LayerModule::qkv, OutsideModule::none, 'f', true, {1}, {2, 4}, {}, {}};
+  hand.steps[1] = {0, LayerModule::proj, OutsideModule::none, 'f', true, {}, {}, {}, {}};
+  hand.steps[2] = {0, LayerModule::fc1, OutsideModule::none, 'b', false, {}, {}, {2}, {{8}}};
   DeepSpeedSyncCosts c;
   c.compute_s = [](const DeepSpeedStep& step) { return step.module == LayerModule::qkv ? 3.0 : step.module == LayerModule::proj ? 1.0 : 5.0; };
   c.gather_s = [](double e) { return e; };

@@ -326,10 +326,14 @@ TEST_F(PtdpTest, Zero3DeepSpeedKeepsTheLastLayersGatheredAcrossTheTurn) {
   double not_gathered = 0;
   for (double b : g.backward_gathered) not_gathered += 2 * pc.per_layer - g.layer_partitioned - b;
   const double ring = 7.0 / 8.0, gib = 1024.0 * 1024 * 1024;
-  // FSDP also gathers its root unit, the parameters outside the layers, in each forward.
+  // FSDP also gathers its root unit, the parameters outside the layers, once in each forward;
+  // DeepSpeed gathers the embedding's tables and the output layer's as its trace does (each
+  // micro-batch's embedding forward and backward, its output layer's forward). Both reduce the
+  // gradients outside the layers in every micro-batch.
   const double outside = pc.total() - static_cast<double>(model_.layers) * pc.per_layer;
-  EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"), ring * 2 * (not_gathered + outside),
-              1e-6 * pc.total());
+  const double ds_outside = g.embedding_forward + g.output_forward + g.output_backward + g.embedding_backward;
+  EXPECT_NEAR(flat.metrics.at("comm_bytes_nvlink") - ds.metrics.at("comm_bytes_nvlink"),
+              ring * 2 * (not_gathered + outside - ds_outside), 1e-6 * pc.total());
   EXPECT_GT(not_gathered, static_cast<double>(g.layers_kept) * g.layer_partitioned);
   // Its memory is its coordinator's (memory_test): here more than flat's two layers, since the
   // prefetch runs up to 1e9 live elements ahead of layers of 64M.
@@ -385,9 +389,11 @@ TEST_F(PtdpTest, Zero3DeepSpeedGathersAgainWhatTheRecomputationReleased) {
     more += g.layer_partitioned + b - 2 * per_layer;
   }
   EXPECT_GT(more, 0.6 * static_cast<double>(model_.layers) * per_layer);
-  // (less FSDP's gather of its root unit in the forward, one micro-batch here)
+  // (less FSDP's gather of its root unit in the forward, one micro-batch here, and with
+  // DeepSpeed's gathers for the modules outside the layers)
   const ParamCount pc = param_count(model_, 2048);
   const double outside = pc.total() - static_cast<double>(model_.layers) * per_layer;
+  more += g.embedding_forward + g.output_forward + g.output_backward + g.embedding_backward;
   EXPECT_NEAR(ds.metrics.at("comm_bytes_per_gpu") - flat.metrics.at("comm_bytes_per_gpu"), 383.0 / 384 * 2 * (more - outside),
               1e-6 * more);
   EXPECT_GE(ds.metrics.at("step_time_s"), flat.metrics.at("step_time_s"));
@@ -547,6 +553,54 @@ TEST_F(PtdpTest, Zero3RootUnitIsGatheredAndReducedInEveryMicroBatch) {
   layout_.zero3_reshard_after_forward = false;  // SHARD_GRAD_OP: the root was never resharded either
   EXPECT_NEAR(run(1).metrics.at("weights_optimizer_gib") - one.metrics.at("weights_optimizer_gib"),
               (2 * pc.total() - 4 * pc.per_layer - 2 * root) / (1024.0 * 1024 * 1024), 1e-6);
+}
+
+// DeepSpeed resets its coordinator for every micro-batch: each forward starts by gathering the
+// word and position tables with nothing beside them, and each backward ends with the optimizer's
+// epilogue, which reduce-scatters the buckets flushed after the last layer's backward and waits
+// for them (engine.py backward → allreduce_gradients, every micro-batch). Both are exposed once
+// per micro-batch, not once per step, in both of its implementations. 1.7B GPT on two nodes,
+// dp 16, one and then four micro-batches per rank.
+TEST_F(PtdpTest, Zero3DeepSpeedGathersItsEmbeddingAndWaitsForItsEpilogueInEveryMicroBatch) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  const auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok()) << cost.error_str();
+  const GroupPlacement group{16, 8};
+  for (const char* sharding : {"deepspeed", "deepspeed_2021"}) {
+    layout_ = ParallelConfig{};
+    layout_.num_gpus = 16;
+    layout_.grad_reduce_in_fp32 = false;
+    layout_.zero3_sharding = sharding;
+    auto run = [&](int64_t per_rank) {
+      batch_.lengths.assign(16 * per_rank, 2048);
+      return plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    };
+    const Evaluation one = run(1), four = run(4);
+    ASSERT_EQ(one.status, "ok") << sharding << ": " << one.reason;
+    ASSERT_EQ(four.status, "ok") << sharding << ": " << four.reason;
+    ParallelConfig planned = layout_;
+    planned.zero3 = true;  // as plan_zero3 sets it
+    const DeepSpeedGathered g = deepspeed_gathered(model_, planned, 2048);
+    // The embedding's gather (exposed: the forward's first) and the epilogue's reduce-scatter
+    // (exposed: after the backward's last kernel); 2021 reduces only its last bucket after the
+    // embedding's backward for certain, the bucket before it may start beside that backward.
+    const double epilogue = std::string(sharding) == "deepspeed" ? g.reduced_at_end : g.last_bucket;
+    const double edges_s = cost->collective_s(Collective::all_gather, 2 * g.embedding_forward, group) +
+                           cost->collective_s(Collective::reduce_scatter, 2 * epilogue, group);
+    EXPECT_GE(one.metrics.at("exposed_comm_s"), edges_s) << sharding;
+    EXPECT_GE(four.metrics.at("exposed_comm_s") - one.metrics.at("exposed_comm_s"), 3 * edges_s) << sharding;
+    // Every byte is a micro-batch's: nothing is per step any more.
+    EXPECT_NEAR(four.metrics.at("comm_bytes_per_gpu"), 4 * one.metrics.at("comm_bytes_per_gpu"),
+                1e-9 * four.metrics.at("comm_bytes_per_gpu"))
+        << sharding;
+    // Each micro-batch's gathers: the layers' (the forward's, the backward's) and the tables', and
+    // every gradient reduce-scattered, a ring of 16's 15/16 of their 16-bit bytes.
+    double gathered = g.embedding_forward + g.output_forward + g.output_backward + g.embedding_backward;
+    for (double b : g.backward_gathered) gathered += g.layer_partitioned + b;
+    EXPECT_NEAR(one.metrics.at("comm_bytes_per_gpu"), 15.0 / 16 * 2 * (gathered + param_count(model_, 2048).total()),
+                1e-6 * one.metrics.at("comm_bytes_per_gpu"))
+        << sharding;
+  }
 }
 
 // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather moves from
