@@ -169,7 +169,11 @@ struct Zero3Edges {
 // a layer that is not there, is taken back); in the backward, with resharding, beside only the
 // output layer's. Each backward ends waiting for its reduce-scatters (the post-backward final
 // callback waits for the post-backward stream): the first layer's, beside only the embedding's
-// backward, and the root's.
+// backward, and the root's. FSDP2 copies the root's gathered parameters out of the all-gather's
+// output before the forward, and its gradients into the reduce-scatter's input before that
+// reduce-scatter, on the compute stream as a layer's (foreach_all_gather_copy_out in
+// wait_for_unshard, foreach_reduce_scatter_copy_in in foreach_reduce; layer_cost.cpp); the root
+// is not resharded, so not copied out again for the backward.
 void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                          const MicroBatchOps& ops, int stage, int chunk, int64_t longest, ChunkCost& c) {
   const Zero3Edges z{cost, L, placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node)};
@@ -183,6 +187,12 @@ void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const P
   c.bwd.dp_comm_s += std::max(0.0, z.reduce_s(layer) - (embedding ? ops.embedding_bwd.compute_s : 0)) + z.reduce_s(root);
   c.fwd.dp_bytes += z.gather_bytes(root);
   c.bwd.dp_bytes += z.reduce_bytes(root);
+  if (L.zero3_sharding == "per_parameter" && root > 0) {
+    c.fwd.compute_s += cost.memory_bound_s(2 * 2 * root);  // read and write, 16-bit
+    c.bwd.compute_s += cost.memory_bound_s((2 + L.grad_bytes()) * root);
+    c.fwd.kernels += 1;
+    c.bwd.kernels += 1;
+  }
 }
 
 // DeepSpeed (0.6 and later; pp and vp are 1): what each micro-batch's passes wait for beyond the

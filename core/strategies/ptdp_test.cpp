@@ -284,6 +284,8 @@ TEST_F(PtdpTest, OffloadingCopiesRunOnTheCopyStreamsAndHideUnlessThePcieLinkIsSl
 // copies every gathered layer out of its all-gather's output (2·2 bytes per parameter, forward and
 // again before the backward) and every layer's gradients into the reduce-scatter's input (2 + 2),
 // all on the compute stream, and holds one gathered layer and one layer's 16-bit gradients more.
+// Its root unit (the parameters outside the layers) is copied out once, at the forward's start
+// (it is not resharded), and its gradients copied in once.
 TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheComputeStream) {
   const auto [flat, fsdp2] = zero3_flat_and("per_parameter");
   ASSERT_EQ(flat.status, "ok");
@@ -303,6 +305,26 @@ TEST_F(PtdpTest, Zero3PerParameterShardingCopiesEveryGatherAndGradientOnTheCompu
   EXPECT_GE(fsdp2.metrics.at("step_time_s") - flat.metrics.at("step_time_s"), copies_s);
   EXPECT_LE(fsdp2.metrics.at("step_time_s") - flat.metrics.at("step_time_s"), 3 * copies_s);
   EXPECT_NEAR(fsdp2.metrics.at("exposed_comm_s"), flat.metrics.at("exposed_comm_s"), 0.05 * flat.metrics.at("exposed_comm_s") + 1e-4);
+
+  // The root's copies (4 + 4 bytes per parameter, once per micro-batch): on a two-layer model,
+  // doubling the vocabulary adds its word table's copies to FSDP2's step beyond FSDP1's, at least
+  // at the datasheet's bandwidth.
+  model_.layers = 2;
+  auto fsdp2_over_flat = [&](int64_t vocab) {
+    model_.vocab = vocab;
+    layout_.zero3_sharding = "per_parameter";
+    const Evaluation two = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    layout_.zero3_sharding = "flat";
+    const Evaluation one = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    EXPECT_EQ(two.status, "ok") << two.reason;
+    EXPECT_EQ(one.status, "ok") << one.reason;
+    return two.metrics.at("step_time_s") - one.metrics.at("step_time_s");
+  };
+  const int64_t vocab = model_.vocab;
+  const double more_s = fsdp2_over_flat(2 * vocab) - fsdp2_over_flat(vocab);
+  const double table_copies_s = 8 * static_cast<double>(vocab * model_.hidden) / (cluster_.gpu.hbm_bandwidth_GBps * 1e9);
+  EXPECT_GE(more_s, table_copies_s);
+  EXPECT_LE(more_s, 3 * table_copies_s);
 }
 
 // DeepSpeed's stage 3 (zero3_sharding deepspeed) releases a layer's parameters after its forward
