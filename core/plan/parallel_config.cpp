@@ -29,6 +29,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.zero3 = o.boolean_or("zero3", false);
   p.zero3_reshard_after_forward = o.boolean_or("zero3_reshard_after_forward", true);
   p.zero3_sharding = o.choice_or("zero3_sharding", "flat", {"flat", "per_parameter", "deepspeed", "deepspeed_2021"});
+  p.zero3_contiguous_gradients = o.boolean_or("zero3_contiguous_gradients", true);
   p.cp_comm_type = o.choice_or("cp_comm_type", "p2p", {"p2p", "all_gather", "a2a", "a2a+p2p"});
   p.cp_comm_overlap = o.boolean_or("cp_comm_overlap", false);
   p.attention_layout =

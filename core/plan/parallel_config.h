@@ -71,6 +71,12 @@ struct ParallelConfig {
   // releases of 2021, v0.3.12 to v0.5.x: the host in step with the device at every module that
   // gathers, one collective per tensor; deepspeed_synchronous_times).
   std::string zero3_sharding = "flat";
+  // DeepSpeed's contiguous_gradients under "deepspeed_2021": true (v0.4.3 to v0.5.x's default)
+  // copies each gradient into the reduce bucket and reduce-scatters the bucket tensor by tensor;
+  // false (v0.3.12 to v0.4.2's default: stage3.py reduce_ipg_grads → buffered_reduce_fallback)
+  // flattens each full bucket, all-reduces it as one tensor and copies it back. Only
+  // "deepspeed_2021" takes false.
+  bool zero3_contiguous_gradients = true;
   std::string cp_comm_type = "p2p";  // "p2p" | "all_gather" | "a2a" | "a2a+p2p"
   // Attention micro-benchmarks (strategy cp_attention): the static layout that runs the batch
   // (core/layouts/cp_layouts.h: "single" (cp 1), "ring", "zigzag", "all_gather", "a2a", "a2a+p2p", "double_ring"), the

@@ -292,6 +292,14 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
     for (const std::vector<double>& bucket : step.flushed) {
       host = std::max(host, reducing);  // reduction_stream.synchronize()
       reducing = host;
+      if (c.bucket_all_reduce_s) {
+        double elements = 0;
+        for (double t : bucket) elements += t;
+        const double start = host;
+        host += c.host_s * static_cast<double>(3 + bucket.size());
+        reducing = std::max(host, start + c.bucket_all_reduce_s(elements));
+        continue;
+      }
       for (double t : bucket) {
         const double start = std::max(reducing, host);
         host += c.issue_s;

@@ -119,6 +119,11 @@ struct DeepSpeedSyncCosts {
   double issue_s = 0;  // the host issuing one of those collectives (torch's per-rank copies)
   double host_s = 0;                // the host issuing a module's first kernel after a wait
   double bucket_copy_s_per_element = 0;  // a gradient copied into the reduce bucket (compute stream)
+  // contiguous_gradients false (v0.3.12 to v0.4.2's default): a full bucket flattened into one
+  // tensor, divided, all-reduced and copied back tensor by tensor on the reduction stream
+  // (buffered_reduce_fallback → allreduce_and_copy), by its elements; the host issues the three
+  // ops and a copy per tensor (host_s each). Unset: the bucket reduce-scattered tensor by tensor.
+  std::function<double(double)> bucket_all_reduce_s;
   double comm_sm_share = 0;  // of the SMs a collective holds beside the kernels (comm_sm_fraction)
 };
 struct DeepSpeedSyncTimes {

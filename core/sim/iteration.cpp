@@ -82,6 +82,13 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   c.issue_s = ranks * cost.params().host_op_us * 1e-6;
   c.host_s = cost.params().host_op_us * 1e-6;
   c.bucket_copy_s_per_element = cost.memory_bound_s(2 + L.grad_bytes()) - launch_s;  // its bytes, no launch of its own
+  if (!L.zero3_contiguous_gradients) {  // no bucket copy; each full bucket flattened, all-reduced, copied back
+    c.bucket_copy_s_per_element = 0;
+    c.bucket_all_reduce_s = [&](double elements) {
+      const double bytes = L.grad_bytes() * elements;
+      return cost.collective_s(Collective::all_reduce, bytes, group) + 3 * cost.memory_bound_s(2 * bytes);
+    };
+  }
   c.comm_sm_share = cost.params().comm_sm_fraction;
   const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
   const double layers = static_cast<double>(model.layers);
@@ -100,8 +107,15 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     PassCost& pass = step.phase == 'f' ? out.fwd : out.bwd;
     for (const auto* list : {&step.fetched, &step.prefetched})
       for (double e : *list) pass.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * e, group);
-    for (const std::vector<double>& bucket : step.flushed)
-      for (double e : bucket) out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group);
+    for (const std::vector<double>& bucket : step.flushed) {
+      if (L.zero3_contiguous_gradients) {
+        for (double e : bucket) out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group);
+      } else {
+        double elements = 0;
+        for (double e : bucket) elements += e;
+        out.bwd.dp_bytes += collective_sent_bytes(Collective::all_reduce, L.grad_bytes() * elements, group);
+      }
+    }
   }
   return out;
 }

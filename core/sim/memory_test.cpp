@@ -369,6 +369,18 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   t = deepspeed_synchronous_times(hand, c);
   EXPECT_DOUBLE_EQ(t.forward_s, 14);
   EXPECT_DOUBLE_EQ(t.backward_s, 20.5 - 14);
+  // contiguous_gradients false (v0.3.12 to v0.4.2): the bucket flattened, all-reduced as one
+  // tensor and copied back, 2 s an element: issued from the host's 7 (its three ops and one copy,
+  // 0.5 s each, to 9) and done at 7 + 16 = 23, the step's end; at 0.5 s in all the host's issue
+  // is what it takes (to 9), and FC1's kernels and copy end the step at 14.
+  c.issue_s = 0;
+  c.bucket_all_reduce_s = [](double e) { return 2 * e; };
+  t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.forward_s, 8.5);
+  EXPECT_DOUBLE_EQ(t.backward_s, 23 - 8.5);
+  c.bucket_all_reduce_s = [](double) { return 0.5; };
+  t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.backward_s, 14 - 8.5);
 }
 
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count

@@ -484,6 +484,35 @@ TEST_F(PtdpTest, TorchsLossRunsOnlyWhereTheVocabularyIsWhole) {
   EXPECT_EQ(check_parallel_config(layout_), "");
 }
 
+// DeepSpeed before v0.4.3 (contiguous_gradients false by default: stage3.py reduce_ipg_grads →
+// buffered_reduce_fallback) all-reduces each full bucket as one flattened tensor instead of
+// reduce-scattering it tensor by tensor: every gradient's 16-bit bytes sent twice over, a ring's
+// 2·(d − 1)/d of them per GPU on one node, where the reduce-scatter sends (d − 1)/d; the
+// gathers are the same. Only DeepSpeed 2021 takes the setting.
+TEST_F(PtdpTest, Zero3DeepSpeed2021WithoutContiguousGradientsAllReducesEachBucket) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 8;
+  layout_.grad_reduce_in_fp32 = false;
+  layout_.zero3_sharding = "deepspeed_2021";
+  batch_.lengths.assign(16, 2048);  // two micro-batches per rank
+  const Evaluation scattered = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  layout_.zero3_contiguous_gradients = false;
+  const Evaluation reduced = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+  ASSERT_EQ(scattered.status, "ok") << scattered.reason;
+  ASSERT_EQ(reduced.status, "ok") << reduced.reason;
+  const double P = param_count(model_, 2048).total();
+  EXPECT_NEAR(reduced.metrics.at("comm_bytes_per_gpu") - scattered.metrics.at("comm_bytes_per_gpu"), 2 * 7.0 / 8 * 2 * P,
+              1e-6 * reduced.metrics.at("comm_bytes_per_gpu"));
+  EXPECT_NE(reduced.metrics.at("step_time_s"), scattered.metrics.at("step_time_s"));
+  for (const char* other : {"flat", "per_parameter", "deepspeed"}) {
+    layout_.zero3_sharding = other;
+    const Evaluation e = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+    EXPECT_EQ(e.status, "infeasible") << other;
+    EXPECT_NE(e.reason.find("zero3_contiguous_gradients false"), std::string::npos) << e.reason;
+  }
+}
+
 TEST_F(PtdpTest, Zero3MovesThreeParameterVolumesAgainstDdpsTwoAndShardsItsState) {
   model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
   layout_ = ParallelConfig{};
