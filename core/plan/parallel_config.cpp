@@ -155,6 +155,9 @@ std::string check_parallel_config(const ParallelConfig& p) {
            std::to_string(mp);
   if (p.vp > 1 && p.pp == 1) return "vp = " + std::to_string(p.vp) + " needs pp > 1";
   if (p.sequence_parallel && p.tp == 1) return "sequence_parallel needs tp > 1";
+  if (!p.zero3_contiguous_gradients && p.zero3_sharding != "deepspeed_2021")
+    return "zero3_contiguous_gradients false (DeepSpeed's bucket all-reduce of v0.3.12 to v0.4.2) is modelled for "
+           "zero3_sharding deepspeed_2021 only, not " + p.zero3_sharding;
   if (p.overlap_param_gather && !p.distributed_optimizer) return "overlap_param_gather needs distributed_optimizer (the parameters it gathers are the optimizer's shards)";
   if (p.cp_comm_overlap && p.cp_comm_type != "all_gather")
     return "cp_comm_overlap needs cp_comm_type all_gather (Kwai's CP overlaps the K/V all-gather with the Q GEMM)";

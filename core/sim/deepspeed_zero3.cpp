@@ -79,7 +79,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     if (layer_of[i] == 0)
       for (int p : modules[i])
         if (!persistent[p]) out.layer_partitioned += size[p];
-  // The step's trace: the forward's modules, then the backward's in reverse. Under full
+  // The micro-batch's trace: the forward's modules, then the backward's in reverse. Under full
   // recomputation each layer's forward runs again right before its backward, and its modules'
   // forward hooks fetch as the first forward's did (the recomputed modules are in DeepSpeed's
   // recorded trace: partitioned_param_coordinator.py record_module). Each step's partitioned
@@ -211,7 +211,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   // reduce bucket: a bucket that the next gradient would overflow is reduce-scattered first
   // (reduce_independent_p_g_buckets_and_remove_grads), the last one at the backward's end
   // (independent_gradient_partition_epilogue). What is flushed after the last layer's backward is
-  // the step's tail.
+  // what each micro-batch's epilogue waits for.
   std::vector<size_t> last_use(size.size(), 0);
   size_t last_layer_step = 0;
   for (size_t i = forward_steps; i < trace.size(); ++i) {

@@ -1,8 +1,9 @@
 // deepspeed_zero3.h — DeepSpeed's ZeRO stage 3 (zero3_sharding "deepspeed", and its 2021
 // releases, "deepspeed_2021") as its parameter
-// coordinator and gradient buckets run a step: what each layer's backward gathers again (none
-// for the layers held across the turn), how many parameters are gathered at once, what stays
-// resident, what the last reduce buckets hold for the step's tail.
+// coordinator and gradient buckets run a micro-batch: what each layer's backward gathers again
+// (none for the layers held across the turn), how many parameters are gathered at once, what
+// stays resident, what the modules outside the layers gather, what the last reduce buckets hold
+// for each backward's epilogue.
 // Requires: core/model/model.h, core/plan/parallel_config.h, core/sim/layer_cost.h (LayerModule).
 // Its limits are DeepSpeed's defaults (deepspeed/runtime/zero/config.py, DeepSpeedZeroConfig; the
 // same in 2021's constants.py), in elements; cpbench does not expose them as settings.

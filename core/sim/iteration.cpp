@@ -37,7 +37,7 @@ struct MicroBatchOps {
   RepeatedPass layer_fwd, layer_bwd;
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
   std::vector<std::pair<int64_t, RepeatedPass>> deepspeed_bwd;  // (layers, their backward)
-  std::optional<ChunkCost> deepspeed_2021;  // every layer's passes, walked module by module
+  std::optional<ChunkCost> deepspeed_2021;  // the layers' passes walked module by module, with every ZeRO-3 wait of the micro-batch
 };
 
 // DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
@@ -163,9 +163,10 @@ struct Zero3Edges {
   }
   double reduce_s(double e) const { return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0; }
   double exposed_s(double e, double beside) const { return std::max(0.0, gather_s(e) - beside); }
-  // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds.
+  // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds
+  // (less than nothing beside longer compute; the pass's total is kept at zero or more).
   double moved_s(double e, double beside, double layer_compute) const {
-    return std::max(0.0, exposed_s(e, beside) - exposed_s(e, layer_compute));
+    return exposed_s(e, beside) - exposed_s(e, layer_compute);
   }
   LinkBytes gather_bytes(double e) const { return e > 0 ? collective_sent_bytes(Collective::all_gather, 2 * e, group) : LinkBytes{}; }
   LinkBytes reduce_bytes(double e) const {
@@ -199,6 +200,8 @@ void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const P
   if (L.zero3_reshard_after_forward)
     c.bwd.dp_comm_s += z.moved_s(layer, output ? ops.output_bwd.compute_s : 0, ops.layer_bwd.next.compute_s);
   c.bwd.dp_comm_s += std::max(0.0, z.reduce_s(layer) - (embedding ? ops.embedding_bwd.compute_s : 0)) + z.reduce_s(root);
+  c.fwd.dp_comm_s = std::max(0.0, c.fwd.dp_comm_s);
+  c.bwd.dp_comm_s = std::max(0.0, c.bwd.dp_comm_s);
   c.fwd.dp_bytes += z.gather_bytes(root);
   c.bwd.dp_bytes += z.reduce_bytes(root);
   if (L.zero3_sharding == "per_parameter" && root > 0) {
@@ -233,6 +236,8 @@ void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, co
   c.bwd.dp_comm_s += z.moved_s(first_backward, ops.output_bwd.compute_s, layer_bwd) +
                      z.exposed_s(ds.output_backward, ops.output_fwd.compute_s) + z.exposed_s(ds.embedding_backward, layer_bwd) +
                      z.reduce_s(ds.reduced_at_end);
+  c.fwd.dp_comm_s = std::max(0.0, c.fwd.dp_comm_s);
+  c.bwd.dp_comm_s = std::max(0.0, c.bwd.dp_comm_s);
   c.fwd.dp_bytes += z.gather_bytes(ds.embedding_forward);
   c.fwd.dp_bytes += z.gather_bytes(ds.output_forward);
   c.bwd.dp_bytes += z.gather_bytes(ds.output_backward);
@@ -724,7 +729,7 @@ class IterationGraph {
       const PassCost& c = pass(s, op);
       std::vector<OpSegment> segs = {{step_stream::tp, c.tp_comm_s, 'm', "tp", false},
                                      {step_stream::cp, c.cp_wait_s, 'm', "cp wait", false},
-                                     {step_stream::dp, c.dp_comm_s, 'm', "zero3 param wait", false},
+                                     {step_stream::dp, c.dp_comm_s, 'm', "zero3 wait", false},
                                      {step_stream::host, c.host_s, 'o', "host", false}};
       if (!L_.overlap_p2p) segs.push_back({op.forward ? step_stream::pp_send_fwd : step_stream::pp_send_bwd, send_s(s, op), 'm', "send", true});
       return segs;
@@ -821,7 +826,8 @@ class IterationGraph {
 
   // What one GPU of stage s sends per iteration (the replica's micro-batches `mbs`, their priced
   // chunks): its TP collectives and ZeRO-3 layer collectives, its pipeline sends, the DP gradient
-  // reduction (ZeRO-3: the step's tail) and the distributed optimizer's parameter all-gather.
+  // reduction (ZeRO-3 reduces in every micro-batch's passes) and the distributed optimizer's
+  // parameter all-gather.
   // One count for the simulation's results and for the bound (a property of the plan, not of
   // the timing).
   LinkBytes sent_bytes(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,

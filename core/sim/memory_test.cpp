@@ -252,8 +252,8 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   L.recompute = "none";
 
   // The gradients' reduce buckets (5e8 elements): the tied embedding's gradient arrives last; a
-  // bucket it would overflow is flushed first, so the step's tail is the embedding and what the
-  // last layers left in the bucket, under one bucket of it.
+  // bucket it would overflow is flushed first, so what each backward's epilogue waits for is the
+  // embedding and what the last layers left in the bucket, under one bucket of it.
   const double v_h = static_cast<double>(small.vocab) * h, v_H = static_cast<double>(big.vocab) * H;
   EXPECT_GT(s.reduced_at_end, v_h);
   EXPECT_LE(s.reduced_at_end, v_h + 5e8);
@@ -369,18 +369,23 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   t = deepspeed_synchronous_times(hand, c);
   EXPECT_DOUBLE_EQ(t.forward_s, 14);
   EXPECT_DOUBLE_EQ(t.backward_s, 20.5 - 14);
-  // contiguous_gradients false (v0.3.12 to v0.4.2): the bucket flattened, all-reduced as one
-  // tensor and copied back, 2 s an element: issued from the host's 7 (its three ops and one copy,
-  // 0.5 s each, to 9) and done at 7 + 16 = 23, the step's end; at 0.5 s in all the host's issue
-  // is what it takes (to 9), and FC1's kernels and copy end the step at 14.
+  // contiguous_gradients false (v0.3.12 to v0.4.2): no copy into the bucket; the bucket
+  // flattened, all-reduced as one tensor and copied back, 2 s an element: issued from the host's
+  // 7 (its three ops and one copy, 0.5 s each, to 9) and done at 7 + 16 = 23, the step's end. At
+  // 0.5 s in all, FC1's kernels end the step at 13.5; a bucket of 30 tensors keeps the host
+  // issuing (three ops and 30 copies) to 7 + 16.5 = 23.5.
   c.issue_s = 0;
+  c.bucket_copy_s_per_element = 0;
   c.bucket_all_reduce_s = [](double e) { return 2 * e; };
   t = deepspeed_synchronous_times(hand, c);
   EXPECT_DOUBLE_EQ(t.forward_s, 8.5);
   EXPECT_DOUBLE_EQ(t.backward_s, 23 - 8.5);
   c.bucket_all_reduce_s = [](double) { return 0.5; };
   t = deepspeed_synchronous_times(hand, c);
-  EXPECT_DOUBLE_EQ(t.backward_s, 14 - 8.5);
+  EXPECT_DOUBLE_EQ(t.backward_s, 13.5 - 8.5);
+  hand.steps[2].flushed = {std::vector<double>(30, 1.0)};
+  t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.backward_s, 23.5 - 8.5);
 }
 
 // Offloading along the schedule, as Megatron-Kwai runs it (memory.h, offload_schedule). Hand count

@@ -39,9 +39,6 @@ PlanOutcome plan_ptdp(const StrategyInput& in) {
   if (L.zero3 && L.zero3_sharding.starts_with("deepspeed") && !L.zero3_reshard_after_forward)
     return no("zero3_sharding " + L.zero3_sharding + " releases parameters after the forward as its coordinator decides: "
               "zero3_reshard_after_forward false is FSDP's");
-  if (L.zero3 && !L.zero3_contiguous_gradients && L.zero3_sharding != "deepspeed_2021")
-    return no("zero3_contiguous_gradients false (DeepSpeed's bucket all-reduce of v0.3.12 to v0.4.2) is modelled for "
-              "zero3_sharding deepspeed_2021 only, not " + L.zero3_sharding);
   const int64_t sequences = static_cast<int64_t>(in.batch.lengths.size());
   const int64_t per_replica = L.dp() * L.micro_batch_size;
   if (auto why = divides("global batch (sequences)", sequences, "dp·micro_batch_size", per_replica); !why.empty())
