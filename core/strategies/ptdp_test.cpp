@@ -653,6 +653,38 @@ TEST_F(PtdpTest, Zero3DeepSpeedGathersItsEmbeddingAndWaitsForItsEpilogueInEveryM
   }
 }
 
+// With resharding, FSDP's backward gathers every layer again, each beside the layer before it in
+// the backward's order, the first beside the output layer's backward. Short sequences (128
+// tokens) on two nodes leave each gather longer than a layer's backward, so each layer adds its
+// exposed part (nine layers against eight). What the first gather leaves exposed falls as the
+// output layer's backward grows with the vocabulary, past a layer's (V / 12h = 1.85 at 51,200
+// beside hidden 2304) as well, and rises below it: the backward's exposure at twice the
+// vocabulary is less, at a quarter more (measured as exposure with resharding less without).
+TEST_F(PtdpTest, Zero3BackwardsFirstGatherHidesBehindTheOutputLayersBackward) {
+  model_ = *load_model(default_experiments_dir() / "models" / "gpt_1.7b.json");
+  layout_ = ParallelConfig{};
+  layout_.num_gpus = 16;
+  layout_.grad_reduce_in_fp32 = false;
+  batch_.lengths.assign(16, 128);
+  auto backward_gathers_s = [&](int64_t layers, int64_t vocab) {  // exposed with resharding less without
+    model_.layers = layers;
+    model_.vocab = vocab;
+    double exposed[2];
+    for (bool reshard : {true, false}) {
+      layout_.zero3_reshard_after_forward = reshard;
+      const Evaluation e = plan_and_evaluate(plan_zero3, StrategyInput{cluster_, model_, layout_, batch_}, "sc21");
+      EXPECT_EQ(e.status, "ok") << e.reason;
+      exposed[reshard ? 0 : 1] = e.metrics.at("exposed_comm_s");
+    }
+    return exposed[0] - exposed[1];
+  };
+  const int64_t V = model_.vocab;
+  const double eight = backward_gathers_s(8, V), nine = backward_gathers_s(9, V);
+  EXPECT_GT(nine - eight, 0);
+  EXPECT_LT(backward_gathers_s(8, 2 * V), eight);
+  EXPECT_GT(backward_gathers_s(8, V / 4), eight);
+}
+
 // Megatron's --overlap-param-gather: the distributed optimizer's parameter all-gather moves from
 // the end of the step into the next step's forward, layer by layer. The same bytes; the step
 // shorter by most of the gather (what stays exposed is the first layer's piece and whatever the
