@@ -235,6 +235,15 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
     EXPECT_DOUBLE_EQ(g->output_backward, 0) << shape->name;
     EXPECT_DOUBLE_EQ(g->embedding_backward, tables) << shape->name;
   }
+  // Untied, with rotary positions (Llama 2 7B): the word table for the embedding's forward and
+  // backward, the output layer's own weight once, kept from its forward into its backward.
+  const ModelShape llama = preset("llama2_7b");
+  const DeepSpeedGathered u = deepspeed_gathered(llama, L, 4096);
+  const double table = static_cast<double>(llama.vocab) * static_cast<double>(llama.hidden);
+  EXPECT_DOUBLE_EQ(u.embedding_forward, table);
+  EXPECT_DOUBLE_EQ(u.output_forward, table);
+  EXPECT_DOUBLE_EQ(u.output_backward, 0);
+  EXPECT_DOUBLE_EQ(u.embedding_backward, table);
 
   // Under full recomputation the trace runs each layer's forward again before its backward. 1.7B:
   // a layer's tensors stay gathered from the recomputation to their backward (within the reuse
