@@ -38,6 +38,7 @@ struct MicroBatchOps {
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
   std::vector<std::pair<int64_t, RepeatedPass>> deepspeed_bwd;  // (layers, their backward)
   std::optional<ChunkCost> deepspeed_2021;  // the layers' passes walked module by module, with every ZeRO-3 wait of the micro-batch
+  std::optional<DeepSpeedGathered> deepspeed;  // DeepSpeed 0.6+: its coordinator's replay, for the pass edges
 };
 
 // DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
@@ -130,7 +131,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
-  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
+  DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
     out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds, out);
     return out;
@@ -146,6 +147,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
     const Zero3Gather g{ds.layer_partitioned, elements};
     out.deepspeed_bwd.emplace_back(layers, price_repeated(cost, lower_layer(cost, model, L, mb, attention, g).backward));
   }
+  if (deepspeed_stage3(L)) out.deepspeed = std::move(ds);
   return out;
 }
 
@@ -228,7 +230,7 @@ void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, co
                               const MicroBatchOps& ops, int64_t longest, ChunkCost& c) {
   const Zero3Edges z{cost, L, placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node), true};
   if (z.group.size <= 1) return;
-  const DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
+  const DeepSpeedGathered& ds = *ops.deepspeed;
   const double layer_fwd = ops.layer_fwd.next.compute_s, layer_bwd = ops.deepspeed_bwd.front().second.next.compute_s;
   const double first_backward = ds.backward_gathered.empty() ? 0 : ds.backward_gathered.back();
   c.fwd.dp_comm_s += z.gather_s(ds.embedding_forward) + z.moved_s(ds.layer_partitioned, ops.embedding_fwd.compute_s, layer_fwd) +
@@ -271,7 +273,7 @@ ChunkCost chunk_cost(const CostModel& cost, const ModelShape& model, const Paral
     c.bwd += ops.output_bwd;
   }
   if (L.zero3 && !deepspeed_stage3(L)) add_fsdp_pass_edges(cost, model, L, ops, stage, chunk, longest, c);
-  if (!ops.deepspeed_bwd.empty()) add_deepspeed_pass_edges(cost, model, L, ops, longest, c);
+  if (ops.deepspeed) add_deepspeed_pass_edges(cost, model, L, ops, longest, c);
   return c;
 }
 
