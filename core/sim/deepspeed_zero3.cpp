@@ -77,8 +77,10 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   out.layer_partitioned = 0;
   for (size_t i = 0; i < modules.size(); ++i)
     if (layer_of[i] == 0)
-      for (int p : modules[i])
+      for (int p : modules[i]) {
         if (!persistent[p]) out.layer_partitioned += size[p];
+        if (size[p] < deepspeed::kReduceBucket) out.layer_bucket_copied += size[p];
+      }
   // The micro-batch's trace: the forward's modules, then the backward's in reverse. Under full
   // recomputation each layer's forward runs again right before its backward, and its modules'
   // forward hooks fetch as the first forward's did (the recomputed modules are in DeepSpeed's
@@ -225,6 +227,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   double in_bucket = 0;
   for (const auto& [step, p] : ready) {
     out.steps[step].gradients.push_back(size[p]);
+    if (step > last_layer_step && size[p] < deepspeed::kReduceBucket) out.copied_at_end += size[p];
     if (in_bucket > 0 && in_bucket + size[p] > deepspeed::kReduceBucket) {
       if (step > last_layer_step) out.reduced_at_end += in_bucket;
       out.steps[step].flushed.push_back(std::move(bucket));
@@ -256,11 +259,16 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
   for (const DeepSpeedStep& step : g.steps) {
     const bool forward = step.phase == 'f';
     if (!forward && forward_end < 0) forward_end = std::max(host, device);
+    LinkBytes& sent = forward ? out.forward_sent : out.backward_sent;
+    auto count = [&](Collective kind, double elements) {
+      if (c.sent_bytes) sent += c.sent_bytes(kind, elements);
+    };
     // The fetch: a module with tensors to gather or in flight waits for the device and every
     // stream, then gathers its own; the prefetch's tensors each after a device synchronization.
     // A collective issued at `host`: the host is busy issuing it (its per-rank copies) for
     // issue_s, the device done with it after gather_s, whichever is later.
     auto gathered_by = [&](double t) {
+      count(Collective::all_gather, t);
       const double start = host;
       host += c.issue_s;
       return std::max(host, start + c.gather_s(t));
@@ -295,12 +303,14 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
       if (c.bucket_all_reduce_s) {
         double elements = 0;
         for (double t : bucket) elements += t;
+        count(Collective::all_reduce, elements);
         const double start = host;
         host += c.host_s * static_cast<double>(3 + bucket.size());
         reducing = std::max(host, start + c.bucket_all_reduce_s(elements));
         continue;
       }
       for (double t : bucket) {
+        count(Collective::reduce_scatter, t);
         const double start = std::max(reducing, host);
         host += c.issue_s;
         reducing = std::max(host, start + c.reduce_scatter_s(t));

@@ -77,6 +77,10 @@ struct DeepSpeedGathered {
   // bucket the epilogue flushes.
   double reduced_at_end = 0;
   double last_bucket = 0;            // of which the bucket the epilogue flushes
+  // Gradient elements copied into the contiguous reduce bucket (0.6+: stage3.py
+  // __add_grad_to_ipg_bucket copies a tensor smaller than reduce_bucket_size, and leaves a larger
+  // one where it lies): a layer's, and those made after the last layer's backward.
+  double layer_bucket_copied = 0, copied_at_end = 0;
   std::vector<DeepSpeedStep> steps;  // the trace, step by step
 };
 
@@ -126,12 +130,16 @@ struct DeepSpeedSyncCosts {
   // ops and a copy per tensor (host_s each). Unset: the bucket reduce-scattered tensor by tensor.
   std::function<double(double)> bucket_all_reduce_s;
   double comm_sm_share = 0;  // of the SMs a collective holds beside the kernels (comm_sm_fraction)
+  // What a rank sends in one of those collectives (an all-gather of a tensor, a gradient's
+  // reduce-scatter, a bucket's all-reduce), by its elements; unset: nothing counted.
+  std::function<LinkBytes(Collective, double)> sent_bytes;
 };
 struct DeepSpeedSyncTimes {
   double forward_s = 0, backward_s = 0;                  // the passes, waits included
   double forward_compute_s = 0, backward_compute_s = 0;  // of which the modules' kernels
   double forward_host_s = 0, backward_host_s = 0;        // and the host's issue after each wait
   double forward_contention_s = 0, backward_contention_s = 0;  // kernels slowed beside collectives
+  LinkBytes forward_sent, backward_sent;  // the bytes of every collective the walk issued (sent_bytes)
 };
 // The walk (stage3.py and partition_parameters.py of v0.3.16 and v0.5.0): at a module that
 // synchronizes, the host waits for the device — its kernels, every gather and the reduction

@@ -38,7 +38,7 @@ struct MicroBatchOps {
   PassCost embedding_fwd, embedding_bwd, output_fwd, output_bwd;
   std::vector<std::pair<int64_t, RepeatedPass>> deepspeed_bwd;  // (layers, their backward)
   std::optional<ChunkCost> deepspeed_2021;  // the layers' passes walked module by module, with every ZeRO-3 wait of the micro-batch
-  std::optional<DeepSpeedGathered> deepspeed;  // DeepSpeed 0.6+: its coordinator's replay, for the pass edges
+  const DeepSpeedGathered* deepspeed = nullptr;  // DeepSpeed 0.6+: its coordinator's replay, for the pass edges
 };
 
 // DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
@@ -91,6 +91,9 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     };
   }
   c.comm_sm_share = cost.params().comm_sm_fraction;
+  c.sent_bytes = [&](Collective kind, double elements) {
+    return collective_sent_bytes(kind, (kind == Collective::all_gather ? 2 : L.grad_bytes()) * elements, group);
+  };
   const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
   const double layers = static_cast<double>(model.layers);
   ChunkCost out{price_ops(cost, ops.forward, layers), price_ops(cost, ops.backward, layers)};
@@ -102,27 +105,17 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     pass->compute_s += slowed;
     pass->contention_s += slowed;
   }
-  // The bytes: every gather walked, and every gradient (each micro-batch's backward reduces them
-  // all, the epilogue's bucket included).
-  for (const DeepSpeedStep& step : ds.steps) {
-    PassCost& pass = step.phase == 'f' ? out.fwd : out.bwd;
-    for (const auto* list : {&step.fetched, &step.prefetched})
-      for (double e : *list) pass.dp_bytes += collective_sent_bytes(Collective::all_gather, 2 * e, group);
-    for (const std::vector<double>& bucket : step.flushed) {
-      if (L.zero3_contiguous_gradients) {
-        for (double e : bucket) out.bwd.dp_bytes += collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group);
-      } else {
-        double elements = 0;
-        for (double e : bucket) elements += e;
-        out.bwd.dp_bytes += collective_sent_bytes(Collective::all_reduce, L.grad_bytes() * elements, group);
-      }
-    }
-  }
+  // The bytes: every collective walked (each micro-batch's backward reduces every gradient, the
+  // epilogue's bucket included).
+  out.fwd.dp_bytes += t.forward_sent;
+  out.bwd.dp_bytes += t.backward_sent;
   return out;
 }
 
+// `ds` is DeepSpeed's coordinator replayed for the plan (deepspeed_gathered; empty unless
+// deepspeed_stage3), which the ops returned point to.
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                                const PlanMicroBatch& mb, const AttentionCost* attention, int64_t longest) {
+                                const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
   const LayerOps embedding = lower_embedding(cost, model, L, mb);
   const LayerOps output = lower_output_layer(cost, model, L, mb);
@@ -131,12 +124,11 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.embedding_bwd = price_ops(cost, embedding.backward);
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
-  DeepSpeedGathered ds = deepspeed_gathered(model, L, longest);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
     out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds, out);
     return out;
   }
-  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1} : Zero3Gather{};
+  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1, ds.layer_bucket_copied} : Zero3Gather{};
   const LayerOps layer = lower_layer(cost, model, L, mb, attention, gather);
   out.layer_fwd = price_repeated(cost, layer.forward);
   out.layer_bwd = price_repeated(cost, layer.backward);
@@ -144,10 +136,10 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   // are the same, so which copy carries which amount does not matter.) The most common amount
   // first: its first copy carries the pass's start.
   for (const auto& [elements, layers] : deepspeed_backward_groups(ds)) {
-    const Zero3Gather g{ds.layer_partitioned, elements};
+    const Zero3Gather g{ds.layer_partitioned, elements, ds.layer_bucket_copied};
     out.deepspeed_bwd.emplace_back(layers, price_repeated(cost, lower_layer(cost, model, L, mb, attention, g).backward));
   }
-  if (deepspeed_stage3(L)) out.deepspeed = std::move(ds);
+  if (deepspeed_stage3(L)) out.deepspeed = &ds;
   return out;
 }
 
@@ -224,8 +216,8 @@ void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const P
 // beside the first layer's backward, in place of the chain's last. Every backward ends with the
 // optimizer's epilogue (engine.py backward → allreduce_gradients →
 // independent_gradient_partition_epilogue, each micro-batch), which reduce-scatters the buckets
-// flushed after the last layer's backward and waits for them; the gradients outside the layers
-// are those buckets' bytes.
+// flushed after the last layer's backward, with their copies, and waits for them; the gradients
+// outside the layers are those buckets' bytes.
 void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                               const MicroBatchOps& ops, int64_t longest, ChunkCost& c) {
   const Zero3Edges z{cost, L, placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node), true};
@@ -233,11 +225,15 @@ void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, co
   const DeepSpeedGathered& ds = *ops.deepspeed;
   const double layer_fwd = ops.layer_fwd.next.compute_s, layer_bwd = ops.deepspeed_bwd.front().second.next.compute_s;
   const double first_backward = ds.backward_gathered.empty() ? 0 : ds.backward_gathered.back();
+  // The epilogue's buckets copied as a layer's are (layer_cost.cpp reduce_scatter_gradients): the
+  // gradients made after the last layer's backward into the bucket, every tensor re-interleaved.
+  const double bucket_copies_s =
+      cost.memory_bound_s((2 + L.grad_bytes()) * ds.copied_at_end + 2 * L.grad_bytes() * ds.reduced_at_end);
   c.fwd.dp_comm_s += z.gather_s(ds.embedding_forward) + z.moved_s(ds.layer_partitioned, ops.embedding_fwd.compute_s, layer_fwd) +
                      z.exposed_s(ds.output_forward, layer_fwd);
   c.bwd.dp_comm_s += z.moved_s(first_backward, ops.output_bwd.compute_s, layer_bwd) +
                      z.exposed_s(ds.output_backward, ops.output_fwd.compute_s) + z.exposed_s(ds.embedding_backward, layer_bwd) +
-                     z.reduce_s(ds.reduced_at_end);
+                     z.reduce_s(ds.reduced_at_end) + bucket_copies_s;
   c.fwd.dp_comm_s = std::max(0.0, c.fwd.dp_comm_s);
   c.bwd.dp_comm_s = std::max(0.0, c.bwd.dp_comm_s);
   c.fwd.dp_bytes += z.gather_bytes(ds.embedding_forward);
@@ -379,7 +375,7 @@ class IterationGraph {
         host_s_(replicas.lists.size() * p_, 0), layer_contention_s_(replicas.lists.size() * p_, 0),
         kernels_(replicas.lists.size() * p_, 0),
         sent_(replicas.lists.size() * p_), offload_bytes_(replicas.lists.size() * p_, 0),
-        longest_(longest_sequence(plan)) {}
+        longest_(longest_sequence(plan)), deepspeed_(deepspeed_gathered(model, L_, longest_)) {}
 
   // Per replica: each (micro-batch, chunk) op of every stage with its blocking tail (TP
   // collectives, CP waits, blocking sends) on their streams, then the DP gradient reduction.
@@ -558,10 +554,9 @@ class IterationGraph {
       // DeepSpeed's layer as most of its layers gather (deepspeed_2021's passes are walked module
       // by module instead: the trace shows its layer as flat ZeRO-3 lowers it).
       Zero3Gather gather;
-      if (L_.zero3_sharding == "deepspeed" && deepspeed_stage3(L_)) {
-        const DeepSpeedGathered ds = deepspeed_gathered(model_, L_, longest_);
-        gather = {ds.layer_partitioned, deepspeed_backward_groups(ds).front().first};
-      }
+      if (L_.zero3_sharding == "deepspeed" && deepspeed_stage3(L_))
+        gather = {deepspeed_.layer_partitioned, deepspeed_backward_groups(deepspeed_).front().first,
+                  deepspeed_.layer_bucket_copied};
       const LayerOps ops = lower_layer(cost_, model_, L_, mb, mb.cp > 1 ? &attn : nullptr, gather);
       TaskGraph g;
       append_ops(g, cost_, ops.forward, 2, 0);
@@ -703,7 +698,7 @@ class IterationGraph {
         attn = *a;
       }
       MicroBatchOps ops;
-      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, longest_);
+      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, deepspeed_);
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
           costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);
@@ -923,6 +918,7 @@ class IterationGraph {
   std::vector<LinkBytes> sent_;               // [device] TP, PP and DP bytes it sends
   std::vector<double> offload_bytes_;         // [device] activation bytes copied out and back over PCIe
   int64_t longest_;                           // the plan's longest sequence (learned position table)
+  DeepSpeedGathered deepspeed_;               // DeepSpeed's coordinator replayed (empty unless deepspeed_stage3)
   int collective_id_ = 0;
 };
 

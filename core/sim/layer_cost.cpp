@@ -249,6 +249,7 @@ class LayerLowering {
         layer_params_(static_cast<double>(param_count(m, 0).per_layer) / t_),
         forward_gather_(gather.forward >= 0 ? gather.forward : layer_params_),
         backward_gather_(gather.backward >= 0 ? gather.backward : layout.zero3_reshard_after_forward ? layer_params_ : 0),
+        bucket_copied_(gather.bucket_copied >= 0 ? gather.bucket_copied : layer_params_),
         shards_(placement(layout.dp() * layout.cp, t_, cost.cluster().gpus_per_node)) {
     // Element-wise traffic (bytes): each norm reads x and writes y; the MLP activation (bias + GeLU
     // reads and writes ffn/t per token; SwiGLU reads two halves); each fused bias-dropout-residual
@@ -475,9 +476,9 @@ class LayerLowering {
   // DeepSpeed (0.6 and later) copies on its streams: each gathered parameter rebuilt from the
   // rank-major output by one torch.cat before the compute may use it (partition_parameters.py
   // AllGatherCoalescedHandle.wait), and each gradient copied into the reduce bucket, then the
-  // bucket re-interleaved by rank for the reduce-scatter (stage3.py __add_grad_to_ipg_bucket,
-  // coalesced_collectives.py reduce_scatter_coalesced); the 1/n-sized copies of the shards are
-  // left out.
+  // bucket re-interleaved by rank for the reduce-scatter (stage3.py __add_grad_to_ipg_bucket, not
+  // for a tensor of reduce_bucket_size elements or more, bucket_copied_; coalesced_collectives.py
+  // reduce_scatter_coalesced, every tensor); the 1/n-sized copies of the shards are left out.
   int prefetch_next_layer(OpBuilder& b, int after, double elements) const {
     if (!zero3_) return -1;
     const int gather = b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * elements, shards_, {after});
@@ -490,7 +491,8 @@ class LayerLowering {
     if (per_parameter_)  // FSDP2: the gradients (16-bit) copied into the reduce-scatter input, in its dtype
       after = b.elementwise("dp grad copy-in", (kAct + layout_.grad_bytes()) * layer_params_, {after});
     if (deepspeed_ && shards_.size > 1)  // into the bucket, then re-interleaved (both on the reduce stream)
-      after = b.dp_copy("dp grad bucket copy", (kAct + 3 * layout_.grad_bytes()) * layer_params_, {after});
+      after = b.dp_copy("dp grad bucket copy",
+                        (kAct + layout_.grad_bytes()) * bucket_copied_ + 2 * layout_.grad_bytes() * layer_params_, {after});
     b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
   }
   // FSDP2: this layer's parameters copied out of their all-gather's output (read and write, 16-bit)
@@ -531,6 +533,7 @@ class LayerLowering {
   const bool zero3_, per_parameter_, deepspeed_, cp_overlap_;
   const double layer_params_;
   const double forward_gather_, backward_gather_;  // ZeRO-3: elements gathered ahead of each pass
+  const double bucket_copied_;  // DeepSpeed: of the layer's gradients, those copied into the reduce bucket
   const GroupPlacement shards_;
   double norm_bytes_ = 0, act_bytes_ = 0, bda_bytes_ = 0;
   int act_kernels_ = 1, bda_kernels_ = 1;

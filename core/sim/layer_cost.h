@@ -92,9 +92,10 @@ struct AttentionCost {
 // Under ZeRO-3 each copy all-gathers the next layer's parameters ahead of its forward and, when
 // parameters are resharded after the forward, ahead of its backward; `gather` sets how many
 // elements (this TP rank's share) instead, where DeepSpeed's coordinator decides
-// (deepspeed_zero3.h); negative: the whole layer.
+// (deepspeed_zero3.h); negative: the whole layer. `bucket_copied`: of the layer's gradients, the
+// elements DeepSpeed (0.6+) copies into its reduce bucket (negative: all).
 struct Zero3Gather {
-  double forward = -1, backward = -1;
+  double forward = -1, backward = -1, bucket_copied = -1;
 };
 LayerOps lower_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention = nullptr, Zero3Gather gather = {});

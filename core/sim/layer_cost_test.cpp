@@ -252,6 +252,12 @@ TEST(LayerOps, DeepSpeedCopiesItsGathersAndGradientsOnTheCommunicationStream) {
   const PassCost pf = price_ops(cost, flat.backward), pd = price_ops(cost, ds.backward);
   EXPECT_GE(pd.total(), pf.total());
   EXPECT_GT(pd.contention_s, pf.contention_s);  // the copies take HBM from the layer's kernels
+  // A tensor too large for the reduce bucket is not copied into it, only re-interleaved: with a
+  // quarter of the layer copied in, the backward's copies fall by 4 bytes for each of the rest.
+  const LayerOps big = lower_layer(cost, m, layout, mb, nullptr, Zero3Gather{-1, -1, elements / 4});
+  double copied = 0;
+  for (const LayerOp& op : big.backward) copied += op.hbm_bytes;
+  EXPECT_DOUBLE_EQ(copied, 12 * elements - 4 * 0.75 * elements);
 }
 
 TEST(LayerOps, ShortKernelsMakeThePassHostBound) {

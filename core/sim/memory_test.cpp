@@ -222,6 +222,13 @@ TEST(MemoryTimeline, DeepSpeedHoldsWhatItsCoordinatorGathered) {
   EXPECT_LT(b.peak, param_count(big, 2048).per_layer);
   EXPECT_EQ(b.layers_kept, 0);  // the output layer's 629M twice over the turn: past the reuse distance
   EXPECT_DOUBLE_EQ(b.layer_partitioned, param_count(big, 2048).per_layer - 13 * H);
+  // Copied into the reduce bucket: the tensors smaller than it — all of the 1.7B layer's, the
+  // 175B layer's but FC1's and FC2's weights (4h² = 604M each); after the last layer's backward
+  // the position table, not the 629M word table (the final norm's came before the layers').
+  EXPECT_DOUBLE_EQ(s.layer_bucket_copied, layer);
+  EXPECT_DOUBLE_EQ(b.layer_bucket_copied, param_count(big, 2048).per_layer - 2 * 4 * H * H);
+  EXPECT_DOUBLE_EQ(b.copied_at_end, param_count(big, 2048).position);
+  EXPECT_GT(b.reduced_at_end, static_cast<double>(big.vocab) * H);
   // The modules outside the layers, in every micro-batch: the word and position tables for the
   // embedding's forward; the tied word table again for the output layer (released over the
   // layers, past the reuse distance), kept into its backward, which follows; both tables again
@@ -357,7 +364,14 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   c.reduce_scatter_s = [](double e) { return e; };
   c.host_s = 0.5;
   c.bucket_copy_s_per_element = 0.25;
+  // Each collective's bytes counted where the walk issues it: the gathers (1 a gathered
+  // element) in the forward, the bucket's reduce-scatter (10 an element) in the backward.
+  c.sent_bytes = [](Collective kind, double e) {
+    return LinkBytes{0, (kind == Collective::all_gather ? 1 : kind == Collective::reduce_scatter ? 10 : 100) * e};
+  };
   DeepSpeedSyncTimes t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.forward_sent.network, 1 + 2 + 4);
+  EXPECT_DOUBLE_EQ(t.backward_sent.network, 10 * 8);
   EXPECT_DOUBLE_EQ(t.forward_s, 8.5);
   EXPECT_DOUBLE_EQ(t.backward_s, 15 - 8.5);
   EXPECT_DOUBLE_EQ(t.forward_host_s, 1.0);
@@ -387,6 +401,7 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   c.bucket_copy_s_per_element = 0;
   c.bucket_all_reduce_s = [](double e) { return 2 * e; };
   t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.backward_sent.network, 100 * 8);  // one all-reduce of the bucket, not its tensors' reduce-scatters
   EXPECT_DOUBLE_EQ(t.forward_s, 8.5);
   EXPECT_DOUBLE_EQ(t.backward_s, 23 - 8.5);
   c.bucket_all_reduce_s = [](double) { return 0.5; };
