@@ -52,9 +52,11 @@ struct Plan {
   // (Dynamic-CP plans set layout.cp = 1: the CP size is per micro-batch). Every rank has the same
   // count; the members of a micro-batch's CP group hold the same micro-batch at the same k.
   std::vector<std::vector<PlanMicroBatch>> micro_batches;
-  // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round (micro-batch), so
-  // micro-batch k starts on a stage only when every DP×CP rank of that stage is ready for it.
+  // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round, so a round's first
+  // micro-batch starts on a stage only when every DP×CP rank of that stage is ready for it.
+  // round_start[k]: micro-batch k opens a round (empty: every micro-batch is a round).
   bool round_barrier = false;
+  std::vector<bool> round_start;
   // Every sequence's attention mask (the workload's). The iteration strategies run decoder
   // attention: causal, or a sparser mask computed over the causal envelope (TransformerEngine
   // cannot skip its masked work), so every mask here is priced as causal and executed as itself.

@@ -407,11 +407,13 @@ class IterationGraph {
 
   // Ranks of one CP group run its micro-batch together: when they are simulated apart (their
   // other micro-batches differ), each op of that micro-batch starts at once on all of them.
-  // Megatron main's round barrier makes every forward of micro-batch k a start over all ranks.
+  // Megatron main's round barrier makes every forward of a round's first micro-batch a start over
+  // all ranks.
   Status join_groups() {
     const int64_t ranks = static_cast<int64_t>(plan_.micro_batches.size());
     for (int k = 0; k < m_; ++k) {
-      if (plan_.round_barrier && replicas_.lists.size() > 1) {
+      const bool opens_round = plan_.round_start.empty() || plan_.round_start[static_cast<size_t>(k)];
+      if (plan_.round_barrier && opens_round && replicas_.lists.size() > 1) {
         std::vector<int> all(replicas_.lists.size());
         for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
         join(all, k, 'f');

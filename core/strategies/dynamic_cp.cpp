@@ -304,22 +304,47 @@ Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, 
   plan.layout.cp = 1;  // the CP size is chosen per micro-batch
   const int64_t sp = layout.sequence_parallel ? layout.tp : 1;
   const int64_t pad_to = dynamic_cp_pad_multiple(pool, sp);
-  int64_t m = static_cast<int64_t>(schedule_used.rounds.size());
+  // Megatron main's executor (hybrid_cp_schedule.py, hybrid_context_parallel_forward_backward) runs
+  // each of a round's sub-samples as a forward and backward step of its own, one sequence each
+  // (`RerunDataIterator(iter([sample]))`), the host waiting for the device around each (the
+  // partner CP size broadcast and `.item()` before its forward, `num_tokens.item()` after it), and
+  // a barrier over DP×CP after the round: a round becomes as many micro-batches as its largest
+  // group has sequences, a group with fewer idle for the rest. Dev and the solver pack a round's
+  // sequences on a rank into one micro-batch.
+  const bool per_sequence = round_barrier;
+  std::vector<size_t> slots;  // each round's micro-batches
+  for (const DynamicCpRound& r : schedule_used.rounds) {
+    size_t most = 1;
+    if (per_sequence)
+      for (const DynamicCpGroup& g : r.groups) most = std::max(most, g.seq_ids.size());
+    slots.push_back(most);
+  }
+  int64_t m = 0;
+  for (size_t n : slots) m += static_cast<int64_t>(n);
   plan.pipeline_schedule = varlen_pipeline_schedule(plan.layout, &m);
   plan.round_barrier = round_barrier;
   plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
-  for (size_t k = 0; k < schedule_used.rounds.size(); ++k)
+  if (per_sequence) plan.round_start.assign(static_cast<size_t>(m), false);
+  size_t first = 0;  // the round's first micro-batch
+  for (size_t k = 0; k < schedule_used.rounds.size(); first += slots[k], ++k) {
+    if (per_sequence) plan.round_start[first] = true;
     for (const DynamicCpGroup& g : schedule_used.rounds[k].groups) {
       PlanMicroBatch mb;
-      for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
       mb.cp = g.size;
       mb.first_rank = g.first_rank;
       // A group of the whole pool when the pool is no power of two (Megatron dev's fallback) splits
       // its sequences into 2·size chunks: its micro-batch is padded to that multiple instead (a
       // multiple of both, lcm, was 65,280 tokens per sequence on 255 ranks).
       mb.pad_to = pad_to % (2 * g.size) == 0 ? pad_to : 2 * g.size * sp;
-      for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) plan.micro_batches[r][k] = mb;
+      for (size_t i = 0; i < (per_sequence ? g.seq_ids.size() : 1); ++i) {
+        mb.lengths.clear();
+        if (per_sequence) mb.lengths.push_back(lengths[g.seq_ids[i]]);
+        else
+          for (int64_t id : g.seq_ids) mb.lengths.push_back(lengths[id]);
+        for (int64_t r = g.first_rank; r < g.first_rank + g.size; ++r) plan.micro_batches[r][first + i] = mb;
+      }
     }
+  }
   return plan;
 }
 

@@ -69,7 +69,10 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
 // the others) -----------------------------------------------------------------------------------
 // The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: round k is micro-batch k of every
 // rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
-// micro-batch. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
+// micro-batch. With round_barrier (Megatron main's executor, hybrid_cp_schedule.py) a round is
+// instead as many micro-batches as its largest group has sequences, one sequence each, in the
+// group's order (a group with fewer idle for the rest), and plan.round_start marks each round's
+// first, where the barrier over DP×CP is. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
 // power-of-two pool, 2·(largest power of two ≤ pool) otherwise: any sample may land on any group
 // (references/context_parallel.md, THD packing). All-idle rounds are dropped. layout.cp is set to
 // 1. A round check_dynamic_cp_round refuses (a scheduler's bug) is an Error naming the round.
@@ -84,6 +87,6 @@ std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& le
 using DynamicCpScheduler = Expected<DynamicCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
 PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, bool round_barrier);
 
-PlanOutcome plan_dynamic_cp(const StrategyInput& in);  // Megatron main's scheduler, round barriers
+PlanOutcome plan_dynamic_cp(const StrategyInput& in);  // Megatron main's scheduler and executor
 
 }  // namespace cpbench

@@ -110,7 +110,21 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   const Plan& plan = *made;
   EXPECT_EQ(plan.layout.cp, 1);
   EXPECT_EQ(plan.micro_batches.size(), 8u);
-  EXPECT_EQ(plan.micro_batches.front().size(), schedule->rounds.size());
+  // Megatron main's executor runs a round's sequences one by one: as many micro-batches as the
+  // round's largest group has sequences, one sequence each, a barrier before each round's first.
+  size_t slots = 0;
+  for (const DynamicCpRound& r : schedule->rounds) {
+    size_t most = 0;
+    for (const DynamicCpGroup& g : r.groups) most = std::max(most, g.seq_ids.size());
+    slots += most;
+  }
+  EXPECT_GT(slots, schedule->rounds.size());
+  EXPECT_EQ(plan.micro_batches.front().size(), slots);
+  ASSERT_EQ(plan.round_start.size(), slots);
+  EXPECT_EQ(static_cast<size_t>(std::count(plan.round_start.begin(), plan.round_start.end(), true)), schedule->rounds.size());
+  EXPECT_TRUE(plan.round_start.front());
+  for (const auto& rank : plan.micro_batches)
+    for (const auto& mb : rank) EXPECT_LE(mb.lengths.size(), 1u);
   expect_every_sequence_once(plan);
   expect_groups_held(plan, layout_.max_seqlen_per_dp_cp_rank);
   bool long_group = false;
@@ -120,6 +134,13 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
       long_group |= mb.cp >= 2;                            // 12000+ tokens at 8192 per rank
     }
   EXPECT_TRUE(long_group);
+  // Without the barrier (dev, the solver) round k is micro-batch k, a group's sequences packed.
+  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, false);
+  ASSERT_TRUE(packed.ok()) << packed.error_str();
+  EXPECT_EQ(packed->micro_batches.front().size(), schedule->rounds.size());
+  EXPECT_TRUE(packed->round_start.empty());
+  expect_every_sequence_once(*packed);
+  expect_groups_held(*packed, layout_.max_seqlen_per_dp_cp_rank);
 }
 
 // A schedule with an invalid round (a scheduler's bug) is an error naming the round, not a plan.
@@ -313,6 +334,31 @@ TEST_F(VarlenTest, RoundBarrierStartsEveryRanksMicroBatchTogether) {
   auto two_free = simulate_iteration(plan, model_, *cost);
   ASSERT_TRUE(two_stages.ok() && two_free.ok());
   EXPECT_GE(two_stages->step_time_s, two_free->step_time_s - 1e-12);
+}
+
+// Megatron main's executor runs each sequence of a round as its own forward and backward
+// (hybrid_cp_schedule.py), where dev and the solver pack a rank's sequences of the round into one
+// micro-batch: on short sequences the same schedule issues a micro-batch's kernels once per
+// sequence, the step waits for the host to issue them, and it is longer than the packed one.
+TEST_F(VarlenTest, DynamicCpMainRunsEachSequenceAsAMicroBatchOfItsOwn) {
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  layout_.pp = 1;
+  layout_.num_gpus = 8;
+  batch_.lengths.assign(64, 256);
+  auto schedule = schedule_dynamic_cp_main(dynamic_cp_scheduled_lengths(batch_.lengths, layout_), 8,
+                                           layout_.max_seqlen_per_dp_cp_rank);
+  ASSERT_TRUE(schedule.ok()) << schedule.error_str();
+  auto each = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, true);
+  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, false);
+  ASSERT_TRUE(each.ok() && packed.ok());
+  EXPECT_EQ(each->micro_batches.front().size(), 8u);  // 64 sequences of 256 on 8 ranks: 8 each
+  auto a = simulate_iteration(*each, model_, *cost);
+  auto b = simulate_iteration(*packed, model_, *cost);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.error_str() << b.error_str();
+  EXPECT_GT(a->kernels, 4 * b->kernels);
+  EXPECT_GT(a->exposed_host_s, b->exposed_host_s);
+  EXPECT_GT(a->step_time_s, b->step_time_s);
 }
 
 TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
