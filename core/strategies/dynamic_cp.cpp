@@ -3,10 +3,12 @@
 // get_groups_and_subsamples / next_hdp_group behaviour; no code is copied).
 //
 // Choices where the reference text is ambiguous, each marked [Cn] below:
-// [C1] Groups hold a packed THD micro-batch: a sequence joins an existing group only while the
-//      group's per-rank tokens Σ L / size stay ≤ max_seqlen_per_dp_cp_rank. Megatron main runs a
-//      group's samples one by one and has no such check; the cap keeps every group within the
-//      memory budget the CP size was chosen for.
+// [C1] No cap on a group's tokens: a sample joins any group of its CP size, as in Megatron main,
+//      which runs a group's samples one by one (its executor: one sequence per micro-batch,
+//      plan_from_dynamic_cp_schedule), so a rank holds one sample's L / size ≤
+//      max_seqlen_per_dp_cp_rank tokens at a time. (Until session 36, when cpbench packed a
+//      group's samples into one micro-batch, a sample joined only while Σ L / size stayed within
+//      the cap.)
 // [C2] Buckets: k = number of distinct cp_min among the samples still pending, target = total
 //      work / k; a bucket closes before the next sample when it is non-empty and either the sample
 //      would take it past 1.1 · target, or only as many samples remain as buckets still to open.
@@ -137,7 +139,7 @@ class RoundBuilder {
     int64_t best = kNone;
     for (size_t g = 0; g < groups_.size(); ++g) {
       const OpenGroup& og = groups_[g];
-      if (og.size != need || og.tokens + lengths_[id] > max_seqlen_ * og.size) continue;
+      if (og.size != need) continue;
       if (best == kNone || og.work < groups_[best].work) best = static_cast<int64_t>(g);
     }
     return best;

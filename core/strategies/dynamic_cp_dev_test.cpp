@@ -23,7 +23,7 @@ using testing_util::is_pow2;
 void expect_valid(const DynamicCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
   std::vector<int64_t> tallest(s.rounds.size(), 0);
   std::vector<double> max_work(s.rounds.size(), 0);
-  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, true, [&](size_t r, const DynamicCpGroup& g) {
+  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, true, true, [&](size_t r, const DynamicCpGroup& g) {
     const double work = testing_util::sum_sq_per_rank(g, lengths);
     EXPECT_NEAR(g.work, work, 1e-9 * work);
     for (int64_t id : g.seq_ids) tallest[r] = std::max(tallest[r], lengths[static_cast<size_t>(id)]);
@@ -188,13 +188,14 @@ double critical_path_work(const DynamicCpSchedule& s) {
 }
 
 // The blog's batch shape (2048 sequences, max 65536 per rank) on 64 ranks, as planner_bench.cpp.
-// Measured on seed 1: dev needs 8 rounds, max per-round imbalance 0.32, critical path 1.07 × ideal;
-// main needs 9 rounds, 0.57 and 1.16 ×. Dev packs every rank to its token budget under the
-// tallest sample's load, while main's rounds end on the 5% rule or run out of sizes with ranks far
-// apart. Over seeds 1–10 dev's critical path stays ≤ 1.14 × ideal and below main's on every seed,
-// but its worst single round is not always better (seed 10: 0.65 vs 0.56, a short tail round), so
-// the per-round bound is asserted on the blog batch only and the critical path on all ten.
-TEST(DynamicCpDev, BlogBatchIsBetterBalancedThanMain) {
+// Dev packs a round's sequences on a rank into one micro-batch, so a round holds at most the
+// token budget per rank: 7–8 rounds, critical path 1.07–1.14 × ideal over seeds 1–10. Main runs
+// them one by one and caps no round's tokens (as Megatron main's BalancedCPScheduler, which also
+// forms 2 rounds on seed 1's batch, run with scripts/time_megatron_scheduler.py's stubs), so it
+// forms 2–3 rounds and its critical path
+// is 1.02–1.07 × ideal, below dev's on every seed. (Until session 36 main carried dev's per-round
+// token cap: 9 rounds, 1.16 ×, above dev's.)
+TEST(DynamicCpDev, BlogBatchRoundsFollowEachSchedulersTokenRule) {
   constexpr int64_t kRanks = 64, kMaxSeqlen = 65536;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -216,14 +217,18 @@ TEST(DynamicCpDev, BlogBatchIsBetterBalancedThanMain) {
                 "main: %zu rounds, worst imbalance %.3f, critical path %.3f x ideal\n",
                 static_cast<unsigned long long>(seed), dev_imbalance.size(), dev_worst, dev_path, dev_ms,
                 main_imbalance.size(), main_worst, main_path);
-    EXPECT_LE(dev->rounds.size(), main->rounds.size());
-    EXPECT_LT(dev_path, main_path);
+    // Dev's rounds hold at most the token budget per rank: the batch's tokens need at least
+    // Σ L / (ranks · budget) of them; main's are not bounded so.
+    double tokens = 0;
+    for (int64_t L : lengths) tokens += static_cast<double>(L);
+    EXPECT_GE(static_cast<double>(dev->rounds.size()), tokens / (kRanks * kMaxSeqlen));
+    EXPECT_LT(main->rounds.size(), dev->rounds.size());
+    EXPECT_LT(main_path, dev_path);
     EXPECT_LE(dev_path, 1.15);
     if (seed == 1) {
       RecordProperty("dev_worst_round_imbalance", std::to_string(dev_worst));
       RecordProperty("main_worst_round_imbalance", std::to_string(main_worst));
       RecordProperty("dev_plan_ms", std::to_string(dev_ms));
-      EXPECT_LE(dev_worst, main_worst);
       EXPECT_LE(dev_worst, 0.35);
     }
   }

@@ -49,7 +49,7 @@ std::vector<double> expect_valid(const DynamicCpSolverResult& r, const std::vect
                                  const DynamicCpSolverOptions& opt) {
   std::vector<double> rank_cost(static_cast<size_t>(opt.ranks), 0.0);
   EXPECT_EQ(static_cast<int64_t>(r.schedule.rounds.size()), r.micro_batches);
-  testing_util::expect_valid_schedule(r.schedule, lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank, false,
+  testing_util::expect_valid_schedule(r.schedule, lengths, opt.ranks, opt.max_seqlen_per_dp_cp_rank, false, true,
                                       [&](size_t, const DynamicCpGroup& g) {
                                         double cost = 0;
                                         for (int64_t id : g.seq_ids)

@@ -15,7 +15,7 @@ using testing_util::github_batch;
 using testing_util::is_pow2;
 
 void expect_valid(const DynamicCpSchedule& s, const std::vector<int64_t>& lengths, int64_t ranks, int64_t max_seqlen) {
-  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, false, [&](size_t, const DynamicCpGroup& g) {
+  auto used = testing_util::expect_valid_schedule(s, lengths, ranks, max_seqlen, false, false, [&](size_t, const DynamicCpGroup& g) {
     const double work = testing_util::sum_sq_per_rank(g, lengths);
     EXPECT_NEAR(g.work, work, 1e-9 * work);
   });
