@@ -6,7 +6,7 @@ Megatron main's hybrid context parallelism schedules every global batch in Pytho
 HybridCPDataLoaderWrapper before the step's first forward). This times that code, read from a
 Megatron-LM or megatron-core checkout the user points at (nothing of it is copied here), on
 lognormal batches like the Dynamic-CP blog's example script (mean 16384, sigma 1.1, 256-131072
-tokens, each padded to 2 x the pool as Megatron's loader pads), with torch and megatron's
+tokens, each padded as cpbench's dynamic_cp_pad_multiple pads), with torch and megatron's
 imports stubbed: the scheduler itself is plain Python (it reads only the group's size).
 
     pip download megatron-core --no-deps -d /tmp/mc && unzip -q /tmp/mc/*.whl -d /tmp/mc/x
@@ -48,12 +48,16 @@ class Group:
 
 
 def batch(n, pool, cap, rng):
+    # Padded as cpbench's dynamic_cp_pad_multiple pads (2 x the largest power of two <= the pool),
+    # then kept within what the largest group (that power of two) can hold.
+    largest = 1 << (pool.bit_length() - 1)
+    pad = 2 * largest
+    most = cap * largest // pad * pad
     mu = math.log(16384) - 1.1 ** 2 / 2
-    pad = 2 * pool
     out = []
     for _ in range(n):
-        length = min(131072, cap * pool, max(256, int(rng.lognormvariate(mu, 1.1))))
-        out.append((length + pad - 1) // pad * pad)
+        length = min(131072, max(256, int(rng.lognormvariate(mu, 1.1))))
+        out.append(min(most, (length + pad - 1) // pad * pad))
     return out
 
 

@@ -29,7 +29,7 @@ const std::vector<MetricInfo>& known_metrics() {
       {"step_framework_s", "s", "per-step framework work, mean per GPU: zeroing the gradient buffer and the optimizer step (memory-bound passes over the state)"},
       {"contention_s", "s", "compute slowed by communication kernels running beside it, mean per GPU"},
       {"kernels_per_iteration", "count", "GPU kernels the host issues per iteration, mean per GPU (optimizer excluded)"},
-      {"micro_batches", "count", "micro-batches (Dynamic-CP: rounds) each pipeline runs per iteration"},
+      {"micro_batches", "count", "micro-batches each pipeline runs per iteration (Dynamic-CP dev and solver: rounds; main: one per sequence of a rank's groups, idle slots included)"},
       {"comm_bytes_nvlink", "B", "bytes one GPU sends per iteration inside its node: TP, PP, DP and CP, ring volumes"},
       {"comm_bytes_network", "B", "bytes one GPU sends per iteration across nodes: TP, PP, DP and CP, ring volumes"},
       {"comm_bytes_per_gpu", "B", "bytes one GPU sends per iteration, inside its node and across nodes (comm_bytes_nvlink + comm_bytes_network)"},

@@ -1,4 +1,4 @@
-// dynamic_cp_schedule.h — a Dynamic-CP schedule: rounds (micro-batches over the DP×CP ranks), each a set
+// dynamic_cp_schedule.h — a Dynamic-CP schedule: rounds over the DP×CP ranks, each a set
 // of CP groups on aligned slices of the ranks holding some of the batch's sequences. Planners
 // (core/strategies) produce it; the simulator's plan and the runtime's executor consume it.
 // Requires: nothing beyond the standard library. Note: check_dynamic_cp_round is the one validity check
@@ -18,8 +18,9 @@ struct DynamicCpGroup {
   double work = 0;                // per-rank work by the planner's own measure, / size (main, dev: Σ L²; solver: FLOPs)
 };
 
-// One micro-batch round over all dp·cp ranks; a barrier over DP×CP follows it. Groups do not
-// overlap; ranks outside every group are idle in this round.
+// One round over all dp·cp ranks (a packed micro-batch per group under dev and the solver; under
+// Megatron main one micro-batch per sequence of the group, then a barrier over DP×CP). Groups do
+// not overlap; ranks outside every group are idle in this round.
 struct DynamicCpRound {
   std::vector<DynamicCpGroup> groups;
 };

@@ -79,7 +79,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
     if (layer_of[i] == 0)
       for (int p : modules[i]) {
         if (!persistent[p]) out.layer_partitioned += size[p];
-        if (size[p] < deepspeed::kReduceBucket) out.layer_bucket_copied += size[p];
+        if (deepspeed::copied_into_bucket(size[p], false)) out.layer_bucket_copied += size[p];
       }
   // The micro-batch's trace: the forward's modules, then the backward's in reverse. Under full
   // recomputation each layer's forward runs again right before its backward, and its modules'
@@ -227,7 +227,7 @@ DeepSpeedGathered deepspeed_gathered(const ModelShape& m, const ParallelConfig& 
   double in_bucket = 0;
   for (const auto& [step, p] : ready) {
     out.steps[step].gradients.push_back(size[p]);
-    if (step > last_layer_step && size[p] < deepspeed::kReduceBucket) out.copied_at_end += size[p];
+    if (step > last_layer_step && deepspeed::copied_into_bucket(size[p], false)) out.copied_at_end += size[p];
     if (in_bucket > 0 && in_bucket + size[p] > deepspeed::kReduceBucket) {
       if (step > last_layer_step) out.reduced_at_end += in_bucket;
       out.steps[step].flushed.push_back(std::move(bucket));
@@ -296,7 +296,7 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
     // stream (one larger than the bucket is reduced where it lies), and a full bucket
     // reduce-scattered once the host has waited for the one before.
     for (double t : step.gradients)
-      if (t <= deepspeed::kReduceBucket) device += c.bucket_copy_s_per_element * t;
+      if (deepspeed::copied_into_bucket(t, true)) device += c.bucket_copy_s_per_element * t;
     for (const std::vector<double>& bucket : step.flushed) {
       host = std::max(host, reducing);  // reduction_stream.synchronize()
       reducing = host;

@@ -26,6 +26,13 @@ constexpr double kMaxReuseDistance = 1e9;       // stage3_max_reuse_distance
 constexpr double kPrefetchBucket = 5e7;         // stage3_prefetch_bucket_size
 constexpr double kPersistenceThreshold = 1e5;   // stage3_param_persistence_threshold
 constexpr double kReduceBucket = 5e8;           // reduce_bucket_size (contiguous_gradients on)
+// Whether a gradient of `elements` is copied into the contiguous reduce bucket: a tensor that fits
+// in it (0.6+: stage3.py __add_grad_to_ipg_bucket copies when elements + numel <
+// reduce_bucket_size, the bucket flushed first; 2021: a tensor of more than reduce_bucket_size is
+// reduced where it lies, reduce_independent_p_g_buckets_and_remove_grads). Larger ones are not.
+inline bool copied_into_bucket(double elements, bool v2021) {
+  return v2021 ? elements <= kReduceBucket : elements < kReduceBucket;
+}
 }  // namespace deepspeed
 
 // Whether the layout is DeepSpeed's stage 3 as deepspeed_gathered replays it: zero3_sharding

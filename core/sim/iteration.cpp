@@ -113,9 +113,9 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
 }
 
 // `ds` is DeepSpeed's coordinator replayed for the plan (deepspeed_gathered; empty unless
-// deepspeed_stage3), which the ops returned point to.
+// deepspeed_stage3), which the ops returned point to: it must outlive them.
 MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
-                                const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds) {
+                                const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered* ds) {
   if (mb.lengths.empty()) return {};  // an idle slot: nothing to compute
   const LayerOps embedding = lower_embedding(cost, model, L, mb);
   const LayerOps output = lower_output_layer(cost, model, L, mb);
@@ -125,21 +125,21 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
-    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, ds, out);
+    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, *ds, out);
     return out;
   }
-  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds.layer_partitioned, -1, ds.layer_bucket_copied} : Zero3Gather{};
+  const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds->layer_partitioned, -1, ds->layer_bucket_copied} : Zero3Gather{};
   const LayerOps layer = lower_layer(cost, model, L, mb, attention, gather);
   out.layer_fwd = price_repeated(cost, layer.forward);
   out.layer_bwd = price_repeated(cost, layer.backward);
   // (A copy's backward gathers for the layer after it in the backward's order; the layers' kernels
   // are the same, so which copy carries which amount does not matter.) The most common amount
   // first: its first copy carries the pass's start.
-  for (const auto& [elements, layers] : deepspeed_backward_groups(ds)) {
-    const Zero3Gather g{ds.layer_partitioned, elements, ds.layer_bucket_copied};
+  for (const auto& [elements, layers] : deepspeed_backward_groups(*ds)) {
+    const Zero3Gather g{ds->layer_partitioned, elements, ds->layer_bucket_copied};
     out.deepspeed_bwd.emplace_back(layers, price_repeated(cost, lower_layer(cost, model, L, mb, attention, g).backward));
   }
-  if (deepspeed_stage3(L)) out.deepspeed = &ds;
+  if (deepspeed_stage3(L)) out.deepspeed = ds;
   return out;
 }
 
@@ -227,8 +227,7 @@ void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, co
   const double first_backward = ds.backward_gathered.empty() ? 0 : ds.backward_gathered.back();
   // The epilogue's buckets copied as a layer's are (layer_cost.cpp reduce_scatter_gradients): the
   // gradients made after the last layer's backward into the bucket, every tensor re-interleaved.
-  const double bucket_copies_s =
-      cost.memory_bound_s((2 + L.grad_bytes()) * ds.copied_at_end + 2 * L.grad_bytes() * ds.reduced_at_end);
+  const double bucket_copies_s = cost.memory_bound_s(deepspeed_bucket_copy_bytes(ds.copied_at_end, ds.reduced_at_end, L.grad_bytes()));
   c.fwd.dp_comm_s += z.gather_s(ds.embedding_forward) + z.moved_s(ds.layer_partitioned, ops.embedding_fwd.compute_s, layer_fwd) +
                      z.exposed_s(ds.output_forward, layer_fwd);
   c.bwd.dp_comm_s += z.moved_s(first_backward, ops.output_bwd.compute_s, layer_bwd) +
@@ -411,9 +410,13 @@ class IterationGraph {
   // all ranks.
   Status join_groups() {
     const int64_t ranks = static_cast<int64_t>(plan_.micro_batches.size());
+    if (!plan_.round_start.empty() && plan_.round_start.size() != static_cast<size_t>(m_))
+      return Error{"", "", "plan: round_start marks " + std::to_string(plan_.round_start.size()) + " micro-batches, the plan has " +
+                               std::to_string(m_)};
     for (int k = 0; k < m_; ++k) {
       const bool opens_round = plan_.round_start.empty() || plan_.round_start[static_cast<size_t>(k)];
-      if (plan_.round_barrier && opens_round && replicas_.lists.size() > 1) {
+      const bool barrier = plan_.round_barrier && opens_round && replicas_.lists.size() > 1;
+      if (barrier) {
         std::vector<int> all(replicas_.lists.size());
         for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);
         join(all, k, 'f');
@@ -436,9 +439,10 @@ class IterationGraph {
           const int replica = replicas_.of_rank[q];
           if (std::find(members.begin(), members.end(), replica) == members.end()) members.push_back(replica);
         }
-        // Under a round barrier the forwards are already joined over all ranks (a task belongs to
-        // one collective; the barrier's contains the group's).
-        if (members.size() > 1) join(members, k, plan_.round_barrier ? 'b' : 'a');
+        // At a round's barrier the forwards are already joined over all ranks (a task belongs to
+        // one collective; the barrier's contains the group's); a round's later micro-batches join
+        // the group's forwards and backwards.
+        if (members.size() > 1) join(members, k, barrier ? 'b' : 'a');
       }
     }
     return ok_status();
@@ -700,7 +704,7 @@ class IterationGraph {
         attn = *a;
       }
       MicroBatchOps ops;
-      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, deepspeed_);
+      if (!repeat) ops = price_micro_batch(cost_, model_, L_, mbs[k], priced ? &attn : nullptr, &deepspeed_);
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
           costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);

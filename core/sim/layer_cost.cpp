@@ -491,8 +491,8 @@ class LayerLowering {
     if (per_parameter_)  // FSDP2: the gradients (16-bit) copied into the reduce-scatter input, in its dtype
       after = b.elementwise("dp grad copy-in", (kAct + layout_.grad_bytes()) * layer_params_, {after});
     if (deepspeed_ && shards_.size > 1)  // into the bucket, then re-interleaved (both on the reduce stream)
-      after = b.dp_copy("dp grad bucket copy",
-                        (kAct + layout_.grad_bytes()) * bucket_copied_ + 2 * layout_.grad_bytes() * layer_params_, {after});
+      after = b.dp_copy("dp grad bucket copy", deepspeed_bucket_copy_bytes(bucket_copied_, layer_params_, layout_.grad_bytes()),
+                        {after});
     b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
   }
   // FSDP2: this layer's parameters copied out of their all-gather's output (read and write, 16-bit)

@@ -97,6 +97,12 @@ struct AttentionCost {
 struct Zero3Gather {
   double forward = -1, backward = -1, bucket_copied = -1;
 };
+// DeepSpeed (0.6+): the HBM bytes of a reduce bucket's copies, `copied` of its gradient elements
+// copied into the contiguous bucket (read 16-bit, written in the gradient dtype) and all
+// `reduced` re-interleaved by rank for the reduce-scatter (read and written).
+inline double deepspeed_bucket_copy_bytes(double copied, double reduced, double grad_bytes) {
+  return (2 + grad_bytes) * copied + 2 * grad_bytes * reduced;
+}
 LayerOps lower_layer(const CostModel& cost, const ModelShape& model, const ParallelConfig& layout,
                      const PlanMicroBatch& mb, const AttentionCost* attention = nullptr, Zero3Gather gather = {});
 

@@ -13,7 +13,7 @@
 //      work / k; a bucket closes before the next sample when it is non-empty and either the sample
 //      would take it past 1.1 · target, or only as many samples remain as buckets still to open.
 // [C3] Placement scans the buckets in order and takes the first head that can be placed (an
-//      existing group of exactly its size with room, or enough free ranks); a new group is
+//      existing group of exactly its size, or enough free ranks); a new group is
 //      preferred whenever free ranks suffice (its load, 0, is below any existing group's, as in
 //      Megatron); otherwise the least-loaded group of that size (ties: the earliest opened).
 // [C4] "Sizes start shrinking" = a sample needs a smaller CP size than the round's first sample;
@@ -51,8 +51,8 @@ double sq(int64_t length) { return squared_length(length); }
 class RoundBuilder {
  public:
   RoundBuilder(const std::vector<int64_t>& lengths, const std::vector<int64_t>& cp_min, int64_t ranks,
-               int64_t largest_pow2, int64_t max_seqlen)
-      : lengths_(lengths), cp_min_(cp_min), ranks_(ranks), largest_pow2_(largest_pow2), max_seqlen_(max_seqlen) {}
+               int64_t largest_pow2)
+      : lengths_(lengths), cp_min_(cp_min), ranks_(ranks), largest_pow2_(largest_pow2) {}
 
   // Builds one round from `pending` (sorted); returns the samples left for later rounds, sorted.
   std::vector<int64_t> build(const std::vector<int64_t>& pending, DynamicCpRound* round) {
@@ -132,7 +132,7 @@ class RoundBuilder {
     return buckets;
   }
 
-  // [C1] [C3] Where sample `id` would go: kNewGroup, an open group's index, or kNone.
+  // [C3] Where sample `id` would go: kNewGroup, an open group's index, or kNone.
   int64_t find_group(int64_t id) const {
     const int64_t need = cp_min_[id];
     if (free_ranks_ >= need) return kNewGroup;
@@ -220,7 +220,7 @@ class RoundBuilder {
 
   const std::vector<int64_t>& lengths_;
   const std::vector<int64_t>& cp_min_;
-  int64_t ranks_, largest_pow2_, max_seqlen_;
+  int64_t ranks_, largest_pow2_;
   std::vector<OpenGroup> groups_;
   int64_t free_ranks_ = 0;
 };
@@ -282,7 +282,7 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
   if (!sizes) return sizes.errors();
   const std::vector<int64_t>& cp_min = sizes->cp_min;
   const int64_t largest_pow2 = sizes->largest_pow2;
-  RoundBuilder builder(lengths, cp_min, ranks, largest_pow2, max_seqlen_per_dp_cp_rank);
+  RoundBuilder builder(lengths, cp_min, ranks, largest_pow2);
   std::vector<int64_t> pending(lengths.size());
   std::iota(pending.begin(), pending.end(), int64_t{0});
   builder.sort_pending(&pending);
@@ -352,8 +352,9 @@ Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, 
 
 // The lengths a Dynamic-CP scheduler places: each padded to dynamic_cp_pad_multiple, as the data loader
 // pads a sample before any scheduler sees it (it may land on any group). Placing the unpadded
-// lengths let padding break the per-rank token cap: on a 256-rank pool a one-rank group of 64
-// sequences of 256 tokens held 64·512 padded tokens, and activations per GPU grew with the pool.
+// lengths let padding break the per-rank token cap of the packed schedulers (dev, the solver): on a
+// 256-rank pool a one-rank group of 64 sequences of 256 tokens held 64·512 padded tokens, and
+// activations per GPU grew with the pool.
 std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& lengths, const ParallelConfig& L) {
   const int64_t pad_to = dynamic_cp_pad_multiple(L.dp() * L.cp, L.sequence_parallel ? L.tp : 1);
   std::vector<int64_t> out(lengths.size());

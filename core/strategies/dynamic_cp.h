@@ -67,8 +67,8 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
 
 // ---- the Dynamic-CP strategies (this scheduler's; dynamic_cp_dev.h and dynamic_cp_solver.h hold
 // the others) -----------------------------------------------------------------------------------
-// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: round k is micro-batch k of every
-// rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
+// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: without round_barrier round k is
+// micro-batch k of every rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
 // micro-batch. With round_barrier (Megatron main's executor, hybrid_cp_schedule.py) a round is
 // instead as many micro-batches as its largest group has sequences, one sequence each, in the
 // group's order (a group with fewer idle for the rest), and plan.round_start marks each round's

@@ -78,18 +78,33 @@ TEST(DynamicCp, IdleRanksAreFilledByDoublingTheSmallestGroup) {
   EXPECT_EQ(t->rounds[0].groups[1].size, 2);
 }
 
-TEST(DynamicCp, GroupsStayWithinTheTokenBudgetSoLongSequencesNeedMoreRounds) {
-  // Two 65536-token sequences cannot share one rank (2·65536 > 65536): two groups, one round.
-  auto s = schedule_dynamic_cp_main({65536, 65536}, 2, 65536);
-  ASSERT_TRUE(s.ok());
-  expect_valid(*s, {65536, 65536}, 2, 65536);
-  ASSERT_EQ(s->rounds.size(), 1u);
-  EXPECT_EQ(s->rounds[0].groups.size(), 2u);
-  // Three on 2 ranks: the third waits for a second round.
-  auto t = schedule_dynamic_cp_main({65536, 65536, 65536}, 2, 65536);
-  ASSERT_TRUE(t.ok());
-  expect_valid(*t, {65536, 65536, 65536}, 2, 65536);
-  EXPECT_EQ(t->rounds.size(), 2u);
+// No cap on a round's tokens per rank: as Megatron main's BalancedCPScheduler, which runs a
+// group's sequences one by one, a rank may hold several sequences of the cap in a round. Each
+// case is what Megatron's own scheduler forms on these lengths (megatron-core 0.16.1, run with
+// scripts/time_megatron_scheduler.py's stubs): per round, each rank's sequences.
+TEST(DynamicCp, RoundsAreMegatronMainsWithoutATokenCap) {
+  auto per_rank = [](const DynamicCpSchedule& s, int64_t ranks) {
+    std::vector<std::vector<std::vector<int64_t>>> out;
+    for (const DynamicCpRound& r : s.rounds) {
+      std::vector<std::vector<int64_t>> ids(static_cast<size_t>(ranks));
+      for (const DynamicCpGroup& g : r.groups)
+        for (int64_t q = g.first_rank; q < g.first_rank + g.size; ++q) ids[static_cast<size_t>(q)] = g.seq_ids;
+      out.push_back(ids);
+    }
+    return out;
+  };
+  using Rounds = std::vector<std::vector<std::vector<int64_t>>>;
+  const std::vector<int64_t> two(2, 65536), three(3, 65536), five(5, 65536), mixed = {65536, 65536, 65536, 1000, 1000};
+  auto a = schedule_dynamic_cp_main(two, 2, 65536);
+  auto b = schedule_dynamic_cp_main(three, 2, 65536);
+  auto c = schedule_dynamic_cp_main(five, 2, 65536);
+  auto d = schedule_dynamic_cp_main(mixed, 4, 65536);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
+  expect_valid(*c, five, 2, 65536);
+  EXPECT_EQ(per_rank(*a, 2), (Rounds{{{0}, {1}}}));
+  EXPECT_EQ(per_rank(*b, 2), (Rounds{{{0}, {1}}, {{2}, {2}}}));  // the last doubled onto both ranks
+  EXPECT_EQ(per_rank(*c, 2), (Rounds{{{0, 2}, {1, 3}}, {{4}, {4}}}));
+  EXPECT_EQ(per_rank(*d, 4), (Rounds{{{0}, {1}, {2}, {3, 4}}}));
 }
 
 TEST(DynamicCp, SampledBatchesSatisfyEveryProperty) {

@@ -360,6 +360,35 @@ TEST_F(VarlenTest, DynamicCpMainRunsEachSequenceAsAMicroBatchOfItsOwn) {
   EXPECT_GT(a->step_time_s, b->step_time_s);
 }
 
+// Megatron main's round barrier joins all ranks' forwards at a round's first micro-batch; a CP
+// group's later micro-batches of the round still start each op together on its members. Two
+// ranks, two stages: round 1 gives rank 0 a long sequence and rank 1 a short one; round 2 runs
+// two sequences on a CP-2 group of both. 1F1B puts round 1's backward before the second
+// sequence's forward, so rank 1 reaches it first: the group's forward join holds it until rank 0
+// is ready, and with both ranks in the group a barrier there is the same join.
+TEST_F(VarlenTest, DynamicCpMainJoinsAGroupsForwardsInsideARound) {
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  Plan plan = two_rank_plan();
+  plan.layout.num_gpus = 4;
+  plan.layout.pp = 2;
+  const PlanMicroBatch a{{2048}, 2, 0, 4}, b{{4096}, 2, 0, 4};
+  plan.micro_batches = {{{{16384}, 1, 0, 1}, a, b}, {{{512}, 1, 1, 1}, a, b}};
+  ASSERT_FALSE(attach_attention_plans(&plan, model_));
+  plan.round_barrier = true;
+  plan.round_start = {true, true, false};
+  const std::filesystem::path dir = ::testing::TempDir();
+  auto inside = simulate_iteration(plan, model_, *cost, dir / "inside.json");
+  plan.round_start = {true, true, true};
+  auto barrier = simulate_iteration(plan, model_, *cost);
+  ASSERT_TRUE(inside.ok() && barrier.ok()) << inside.error_str() << barrier.error_str();
+  EXPECT_NEAR(inside->step_time_s, barrier->step_time_s, 1e-12 * barrier->step_time_s);
+  EXPECT_NEAR(inside->bubble_fraction, barrier->bubble_fraction, 1e-12);
+  plan.round_start = {true, false, false};  // a marking of the wrong length is refused
+  plan.round_start.pop_back();
+  EXPECT_FALSE(simulate_iteration(plan, model_, *cost).ok());
+}
+
 TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
   // Every sequence fills one rank: dp_balanced at cp = 1 puts one per pack, round-robin over the
   // 8 replicas; Dynamic-CP puts one per rank per round. Same micro-batches, same step (Dynamic-CP's
