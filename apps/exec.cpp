@@ -434,8 +434,9 @@ int validate_on(Communicator& comm, AttentionKernels& kernels, const ExecArgs& a
   // creates its groups at start-up); a warm-up run (page faults, thread start-up), then the best of three; a
   // run is every round.
   std::vector<RoundSeat> seats;
+  RoundSplits splits;  // rounds split alike share one communicator (Megatron main's Dynamic-CP)
   for (size_t k = 0; k < ep->rounds.size(); ++k) {
-    auto seat = take_round_seat(plan, k, comm, a.seed);
+    auto seat = take_round_seat(plan, k, comm, a.seed, &splits);
     if (!seat) fail("rank " + std::to_string(rank) + ", round " + std::to_string(k) + ": " + seat.error_str());
     seats.push_back(std::move(*seat));
   }

@@ -97,7 +97,7 @@ uint64_t group_seed(uint64_t seed, size_t k, int64_t first_rank) {
   return mix.next_u64();
 }
 
-Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed) {
+Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed, RoundSplits* splits) {
   // Checked on every rank before any collective: a bad round stops every rank alike.
   if (static_cast<int64_t>(plan.micro_batches.size()) > world.size())
     return runtime_error("the plan has " + std::to_string(plan.micro_batches.size()) + " DP×CP ranks; the job has " +
@@ -115,12 +115,21 @@ Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& wo
       out.where = g;
     }
   }
-  // Group colors are first ranks (< world.size()); idle ranks take colors above them, one each.
-  const int color = out.idle() ? world.size() + me : static_cast<int>(out.where.first_rank);
-  auto sub = world.split(color, me);
-  if (!sub) return sub.errors();
-  if (out.idle()) return seat;
-  seat.group = std::move(*sub);
+  std::vector<std::pair<int64_t, int64_t>> key;
+  for (const PlanGroup& g : *groups) key.emplace_back(g.first_rank, g.cp);
+  if (splits && splits->by_groups.count(key)) {  // split as before: no collective on any rank
+    if (out.idle()) return seat;
+    seat.group = splits->by_groups.at(key);
+  } else {
+    // Group colors are first ranks (< world.size()); idle ranks take colors above them, one each.
+    const int color = out.idle() ? world.size() + me : static_cast<int>(out.where.first_rank);
+    auto sub = world.split(color, me);
+    if (!sub) return sub.errors();
+    std::shared_ptr<Communicator> group = out.idle() ? nullptr : std::shared_ptr<Communicator>(std::move(*sub));
+    if (splits) splits->by_groups.emplace(key, group);
+    if (out.idle()) return seat;
+    seat.group = std::move(group);
+  }
   out.group_rank = seat.group->rank();
   if (seat.group->size() != out.where.cp || seat.group->rank() != me - out.where.first_rank)
     return runtime_error("rank " + std::to_string(me) + " of " + group_name(k, out.where) + " became rank " +

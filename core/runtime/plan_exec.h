@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/common/expected.h"
@@ -82,17 +84,28 @@ uint64_t group_seed(uint64_t seed, size_t k, int64_t first_rank);
 struct RoundSeat {
   size_t round = 0;
   RoundRun place;  // group, where, group_rank; its run empty
-  std::unique_ptr<Communicator> group;
+  std::shared_ptr<Communicator> group;  // shared with the seats of rounds split alike (RoundSplits)
   OwnedInputs inputs;  // drawn from group_seed(seed, round, first rank)
   bool idle() const { return place.idle(); }
+};
+
+// Group communicators kept for reuse by seats held together (validate holds every round's): a
+// round whose groups split the ranks as an earlier round's did — Megatron main's Dynamic-CP runs a
+// round's sequences as micro-batches on the same groups, hundreds of them — takes that round's
+// communicator instead of splitting the world again. Keyed by the round's groups (first rank,
+// size), which every rank reads from the same plan, so every rank splits or reuses alike.
+struct RoundSplits {
+  std::map<std::vector<std::pair<int64_t, int64_t>>, std::shared_ptr<Communicator>> by_groups;
 };
 
 // Takes this rank's seat in round k of `world` (every rank calls it; world rank r is DP×CP rank r,
 // ranks beyond the plan's are idle): the round's groups are checked first (an Error there is
 // returned by every rank before any communication, as is a world smaller than the plan), then
 // world.split by group, and the group's inputs drawn. A seat runs its round as often as asked
-// (validate times runs without the split and the drawing).
-Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed);
+// (validate times runs without the split and the drawing). With `splits`, a round split like one
+// before reuses its communicator.
+Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& world, uint64_t seed,
+                                    RoundSplits* splits = nullptr);
 
 // Runs the seat's group's plan on its inputs (run_attention_group); an idle seat returns its idle
 // place. An Error is a runtime failure of this rank (a peer timed out, ...).

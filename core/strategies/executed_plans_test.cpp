@@ -160,6 +160,56 @@ TEST(ExecutedPlans, DynamicCpRoundsUnderEveryMask) {
   }
 }
 
+// Megatron main's Dynamic-CP runs a round's sequences one micro-batch each on the round's groups:
+// validate holds every micro-batch's seat at once, and those split alike share one group
+// communicator (RoundSplits) instead of splitting the world again. Two rounds, each a CP-2 group
+// of two sequences beside a CP-2 group of one: four micro-batches, two ways of splitting the
+// ranks, two splits; every seat runs and checks.
+TEST(ExecutedPlans, MicroBatchesSplitAlikeShareTheirGroupCommunicator) {
+  const std::vector<int64_t> lengths{300, 200, 400, 260, 120, 330};
+  DynamicCpSchedule schedule;
+  schedule.rounds.resize(2);
+  schedule.rounds[0].groups = {{0, 2, {0, 1}, 0}, {2, 2, {2}, 0}};
+  schedule.rounds[1].groups = {{0, 2, {3, 4}, 0}, {2, 2, {5}, 0}};
+  const Plan plan = dynamic_cp_plan(schedule, lengths, 4, MaskSpec{});
+  ASSERT_EQ(plan_rounds(plan), 4u);
+  std::vector<std::vector<const Communicator*>> used(4);
+  std::vector<int> checked(4, 0);
+  auto st = run_thread_ranks(
+      4,
+      [&](Communicator& world) -> Status {
+        RoundSplits splits;
+        std::vector<RoundSeat> seats;
+        for (size_t k = 0; k < plan_rounds(plan); ++k) {
+          auto seat = take_round_seat(plan, k, world, 7, &splits);
+          if (!seat) return seat.errors();
+          seats.push_back(std::move(*seat));
+        }
+        CpuAttentionKernels kernels;
+        for (const RoundSeat& seat : seats) {
+          used[static_cast<size_t>(world.rank())].push_back(seat.group.get());
+          auto run = run_round_seat(seat, kernels, GroupRunOptions{true, true});
+          if (!run) return run.errors();
+          if (!run->idle() && run->run.results_match() && run->run.bytes_match()) ++checked[static_cast<size_t>(world.rank())];
+        }
+        if (splits.by_groups.size() != 2) return Error{"", "", "splits " + std::to_string(splits.by_groups.size())};
+        return ok_status();
+      },
+      std::chrono::seconds(60));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(st[static_cast<size_t>(r)]) << "rank " << r << ": " << st[static_cast<size_t>(r)].error_str();
+    ASSERT_EQ(used[static_cast<size_t>(r)].size(), 4u);
+    EXPECT_EQ(used[static_cast<size_t>(r)][0], used[static_cast<size_t>(r)][2]) << "rank " << r;  // both rounds' first
+    EXPECT_EQ(used[static_cast<size_t>(r)][1], used[static_cast<size_t>(r)][3]) << "rank " << r;  // and second
+  }
+  // Ranks 0 and 1 run all four micro-batches; ranks 2 and 3 the first of each round and are idle
+  // in the second. The split is the world's (every rank takes part), so it is keyed by the whole
+  // round's groups: ranks 0 and 1 get a communicator per way of splitting, not one per group.
+  EXPECT_EQ(checked, (std::vector<int>{4, 4, 2, 2}));
+  EXPECT_EQ(used[2][1], nullptr);
+  EXPECT_NE(used[0][0], used[0][1]);
+}
+
 // A static packing plan: two DP replicas of a CP group of 2, several rounds (micro-batches).
 TEST(ExecutedPlans, StaticPackingRoundsRunSideBySide) {
   const std::vector<int64_t> lengths{300, 37, 64, 129, 250, 17, 90, 200};
