@@ -74,8 +74,8 @@ bool crosses_nodes(const OpMeasurement& m) {
 
 // attention_exp_overlap is in no family: it says which kernel design the stack runs (FA2 or
 // FA3-class), a fact of the software, and trades off exactly against the peak fractions, so
-// timings cannot tell it apart from them; it keeps the preset's value and source. So do host_op_us
-// and comm_sm_fraction: single-op timings do not see the host's issue rate or contention; and
+// timings cannot tell it apart from them; it keeps the preset's value and source. So do host_op_us,
+// host_module_us and comm_sm_fraction: single-op timings do not see the host's issue rate or contention; and
 // network_nic_efficiency: a p2p_network row is one flow, not a NIC shared by several.
 std::vector<Family> families() {
   auto op_is = [](std::set<std::string> ops) {

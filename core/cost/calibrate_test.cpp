@@ -109,10 +109,10 @@ TEST(Calibrate, RecoversKnownConstantsFromSyntheticMeasurements) {
   const EfficiencyParams want = truth();
   for (const auto& info : efficiency_param_table()) {
     const std::string key = info.key;
-    // No op measurement constrains them: host time, contention, what a NIC carries over several
+    // No op measurement constrains them: host time (per kernel and per module call), contention, what a NIC carries over several
     // flows (a p2p_network row is one flow), and NCCL's network post overhead and base latencies
     // (its tuning model's constants, not separable from the step latencies).
-    if (key == "host_op_us" || key == "comm_sm_fraction" || key == "network_nic_efficiency" ||
+    if (key == "host_op_us" || key == "host_module_us" || key == "comm_sm_fraction" || key == "network_nic_efficiency" ||
         key == "network_post_overhead_us" || key == "nccl_base_latency_us" || key == "nccl_ll_base_latency_us") {
       EXPECT_EQ(recovered->params().*info.member, (*preset)["efficiency"][key]["value"].get<double>()) << key;
       EXPECT_EQ(recovered->params().sources.at(key).text.rfind("fitted", 0), std::string::npos);

@@ -42,6 +42,8 @@ const std::vector<EfficiencyParamInfo>& efficiency_param_table() {
       {"pcie_efficiency", &E::pcie_efficiency, 0.01, 1, "copy bandwidth / PCIe rate"},
       {"pcie_latency_us", &E::pcie_latency_us, 0, 1e4, "per copy, µs"},
       {"host_op_us", &E::host_op_us, 0, 1e4, "host time to issue one GPU kernel, µs"},
+      {"host_module_us", &E::host_module_us, 0, 1e4,
+       "host time of one framework module's forward call beyond its kernels' launches, µs"},
       {"comm_sm_fraction", &E::comm_sm_fraction, 0, 0.9, "share of the SMs a running communication kernel holds"},
   };
   return table;

@@ -10,6 +10,8 @@
 #include <functional>
 #include <set>
 
+#include "core/cost/efficiency.h"
+
 namespace cpbench {
 namespace {
 
@@ -30,14 +32,14 @@ TEST(Hardware, EveryPresetLoadsWithASourceForEveryConstant) {
     auto c = load_hardware(entry.path());
     ASSERT_TRUE(c.ok()) << c.error_str();
     EXPECT_EQ(c->name, entry.path().stem().string());
-    // The machine file names its stack, which is merged: 21 cost-model constants.
+    // The machine file names its stack, which is merged: every cost-model constant of the table.
     EXPECT_FALSE(c->default_stack.empty());
     EXPECT_EQ(c->stack, c->default_stack);
     EXPECT_EQ(std::filesystem::path(c->stack_file).filename(), c->stack + ".json");
     // A reconfiguration-only stack (Tenplex's state store) has no iteration constants but its two
     // reconfiguration ones.
     const bool reconfiguration_only = c->efficiency->empty() && c->reconfiguration.present;
-    EXPECT_EQ(c->efficiency->size(), reconfiguration_only ? 0u : 25u) << entry.path();
+    EXPECT_EQ(c->efficiency->size(), reconfiguration_only ? 0u : efficiency_param_table().size()) << entry.path();
     auto raw = load_json_file(entry.path());
     ASSERT_TRUE(raw.ok());
     EXPECT_FALSE(raw->contains("efficiency")) << entry.path();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <utility>
 
 #include "core/cost/calibrate.h"
 #include "core/model/formulas.h"
@@ -105,6 +106,11 @@ class OpBuilder {
   }
   // The ops added from here on run in module `m` (LayerOp::module).
   void enter(LayerModule m) { module_ = m; }
+  // The forward calls module `m`: enter(m), and the next op opens the call (LayerOp::module_call).
+  void call(LayerModule m) {
+    enter(m);
+    call_pending_ = true;
+  }
   // Appends `ops` (another list: the forward, run again) as recomputed ops, its deps shifted;
   // the first op also reads `after`.
   int append(const OpList& ops, const std::string& prefix, int after) {
@@ -126,12 +132,14 @@ class OpBuilder {
   int add(LayerOp op) {
     std::erase_if(op.deps, [](int d) { return d < 0; });
     op.module = module_;
+    op.module_call = std::exchange(call_pending_, false);
     ops_.push_back(std::move(op));
     return last();
   }
   const CostModel& cost_;
   OpList ops_;
   LayerModule module_ = LayerModule::none;
+  bool call_pending_ = false;
 };
 
 // The attention core (scores, softmax, weighted sum) of a micro-batch on one TP rank, without CP.
@@ -276,18 +284,18 @@ class LayerLowering {
     f.enter(LayerModule::norm1);
     const int n1 = f.elementwise("norm1", norm_bytes_, {copy_out_parameters(f, -1)});
     const int gather = prefetch_next_layer(f, n1, forward_gather_);
-    f.enter(LayerModule::qkv);
+    f.call(LayerModule::qkv);
     const auto [q, kv] = qkv_forward(f, n1);
-    f.enter(LayerModule::core_attention);
+    f.call(LayerModule::core_attention);
     const int a = attention_ops(f, cost_, m_, layout_, mb_, attention_, false, q, "", kv).done;
-    f.enter(LayerModule::proj);
+    f.call(LayerModule::proj);
     const int b1 = f.elementwise("bias-dropout-add1", bda_bytes_, {row_forward(f, "proj", proj_, a)}, bda_kernels_);
     f.enter(LayerModule::norm2);
     const int n2 = f.elementwise("norm2", norm_bytes_, {b1});
-    f.enter(LayerModule::fc1);
+    f.call(LayerModule::fc1);
     const int f1 = column_forward(f, "fc1", fc1_, n2);
     const int act = f.elementwise("activation", act_bytes_, {f1}, act_kernels_);
-    f.enter(LayerModule::fc2);
+    f.call(LayerModule::fc2);
     const int b2 = f.elementwise("bias-dropout-add2", bda_bytes_, {row_forward(f, "fc2", fc2_, act), b1}, bda_kernels_);
     wait_for_gather(f, gather, b2);
     return f.take();
@@ -592,6 +600,7 @@ LayerOps lower_embedding(const CostModel& cost, const ModelShape& m, const Paral
   const double bytes = kAct * static_cast<double>(mb.rank_tokens()) * m.hidden;
   if (bytes <= 0) return {};
   OpBuilder f(cost), b(cost);
+  f.call(LayerModule::none);  // Megatron's VocabParallelEmbedding
   f.tp("tp all-reduce", Collective::all_reduce, bytes, tp_group(cost, layout),
        {f.elementwise("embedding", 3 * bytes, {})});
   // Backward: the table's dense 16-bit gradient zero-filled, the token rows' gradients
@@ -614,6 +623,7 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
   const double entries = static_cast<double>(T) * m.vocab / layout.tp, logit_bytes = 4.0 * entries;
   const GroupPlacement tp = tp_group(cost, layout);
   OpBuilder f(cost), b(cost);
+  f.call(LayerModule::none);  // Megatron's output layer, a ColumnParallelLinear
   int last = f.gemm("logits", fwd(logits), {});
   int g = -1;
   if (layout.loss == "torch") {
@@ -660,7 +670,7 @@ void set_contention(const CostModel& cost, TaskSpec& task, const LinkBytes& sent
 
 void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int copies, int device) {
   constexpr int kHost = 4;
-  const double host_s = cost.params().host_op_us * 1e-6;
+  const double host_s = cost.params().host_op_us * 1e-6, module_s = cost.params().host_module_us * 1e-6;
   int previous_last = -1;
   for (int c = 0; c < copies; ++c) {
     std::vector<int> id(ops.size());
@@ -675,8 +685,8 @@ void append_ops(TaskGraph& graph, const CostModel& cost, const OpList& ops, int 
       t.sm_bound = op.sm_bound ? 1 : 0;
       for (int d : op.deps) t.deps.push_back(id[d]);
       if (op.deps.empty() && previous_last >= 0) t.deps.push_back(previous_last);
-      if (op.kernels > 0 && host_s > 0)
-        t.deps.push_back(graph.add({device, kHost, op.kernels * host_s, {}, -1, -1, "issue " + op.name, 'o'}));
+      if (const double issue_s = op.kernels * host_s + (op.module_call ? module_s : 0); issue_s > 0)
+        t.deps.push_back(graph.add({device, kHost, issue_s, {}, -1, -1, "issue " + op.name, 'o'}));
       if (op.stream == OpStream::tp || op.stream == OpStream::dp) set_contention(cost, t, op.bytes);
       if (op.hbm_bytes > 0) t.hbm_share = hbm_share(cost, op.hbm_bytes, t.duration_s);  // a copy beside the compute
       id[i] = graph.add(std::move(t));

@@ -11,7 +11,8 @@
 // Note: GEMM shapes are Megatron's column/row-parallel splits; element-wise traffic is counted in
 // bytes of 16-bit activations (fp32 where the kernel keeps fp32, e.g. softmax statistics).
 // Pricing runs the ops through the discrete-event engine with a host stream that issues every
-// kernel (EfficiencyParams::host_op_us), so short kernels become host-bound: price_ops.
+// kernel (EfficiencyParams::host_op_us) and runs each module call's Python (host_module_us), so
+// short kernels become host-bound: price_ops.
 #pragma once
 
 #include <map>
@@ -49,6 +50,9 @@ struct LayerOp {
   double hbm_bytes = 0;  // a copy off the compute stream: what it reads and writes in HBM
   LayerModule module = LayerModule::none;
   bool recomputed = false;  // part of the forward run again inside the backward (full recompute)
+  // The first op of a framework module's forward call (a layer's linears and attention core):
+  // the host runs the module's Python (EfficiencyParams::host_module_us) before issuing it.
+  bool module_call = false;
 };
 using OpList = std::vector<LayerOp>;
 
