@@ -604,11 +604,9 @@ std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   const size_t ranks = plan.micro_batches.size();
   const size_t m = ranks ? plan.micro_batches.front().size() : 0;
   std::string barrier;
-  if (plan.round_barrier)
-    barrier = plan.round_start.empty()
-                  ? ", a barrier per round"
-                  : ", one sequence per micro-batch, a barrier over the DP×CP ranks before each of " +
-                        std::to_string(std::count(plan.round_start.begin(), plan.round_start.end(), true)) + " rounds";
+  if (!plan.round_start.empty())
+    barrier = ", one sequence per micro-batch, a barrier over the DP×CP ranks before each of " +
+              std::to_string(std::count(plan.round_start.begin(), plan.round_start.end(), true)) + " rounds";
   std::snprintf(line, sizeof line, "    layout tp %lld pp %lld vp %lld cp %lld dp %lld, %s schedule, %zu micro-batches on each of %zu DP×CP ranks%s\n",
                 static_cast<long long>(L.tp), static_cast<long long>(L.pp), static_cast<long long>(L.vp),
                 static_cast<long long>(L.cp), static_cast<long long>(L.dp()), plan.pipeline_schedule.c_str(), m, ranks,

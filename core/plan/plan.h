@@ -52,10 +52,9 @@ struct Plan {
   // (Dynamic-CP plans set layout.cp = 1: the CP size is per micro-batch). Every rank has the same
   // count; the members of a micro-batch's CP group hold the same micro-batch at the same k.
   std::vector<std::vector<PlanMicroBatch>> micro_batches;
-  // Megatron-main Dynamic-CP: a barrier over the DP×CP ranks after every round, so a round's first
-  // micro-batch starts on a stage only when every DP×CP rank of that stage is ready for it.
-  // round_start[k]: micro-batch k opens a round (empty: every micro-batch is a round).
-  bool round_barrier = false;
+  // Megatron main's Dynamic-CP: a barrier over the DP×CP ranks after every round, so a round's
+  // first micro-batch starts on a stage only when every DP×CP rank of that stage is ready for it.
+  // round_start[k]: micro-batch k opens a round; empty: no barrier (every other executor).
   std::vector<bool> round_start;
   // Every sequence's attention mask (the workload's). The iteration strategies run decoder
   // attention: causal, or a sparser mask computed over the causal envelope (TransformerEngine

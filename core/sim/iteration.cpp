@@ -414,8 +414,7 @@ class IterationGraph {
       return Error{"", "", "plan: round_start marks " + std::to_string(plan_.round_start.size()) + " micro-batches, the plan has " +
                                std::to_string(m_)};
     for (int k = 0; k < m_; ++k) {
-      const bool opens_round = plan_.round_start.empty() || plan_.round_start[static_cast<size_t>(k)];
-      const bool barrier = plan_.round_barrier && opens_round && replicas_.lists.size() > 1;
+      const bool barrier = !plan_.round_start.empty() && plan_.round_start[static_cast<size_t>(k)] && replicas_.lists.size() > 1;
       if (barrier) {
         std::vector<int> all(replicas_.lists.size());
         for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int>(r);

@@ -7,7 +7,7 @@
 // all of one length that suits the schedule. Symmetry: TP ranks of a stage and DP×CP ranks with
 // identical lists are one simulated pipeline; distinct ones are simulated each; the members of a
 // CP group simulated apart start each op of their shared micro-batch together (a collective), as
-// do all ranks' forwards of a round's first micro-batch under plan.round_barrier (plan.round_start);
+// do all ranks' forwards of a round's first micro-batch where plan.round_start marks one;
 // all join the DP gradient reduction.
 // Note: returns an Error (not a crash) when the schedule cannot take the plan (m % p for interleaving).
 #pragma once

@@ -290,7 +290,7 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
 }
 
 Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
-                                        const ParallelConfig& layout, bool round_barrier) {
+                                        const ParallelConfig& layout, DynamicCpExecutor executor) {
   Plan plan;
   plan.layout = layout;
   const int64_t pool = layout.dp() * layout.cp;
@@ -313,7 +313,7 @@ Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, 
   // a barrier over DP×CP after the round: a round becomes as many micro-batches as its largest
   // group has sequences, a group with fewer idle for the rest. Dev and the solver pack a round's
   // sequences on a rank into one micro-batch.
-  const bool per_sequence = round_barrier;
+  const bool per_sequence = executor == DynamicCpExecutor::per_sequence;
   std::vector<size_t> slots;  // each round's micro-batches
   for (const DynamicCpRound& r : schedule_used.rounds) {
     size_t most = 1;
@@ -324,7 +324,6 @@ Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, 
   int64_t m = 0;
   for (size_t n : slots) m += static_cast<int64_t>(n);
   plan.pipeline_schedule = varlen_pipeline_schedule(plan.layout, &m);
-  plan.round_barrier = round_barrier;
   plan.micro_batches.assign(pool, std::vector<PlanMicroBatch>(m));
   if (per_sequence) plan.round_start.assign(static_cast<size_t>(m), false);
   size_t first = 0;  // the round's first micro-batch
@@ -362,12 +361,12 @@ std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& le
   return out;
 }
 
-PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, bool round_barrier) {
+PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, DynamicCpExecutor executor) {
   const ParallelConfig& L = in.parallel;
   if (auto why = check_varlen_layout(in.model, L); !why.empty()) return PlanOutcome::infeasible(why);
   auto schedule = scheduler(dynamic_cp_scheduled_lengths(in.batch.lengths, L), L.dp() * L.cp, L.max_seqlen_per_dp_cp_rank);
   if (!schedule) return PlanOutcome::infeasible(schedule.error_str());
-  auto plan = plan_from_dynamic_cp_schedule(*schedule, in.batch.lengths, L, round_barrier);
+  auto plan = plan_from_dynamic_cp_schedule(*schedule, in.batch.lengths, L, executor);
   if (!plan) return PlanOutcome::error(plan.error_str());
   return finish_varlen_plan(in, std::move(*plan));
 }
@@ -375,7 +374,7 @@ PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpSch
 
 // Megatron main synchronizes DP×CP after every round (references/context_parallel.md).
 PlanOutcome plan_dynamic_cp(const StrategyInput& in) {
-  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_main, true);
+  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_main, DynamicCpExecutor::per_sequence);
 }
 
 }  // namespace cpbench

@@ -67,17 +67,22 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
 
 // ---- the Dynamic-CP strategies (this scheduler's; dynamic_cp_dev.h and dynamic_cp_solver.h hold
 // the others) -----------------------------------------------------------------------------------
-// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: without round_barrier round k is
-// micro-batch k of every rank; a group's members hold its sequences with cp = the group's size; idle ranks hold an empty
-// micro-batch. With round_barrier (Megatron main's executor, hybrid_cp_schedule.py) a round is
-// instead as many micro-batches as its largest group has sequences, one sequence each, in the
-// group's order (a group with fewer idle for the rest), and plan.round_start marks each round's
-// first, where the barrier over DP×CP is. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
+// How a Dynamic-CP executor runs a round. packed (Megatron dev's and the solver's): round k is
+// micro-batch k of every rank, a rank's sequences of the round packed into it. per_sequence
+// (Megatron main's, hybrid_cp_schedule.py): every sequence is a forward and backward step of its
+// own, the host waiting for the device around each, and a barrier over DP×CP follows each round.
+enum class DynamicCpExecutor { packed, per_sequence };
+
+// The plan of a Dynamic-CP schedule over the pool of DP×CP ranks: a group's members hold its
+// sequences with cp = the group's size; idle ranks hold an empty micro-batch. packed: round k is
+// micro-batch k of every rank. per_sequence: a round is as many micro-batches as its largest group
+// has sequences, one sequence each, in the group's order (a group with fewer idle for the rest),
+// and plan.round_start marks each round's first, where the barrier over DP×CP is. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
 // power-of-two pool, 2·(largest power of two ≤ pool) otherwise: any sample may land on any group
 // (references/context_parallel.md, THD packing). All-idle rounds are dropped. layout.cp is set to
 // 1. A round check_dynamic_cp_round refuses (a scheduler's bug) is an Error naming the round.
 Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
-                                             const ParallelConfig& layout, bool round_barrier);
+                                             const ParallelConfig& layout, DynamicCpExecutor executor);
 
 // The lengths a Dynamic-CP scheduler places: each padded to dynamic_cp_pad_multiple, as the data
 // loader pads a sample before any scheduler sees it.
@@ -85,7 +90,7 @@ std::vector<int64_t> dynamic_cp_scheduled_lengths(const std::vector<int64_t>& le
 
 // A strategy from a scheduler of the (lengths, ranks, max_seqlen_per_dp_cp_rank) signature.
 using DynamicCpScheduler = Expected<DynamicCpSchedule> (*)(const std::vector<int64_t>&, int64_t, int64_t);
-PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, bool round_barrier);
+PlanOutcome plan_with_dynamic_cp_scheduler(const StrategyInput& in, DynamicCpScheduler scheduler, DynamicCpExecutor executor);
 
 PlanOutcome plan_dynamic_cp(const StrategyInput& in);  // Megatron main's scheduler and executor
 

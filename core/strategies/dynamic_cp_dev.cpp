@@ -207,7 +207,7 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_dev(const std::vector<int64_t>& 
 }
 
 PlanOutcome plan_dynamic_cp_dev(const StrategyInput& in) {
-  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_dev, false);
+  return plan_with_dynamic_cp_scheduler(in, schedule_dynamic_cp_dev, DynamicCpExecutor::packed);
 }
 
 }  // namespace cpbench

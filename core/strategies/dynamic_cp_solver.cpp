@@ -512,7 +512,7 @@ PlanOutcome plan_dynamic_cp_solver(const StrategyInput& in) {
   opt.full_recompute = L.recompute == "full";
   auto solved = solve_dynamic_cp(dynamic_cp_scheduled_lengths(in.batch.lengths, L), in.model, opt);
   if (!solved) return PlanOutcome::infeasible(solved.error_str());
-  auto plan = plan_from_dynamic_cp_schedule(solved->schedule, in.batch.lengths, L, false);
+  auto plan = plan_from_dynamic_cp_schedule(solved->schedule, in.batch.lengths, L, DynamicCpExecutor::packed);
   if (!plan) return PlanOutcome::error(plan.error_str());
   return finish_varlen_plan(in, std::move(*plan));
 }

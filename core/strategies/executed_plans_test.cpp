@@ -94,7 +94,7 @@ Plan dynamic_cp_plan(const DynamicCpSchedule& schedule, const std::vector<int64_
   ParallelConfig layout;
   layout.num_gpus = ranks;
   layout.max_seqlen_per_dp_cp_rank = 256;
-  auto plan = plan_from_dynamic_cp_schedule(schedule, lengths, layout, true);
+  auto plan = plan_from_dynamic_cp_schedule(schedule, lengths, layout, DynamicCpExecutor::per_sequence);
   EXPECT_TRUE(plan.ok()) << plan.error_str();
   plan->mask = mask;
   ModelShape model;

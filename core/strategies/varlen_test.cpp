@@ -105,7 +105,7 @@ TEST_F(VarlenTest, StaticCpPlansHoldEverySequenceOnceOnWholeReplicas) {
 TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   auto schedule = schedule_dynamic_cp_main(batch_.lengths, 8, layout_.max_seqlen_per_dp_cp_rank);
   ASSERT_TRUE(schedule.ok()) << schedule.error_str();
-  auto made = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, true);
+  auto made = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
   ASSERT_TRUE(made.ok()) << made.error_str();
   const Plan& plan = *made;
   EXPECT_EQ(plan.layout.cp, 1);
@@ -135,7 +135,7 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
     }
   EXPECT_TRUE(long_group);
   // Without the barrier (dev, the solver) round k is micro-batch k, a group's sequences packed.
-  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, false);
+  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, DynamicCpExecutor::packed);
   ASSERT_TRUE(packed.ok()) << packed.error_str();
   EXPECT_EQ(packed->micro_batches.front().size(), schedule->rounds.size());
   EXPECT_TRUE(packed->round_start.empty());
@@ -148,7 +148,7 @@ TEST_F(VarlenTest, DynamicCpPlanRefusesAnInvalidRound) {
   schedule.rounds.resize(2);
   schedule.rounds[0].groups = {{0, 2, {0}, 0}};
   schedule.rounds[1].groups = {{0, 2, {1}, 0}, {1, 2, {2}, 0}};
-  auto plan = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, true);
+  auto plan = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.error_str().find("round 1: group 1 (ranks [1, 3)) overlaps group 0 (ranks [0, 2)) at rank 1"),
             std::string::npos)
@@ -319,7 +319,7 @@ TEST_F(VarlenTest, RoundBarrierStartsEveryRanksMicroBatchTogether) {
   Plan plan = two_rank_plan();
   plan.micro_batches = {{{{16384}, 1, 0, 1}, {{2048}, 1, 0, 1}}, {{{512}, 1, 1, 1}, {{2048}, 1, 1, 1}}};
   auto free_run = simulate_iteration(plan, model_, *cost);
-  plan.round_barrier = true;
+  plan.round_start = {true, true};
   auto barrier = simulate_iteration(plan, model_, *cost);
   ASSERT_TRUE(free_run.ok() && barrier.ok());
   EXPECT_NEAR(barrier->step_time_s, free_run->step_time_s, 1e-9 * free_run->step_time_s);
@@ -329,7 +329,7 @@ TEST_F(VarlenTest, RoundBarrierStartsEveryRanksMicroBatchTogether) {
   plan.layout.num_gpus = 4;
   plan.layout.pp = 2;
   auto two_stages = simulate_iteration(plan, model_, *cost);
-  plan.round_barrier = false;
+  plan.round_start.clear();
   auto two_free = simulate_iteration(plan, model_, *cost);
   ASSERT_TRUE(two_stages.ok() && two_free.ok());
   EXPECT_GE(two_stages->step_time_s, two_free->step_time_s - 1e-12);
@@ -348,8 +348,8 @@ TEST_F(VarlenTest, DynamicCpMainRunsEachSequenceAsAMicroBatchOfItsOwn) {
   auto schedule = schedule_dynamic_cp_main(dynamic_cp_scheduled_lengths(batch_.lengths, layout_), 8,
                                            layout_.max_seqlen_per_dp_cp_rank);
   ASSERT_TRUE(schedule.ok()) << schedule.error_str();
-  auto each = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, true);
-  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, false);
+  auto each = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
+  auto packed = plan_from_dynamic_cp_schedule(*schedule, batch_.lengths, layout_, DynamicCpExecutor::packed);
   ASSERT_TRUE(each.ok() && packed.ok());
   EXPECT_EQ(each->micro_batches.front().size(), 8u);  // 64 sequences of 256 on 8 ranks: 8 each
   auto a = simulate_iteration(*each, model_, *cost);
@@ -375,7 +375,6 @@ TEST_F(VarlenTest, DynamicCpMainJoinsAGroupsForwardsInsideARound) {
   const PlanMicroBatch a{{2048}, 2, 0, 4}, b{{4096}, 2, 0, 4};
   plan.micro_batches = {{{{16384}, 1, 0, 1}, a, b}, {{{512}, 1, 1, 1}, a, b}};
   ASSERT_FALSE(attach_attention_plans(&plan, model_));
-  plan.round_barrier = true;
   plan.round_start = {true, true, false};
   const std::filesystem::path dir = ::testing::TempDir();
   auto inside = simulate_iteration(plan, model_, *cost, dir / "inside.json");
