@@ -117,9 +117,12 @@ Expected<RoundSeat> take_round_seat(const Plan& plan, size_t k, Communicator& wo
   }
   std::vector<std::pair<int64_t, int64_t>> key;
   for (const PlanGroup& g : *groups) key.emplace_back(g.first_rank, g.cp);
-  if (splits && splits->by_groups.count(key)) {  // split as before: no collective on any rank
+  const std::shared_ptr<Communicator>* known = nullptr;
+  if (splits)
+    if (auto it = splits->by_groups.find(key); it != splits->by_groups.end()) known = &it->second;
+  if (known) {  // split as before: no collective on any rank
     if (out.idle()) return seat;
-    seat.group = splits->by_groups.at(key);
+    seat.group = *known;
   } else {
     // Group colors are first ranks (< world.size()); idle ranks take colors above them, one each.
     const int color = out.idle() ? world.size() + me : static_cast<int>(out.where.first_rank);

@@ -41,6 +41,34 @@ struct MicroBatchOps {
   const DeepSpeedGathered* deepspeed = nullptr;  // DeepSpeed 0.6+: its coordinator's replay, for the pass edges
 };
 
+// ZeRO-3's collectives at a pass's edges, over the DP×CP group: a gather of `e` elements (16-bit;
+// DeepSpeed's rebuilt by one copy, as a layer's: layer_cost.cpp prefetch_next_layer), a gradient
+// reduce-scatter, and what a gather leaves exposed beside `beside` seconds of compute.
+struct Zero3Edges {
+  const CostModel& cost;
+  const ParallelConfig& L;
+  GroupPlacement group;
+  bool rebuild = false;
+  double gather_s(double e) const {
+    return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) + (rebuild ? cost.memory_bound_s(2 * 2 * e) : 0.0)
+                 : 0.0;
+  }
+  double reduce_s(double e) const { return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0; }
+  double exposed_s(double e, double beside) const { return std::max(0.0, gather_s(e) - beside); }
+  // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds
+  // (less than nothing beside longer compute; the pass's total is kept at zero or more).
+  double moved_s(double e, double beside, double layer_compute) const {
+    return exposed_s(e, beside) - exposed_s(e, layer_compute);
+  }
+  // What a collective of `e` elements sends from this GPU: parameters are gathered in 16 bits,
+  // gradients reduced in the gradient dtype.
+  LinkBytes sent_bytes(Collective kind, double e) const {
+    return e > 0 ? collective_sent_bytes(kind, (kind == Collective::all_gather ? 2 : L.grad_bytes()) * e, group) : LinkBytes{};
+  }
+  LinkBytes gather_bytes(double e) const { return sent_bytes(Collective::all_gather, e); }
+  LinkBytes reduce_bytes(double e) const { return sent_bytes(Collective::reduce_scatter, e); }
+};
+
 // DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
 // kernels of the layer lowered without ZeRO-3's collectives and of the embedding and output layer
 // (`outside`, priced), and what the walk waits beyond them added as the layers' passes' ZeRO-3
@@ -91,9 +119,8 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
     };
   }
   c.comm_sm_share = cost.params().comm_sm_fraction;
-  c.sent_bytes = [&](Collective kind, double elements) {
-    return collective_sent_bytes(kind, (kind == Collective::all_gather ? 2 : L.grad_bytes()) * elements, group);
-  };
+  const Zero3Edges edges{cost, L, group};
+  c.sent_bytes = [&](Collective kind, double elements) { return edges.sent_bytes(kind, elements); };
   const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
   const double layers = static_cast<double>(model.layers);
   ChunkCost out{price_ops(cost, ops.forward, layers), price_ops(cost, ops.backward, layers)};
@@ -143,30 +170,6 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   return out;
 }
 
-// ZeRO-3's collectives at a pass's edges, over the DP×CP group: a gather of `e` elements (16-bit;
-// DeepSpeed's rebuilt by one copy, as a layer's: layer_cost.cpp prefetch_next_layer), a gradient
-// reduce-scatter, and what a gather leaves exposed beside `beside` seconds of compute.
-struct Zero3Edges {
-  const CostModel& cost;
-  const ParallelConfig& L;
-  GroupPlacement group;
-  bool rebuild = false;
-  double gather_s(double e) const {
-    return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) + (rebuild ? cost.memory_bound_s(2 * 2 * e) : 0.0)
-                 : 0.0;
-  }
-  double reduce_s(double e) const { return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0; }
-  double exposed_s(double e, double beside) const { return std::max(0.0, gather_s(e) - beside); }
-  // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds
-  // (less than nothing beside longer compute; the pass's total is kept at zero or more).
-  double moved_s(double e, double beside, double layer_compute) const {
-    return exposed_s(e, beside) - exposed_s(e, layer_compute);
-  }
-  LinkBytes gather_bytes(double e) const { return e > 0 ? collective_sent_bytes(Collective::all_gather, 2 * e, group) : LinkBytes{}; }
-  LinkBytes reduce_bytes(double e) const {
-    return e > 0 ? collective_sent_bytes(Collective::reduce_scatter, L.grad_bytes() * e, group) : LinkBytes{};
-  }
-};
 
 // FSDP (zero3_sharding flat and per_parameter): what each pass waits for beyond its layers'
 // chained gathers (a layer gathers the next one beside its compute, layer_cost.cpp). The root

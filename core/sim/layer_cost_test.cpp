@@ -291,20 +291,20 @@ TEST(LayerOps, ShortKernelsMakeThePassHostBound) {
 }
 
 // A framework module's forward call costs the host its Python once, beyond its kernels' launches
-// (host_module_us: TransformerEngine's linears, about 110 µs a call): five calls a layer, the
+// (host_module_us: 32 µs for TransformerEngine's modules of 2025): five calls a layer, the
 // recomputed forward's again, none in the backward (no published figure), one each for the
 // embedding and the output layer. It makes a small micro-batch's forward host-bound and leaves
 // a large one's as it was, past the start.
 TEST(LayerOps, ModuleCallsMakeASmallModelsForwardHostBound) {
   const CostModel te = preset_model("h100_dgx");
-  ASSERT_GT(te.params().host_module_us, 50);
+  ASSERT_GT(te.params().host_module_us, 10);
   EfficiencyParams without = te.params();
   without.host_module_us = 0;
   const CostModel bare(te.cluster(), without);
   const ModelShape m = model("llama2_7b");
   ParallelConfig layout;
   PlanMicroBatch mb;
-  mb.lengths = {512};
+  mb.lengths = {128};
   auto calls = [](const OpList& ops) { return std::count_if(ops.begin(), ops.end(), [](const LayerOp& op) { return op.module_call; }); };
   const LayerOps plain = lower_layer(te, m, layout, mb);
   EXPECT_EQ(calls(plain.forward), 5);
@@ -314,12 +314,13 @@ TEST(LayerOps, ModuleCallsMakeASmallModelsForwardHostBound) {
   EXPECT_EQ(calls(lower_layer(te, m, full, mb).backward), 5);
   EXPECT_EQ(calls(lower_embedding(te, m, layout, mb).forward), 1);
   EXPECT_EQ(calls(lower_output_layer(te, m, layout, mb).forward), 1);
-  // 512 tokens of a 7B layer: 0.4 ms of kernels against 0.55 ms of module calls.
+  // 128 tokens of a 7B layer: 0.17 ms of kernels, 0.21 ms for the host to launch them and make
+  // its five module calls.
   const RepeatedPass slow = price_repeated(te, plain.forward), fast = price_repeated(bare, plain.forward);
   EXPECT_NEAR(slow.next.compute_s, fast.next.compute_s, 1e-12);
   EXPECT_NEAR(slow.next.total(), slow.next.kernels * te.params().host_op_us * 1e-6 + 5 * te.params().host_module_us * 1e-6,
               1e-9);
-  EXPECT_GT(slow.next.total(), 1.4 * fast.next.total());
+  EXPECT_GT(slow.next.total(), 1.2 * fast.next.total());
   // 16K tokens: the kernels take far longer than the calls; only the start waits.
   mb.lengths = {16384};
   const OpList big = lower_layer(te, m, layout, mb).forward;
