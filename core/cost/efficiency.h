@@ -67,8 +67,9 @@ struct EfficiencyParams {
   double host_op_us = 0;
   // Host: CPU time a framework module's forward call spends beyond its kernels' launches (the
   // module's Python: argument and feature checks, parameter and process-group lookups), once per
-  // call of a transformer layer's linears and attention core (LayerOp::module_call). Large for
-  // TransformerEngine's modules, about zero for torch.nn's, whose cost is the one eager op.
+  // call of a transformer layer's linears and attention core and of the embedding
+  // (LayerOp::module_call). Large for TransformerEngine's modules, about zero for torch.nn's,
+  // whose cost is the one eager op.
   double host_module_us = 0;
   // Contention: the share of the GPU's SMs a running communication kernel (NCCL: one CTA per
   // channel) holds; compute running beside it loses that share (core/sim/engine.h).

@@ -286,8 +286,15 @@ DeepSpeedSyncTimes deepspeed_synchronous_times(const DeepSpeedGathered& g, const
     const double compute = c.compute_s(step);
     double waited_host = 0, slowed = 0;
     if (compute > 0) {
-      if (host >= device) waited_host = c.host_s;
-      const double start = std::max(device, host + waited_host);
+      // The module's Python, then its first kernel's issue; the device waits for what of them
+      // comes after it is free.
+      const double python = c.module_call_s ? c.module_call_s(step) : 0.0;
+      host += python;
+      double start = device;
+      if (host >= device) {
+        start = host + c.host_s;
+        waited_host = c.host_s + std::min(python, host - device);
+      }
       const double beside = std::max(0.0, gathering - start) + std::max(0.0, reducing - start);
       slowed = share * std::min(beside, compute / (1 - share));
       device = start + compute + slowed;

@@ -130,6 +130,9 @@ struct DeepSpeedSyncCosts {
   std::function<double(double)> reduce_scatter_s;         // one tensor's gradient reduce-scatter
   double issue_s = 0;  // the host issuing one of those collectives (torch's per-rank copies)
   double host_s = 0;                // the host issuing a module's first kernel after a wait
+  // The host running the module's forward call (its Python, host_module_us) before its first
+  // kernel, in that step; unset: nothing.
+  std::function<double(const DeepSpeedStep&)> module_call_s;
   double bucket_copy_s_per_element = 0;  // a gradient copied into the reduce bucket (compute stream)
   // contiguous_gradients false (v0.3.12 to v0.4.2's default): a full bucket flattened into one
   // tensor, divided, all-reduced and copied back tensor by tensor on the reduction stream

@@ -80,10 +80,14 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   plain.zero3 = false;
   const LayerOps ops = lower_layer(cost, model, plain, mb, attention);
   std::map<std::pair<LayerModule, char>, double> module_s;  // (module, phase): its kernels
+  std::map<std::pair<LayerModule, char>, int> module_calls;  // (module, phase): its forward calls
   for (const auto& [list, backward] : {std::pair{&ops.forward, false}, std::pair{&ops.backward, true}})
-    for (const LayerOp& op : *list)
+    for (const LayerOp& op : *list) {
+      const char phase = !backward ? 'f' : op.recomputed ? 'r' : 'b';
       if (op.stream == OpStream::compute)  // TP collectives: the plain passes' own exposure, below
-        module_s[{op.module, !backward ? 'f' : op.recomputed ? 'r' : 'b'}] += op.duration_s;
+        module_s[{op.module, phase}] += op.duration_s;
+      if (op.module_call) ++module_calls[{op.module, phase}];
+    }
   const GroupPlacement group = placement(L.dp() * L.cp, L.tp, cost.cluster().gpus_per_node);
   DeepSpeedSyncCosts c;
   c.compute_s = [&](const DeepSpeedStep& step) {
@@ -110,6 +114,14 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   };
   c.issue_s = ranks * cost.params().host_op_us * 1e-6;
   c.host_s = cost.params().host_op_us * 1e-6;
+  // The module calls the lowering marks (LayerOp::module_call), and the word embedding's forward.
+  c.module_call_s = [&](const DeepSpeedStep& step) {
+    const double call = cost.params().host_module_us * 1e-6;
+    if (step.outside == OutsideModule::word_embedding) return step.phase == 'f' ? call : 0.0;
+    if (step.outside != OutsideModule::none) return 0.0;
+    const auto it = module_calls.find({step.module, step.phase});
+    return it == module_calls.end() ? 0.0 : it->second * call;
+  };
   c.bucket_copy_s_per_element = cost.memory_bound_s(2 + L.grad_bytes()) - launch_s;  // its bytes, no launch of its own
   if (!L.zero3_contiguous_gradients) {  // no bucket copy; each full bucket flattened, all-reduced, copied back
     c.bucket_copy_s_per_element = 0;

@@ -106,7 +106,8 @@ class OpBuilder {
   }
   // The ops added from here on run in module `m` (LayerOp::module).
   void enter(LayerModule m) { module_ = m; }
-  // The forward calls module `m`: enter(m), and the next op opens the call (LayerOp::module_call).
+  // The forward calls module `m`: enter(m), and the next op the host issues (one with kernels)
+  // opens the call (LayerOp::module_call) — a CP wait, which issues nothing, does not.
   void call(LayerModule m) {
     enter(m);
     call_pending_ = true;
@@ -132,7 +133,7 @@ class OpBuilder {
   int add(LayerOp op) {
     std::erase_if(op.deps, [](int d) { return d < 0; });
     op.module = module_;
-    op.module_call = std::exchange(call_pending_, false);
+    if (op.kernels > 0) op.module_call = std::exchange(call_pending_, false);
     ops_.push_back(std::move(op));
     return last();
   }
@@ -522,6 +523,7 @@ class LayerLowering {
   }
   // Selective (Korthikanti et al.): only the attention core's forward, right before its backward.
   int recompute_attention(OpBuilder& b, int in) const {
+    b.call(LayerModule::core_attention);  // the checkpointed core attention's forward, run again
     return attention_ops(b, cost_, m_, layout_, mb_, attention_, false, in, "recompute ").done;
   }
 
@@ -622,8 +624,9 @@ LayerOps lower_output_layer(const CostModel& cost, const ModelShape& m, const Pa
   const Gemm logits{T, m.vocab / layout.tp, m.hidden};
   const double entries = static_cast<double>(T) * m.vocab / layout.tp, logit_bytes = 4.0 * entries;
   const GroupPlacement tp = tp_group(cost, layout);
+  // No module call: the output layer's comes after the last layer's, the host ahead of the device
+  // there, and this pass is priced apart (the host would start it with the device).
   OpBuilder f(cost), b(cost);
-  f.call(LayerModule::none);  // Megatron's output layer, a ColumnParallelLinear
   int last = f.gemm("logits", fwd(logits), {});
   int g = -1;
   if (layout.loss == "torch") {

@@ -50,8 +50,9 @@ struct LayerOp {
   double hbm_bytes = 0;  // a copy off the compute stream: what it reads and writes in HBM
   LayerModule module = LayerModule::none;
   bool recomputed = false;  // part of the forward run again inside the backward (full recompute)
-  // The first op of a framework module's forward call (a layer's linears and attention core):
-  // the host runs the module's Python (EfficiencyParams::host_module_us) before issuing it.
+  // The first op that issues a kernel in a framework module's forward call (a layer's linears
+  // and attention core, the embedding): the host runs the module's Python
+  // (EfficiencyParams::host_module_us) before issuing it.
   bool module_call = false;
 };
 using OpList = std::vector<LayerOp>;

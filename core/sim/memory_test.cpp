@@ -376,6 +376,13 @@ TEST(MemoryTimeline, DeepSpeed2021WaitsForEveryGatherBeforeTheNextModule) {
   EXPECT_DOUBLE_EQ(t.backward_s, 15 - 8.5);
   EXPECT_DOUBLE_EQ(t.forward_host_s, 1.0);
   EXPECT_DOUBLE_EQ(t.backward_host_s, 0.0);
+  // Each forward module's call, 2 s of Python before its first kernel (host_module_us): QKV's
+  // kernels issued at 3 + 2 + 0.5, 5.5 → 8.5; proj, after its wait (8.5), runs its 2.5: 11 → 12.
+  c.module_call_s = [](const DeepSpeedStep& step) { return step.phase == 'f' ? 2.0 : 0.0; };
+  t = deepspeed_synchronous_times(hand, c);
+  EXPECT_DOUBLE_EQ(t.forward_s, 12);
+  EXPECT_DOUBLE_EQ(t.forward_host_s, 5.0);
+  c.module_call_s = nullptr;
   // A collective beside holding half the SMs: QKV's 3 s run beside the 3.5 s the 4 has left, at
   // half speed while it runs: 3 + 0.5 · min(3.5, 3 / 0.5) = 4.75, so to 8.25; proj waits for the
   // gather (7) and the kernels (8.25): 8.75 → 9.75.
