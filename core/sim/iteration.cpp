@@ -182,7 +182,6 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   return out;
 }
 
-
 // FSDP (zero3_sharding flat and per_parameter): what each pass waits for beyond its layers'
 // chained gathers (a layer gathers the next one beside its compute, layer_cost.cpp). The root
 // unit — the chunk's parameters outside its layers — is gathered at the pass's start with the

@@ -77,9 +77,10 @@ enum class DynamicCpExecutor { packed, per_sequence };
 // sequences with cp = the group's size; idle ranks hold an empty micro-batch. packed: round k is
 // micro-batch k of every rank. per_sequence: a round is as many micro-batches as its largest group
 // has sequences, one sequence each, in the group's order (a group with fewer idle for the rest),
-// and plan.round_start marks each round's first, where the barrier over DP×CP is. Sequences are padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a
-// power-of-two pool, 2·(largest power of two ≤ pool) otherwise: any sample may land on any group
-// (references/context_parallel.md, THD packing). All-idle rounds are dropped. layout.cp is set to
+// and plan.round_start marks each round's first, where the barrier over DP×CP is. Sequences are
+// padded to dynamic_cp_pad_multiple(pool, SP size) — 2·pool for a power-of-two pool, 2·(largest
+// power of two ≤ pool) otherwise: any sample may land on any group (references/context_parallel.md,
+// THD packing). All-idle rounds are dropped. layout.cp is set to
 // 1. A round check_dynamic_cp_round refuses (a scheduler's bug) is an Error naming the round.
 Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
                                              const ParallelConfig& layout, DynamicCpExecutor executor);
