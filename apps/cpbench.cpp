@@ -332,7 +332,7 @@ Expected<StackToFit> stack_to_fit(const std::string& preset, const std::string& 
     out.stack = (*raw)["default_stack"];
     return out;
   }
-  auto raw = load_json_file(out.file);
+  auto raw = load_stack_json(out.file);
   if (!raw) return raw.errors();
   out.stack = *raw;
   return out;
@@ -526,11 +526,11 @@ int cmd_calibrate_experiment(const std::string& experiment, const std::string& s
   json raw;
   if (!stack.empty()) {
     fs::path file = fs::path(stack).extension() == ".json" ? fs::path(stack) : experiments_dir / "stacks" / (stack + ".json");
-    auto j = load_json_file(file);
+    auto j = load_stack_json(file);
     if (!j) return report_errors(j.errors());
     raw = *j;
   } else if (!first.stack_file.empty()) {
-    auto j = load_json_file(first.stack_file);
+    auto j = load_stack_json(first.stack_file);
     if (!j) return report_errors(j.errors());
     raw = *j;
   } else {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/common/citation.h"
+#include "core/hardware/hardware.h"
 
 namespace cpbench {
 namespace {
@@ -75,7 +76,7 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   std::vector<AuditedConstant> all;
   std::vector<std::vector<AuditedConstant>> per_file;  // a hardware and a stack preset may share a name
   for (const fs::path& f : files) {
-    auto j = load_json_file(f);
+    auto j = f.parent_path().filename() == "stacks" ? load_stack_json(f) : load_json_file(f);
     if (!j) return j.errors();
     per_file.push_back(sourced_constants(f.stem().string(), *j));
     all.insert(all.end(), per_file.back().begin(), per_file.back().end());

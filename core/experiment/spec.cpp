@@ -135,7 +135,7 @@ class Presets {
     auto it = cache.find(name);
     if (it == cache.end()) {
       it = cache.emplace(name, load(file)).first;
-      auto raw = load_json_file(file);
+      auto raw = kind == "stack" ? load_stack_json(file) : load_json_file(file);
       if (raw) used_[kind_folder(kind)][name] = *raw;
     }
     if (!it->second) {
@@ -189,7 +189,7 @@ class Presets {
       JsonObject e(*cluster.efficiency, "/efficiency", d);
       if (iteration_constants) parse_efficiency(e);
       po.diag().add(d.errors());
-      if (auto raw = load_json_file(cluster.stack_file); raw && d.ok()) used_["stacks"][cluster.stack] = *raw;
+      if (auto raw = load_stack_json(cluster.stack_file); raw && d.ok()) used_["stacks"][cluster.stack] = *raw;
     } else if (iteration_constants) {
       JsonObject e(*cluster.efficiency, json_pointer_append(base, "efficiency"), po.diag());
       parse_efficiency(e);

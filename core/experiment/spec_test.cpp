@@ -133,6 +133,13 @@ TEST_F(SpecTest, StackChosenPerCaseOrByDefault) {
   EXPECT_EQ(spec->points.front().cluster.name, "a100_80gb_dgx");  // the machine stays
   EXPECT_EQ(spec->points.back().cluster.stack, "megatron_sc21_a100");  // the hardware's default
   EXPECT_EQ(spec->resolved["presets"]["stacks"].size(), 2u);
+  // The resolved spec holds a stack's shared constants filled in (mcore_te_fa3_h100's GEMM
+  // constants are fa2_h200's): it reads alone, as the stack loads.
+  const json& used = spec->resolved["presets"]["stacks"]["mcore_te_fa3_h100"];
+  auto loaded = load_stack(default_experiments_dir() / "stacks" / "mcore_te_fa3_h100.json");
+  ASSERT_TRUE(loaded.ok()) << loaded.error_str();
+  EXPECT_EQ(used["efficiency"], *loaded->efficiency);
+  EXPECT_FALSE(used["efficiency"]["gemm_peak_fraction"].contains("from"));
   auto bad = write([](json& j) { j["cases"][0]["stack"] = "fa9"; });
   auto e = error_of(load(bad));
   EXPECT_NE(e.find(bad.string() + ": /cases/0/stack: unknown stack preset \"fa9\" (known: "), std::string::npos) << e;
@@ -152,7 +159,7 @@ TEST_F(SpecTest, InlineHardwareWithABadInlineStackNamesTheSpec) {
   // the spec file and the pointer inside it, before any point runs (not as the cost model's
   // "hardware preset \"h100_dgx\"", which names no file).
   auto hardware = load_json_file(default_experiments_dir() / "hardware" / "h100_dgx.json");
-  auto stack = load_json_file(default_experiments_dir() / "stacks" / "mcore_te_fa3_h100.json");
+  auto stack = load_stack_json(default_experiments_dir() / "stacks" / "mcore_te_fa3_h100.json");
   ASSERT_TRUE(hardware.ok() && stack.ok());
   (*stack)["efficiency"]["hbm_efficiency"]["value"] = -1;
   (*hardware)["default_stack"] = *stack;

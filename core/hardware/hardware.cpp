@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace cpbench {
+
+// The sections of a stack whose entries are sourced constants another stack may share
+// (load_stack_json).
+constexpr const char* kSharedSections[] = {"memory", "efficiency", "reconfiguration"};
 
 // Reads {"value": x, "source": "..."} at parent/key, records the source under `field`.
 // A bare number gets its own message: the file is not wrong by a typo but by a missing citation.
@@ -160,6 +165,15 @@ bool FitRecord::covers(const std::string& experiment_name, const std::string& me
 
 StackSpec parse_stack(JsonObject& o) {
   StackSpec s;
+  // A shared constant is filled in by load_stack_json, which knows the folder of stacks; an inline
+  // stack (in a spec or a hardware file) has none.
+  for (const char* section : kSharedSections)
+    if (const json* sec = o.raw(section); sec && sec->is_object())
+      for (const auto& [key, entry] : sec->items())
+        if (entry.is_object() && entry.contains("from"))
+          o.diag().error(json_pointer_append(o.pointer_of(section), key),
+                         "{\"from\": ...} names another stack's constant only in a stack preset file "
+                         "(experiments/stacks/NAME.json); write this entry {\"value\", \"source\"}");
   s.name = o.string_or("name", "inline");
   s.description = o.string_or("description", "");
   if (auto memory = o.object_opt("memory")) {
@@ -212,8 +226,94 @@ StackSpec parse_stack(JsonObject& o) {
   return s;
 }
 
-Expected<StackSpec> load_stack(const std::filesystem::path& file) {
+namespace {
+
+// load_stack_json's work; `chain` is the stacks being filled in (a cycle's witness), `loaded`
+// the stacks already filled in during this call.
+Expected<json> fill_shared_constants(const std::filesystem::path& file, std::vector<std::string>& chain,
+                                     std::map<std::string, json>& loaded) {
   auto j = load_json_file(file);
+  if (!j) return j.errors();
+  if (!j->is_object()) return j;  // parse_stack says what it should be
+  Errors errors;
+  auto error = [&](const std::string& pointer, std::string message) {
+    errors.list.push_back(Error{file.string(), pointer, std::move(message)});
+  };
+  chain.push_back(file.stem().string());
+  for (const char* section : kSharedSections) {
+    const auto s = j->find(section);
+    if (s == j->end() || !s->is_object()) continue;
+    for (auto& [key, entry] : s->items()) {
+      if (!entry.is_object() || !entry.contains("from")) continue;
+      const std::string pointer = json_pointer_append(json_pointer_append("", section), key);
+      const json& from = entry["from"];
+      const std::string name = from.is_string() ? from.get<std::string>() : "";
+      bool ok = true;
+      for (const auto& [k, v] : entry.items())
+        if (k != "from" && k != "note") {
+          error(json_pointer_append(pointer, k), "unexpected key \"" + k + "\": an entry {\"from\": \"NAME\", \"note\"} takes "
+                                                 "its value, source and kind from the stack NAME");
+          ok = false;
+        }
+      if (entry.contains("note") && !entry["note"].is_string()) {
+        error(json_pointer_append(pointer, "note"), "expected a string (why the constant carries over), got " +
+                                                        json_type_name(entry["note"]));
+        ok = false;
+      }
+      if (name.empty() || name.find('/') != std::string::npos) {
+        error(json_pointer_append(pointer, "from"), "expected the name of a stack preset in " + file.parent_path().string() +
+                                                        " (NAME for NAME.json), got " + from.dump());
+        continue;
+      }
+      if (std::find(chain.begin(), chain.end(), name) != chain.end()) {
+        std::string cycle;
+        for (const std::string& c : chain) cycle += c + " → ";
+        error(json_pointer_append(pointer, "from"), "stacks name each other's constants in a cycle: " + cycle + name);
+        continue;
+      }
+      auto it = loaded.find(name);
+      if (it == loaded.end()) {
+        const std::filesystem::path other = file.parent_path() / (name + ".json");
+        if (!std::filesystem::is_regular_file(other)) {
+          error(json_pointer_append(pointer, "from"), "no stack preset \"" + name + "\" (expected the file " + other.string() + ")");
+          continue;
+        }
+        auto o = fill_shared_constants(other, chain, loaded);
+        if (!o) {
+          errors.list.insert(errors.list.end(), o.errors().list.begin(), o.errors().list.end());
+          continue;
+        }
+        it = loaded.emplace(name, std::move(*o)).first;
+      }
+      const json& other = it->second;
+      const auto os = other.find(section);
+      if (os == other.end() || !os->is_object() || !os->contains(key)) {
+        error(json_pointer_append(pointer, "from"), "the stack \"" + name + "\" has no " + pointer);
+        continue;
+      }
+      if (!ok) continue;
+      json shared = (*os)[key];
+      if (entry.contains("note") && shared.is_object() && shared.contains("source") && shared["source"].is_string())
+        shared["source"] = shared["source"].get<std::string>() + " (carried from stack " + name + ": " +
+                           entry["note"].get<std::string>() + ")";
+      entry = std::move(shared);
+    }
+  }
+  chain.pop_back();
+  if (!errors.list.empty()) return errors;
+  return j;
+}
+
+}  // namespace
+
+Expected<json> load_stack_json(const std::filesystem::path& file) {
+  std::vector<std::string> chain;
+  std::map<std::string, json> loaded;
+  return fill_shared_constants(file, chain, loaded);
+}
+
+Expected<StackSpec> load_stack(const std::filesystem::path& file) {
+  auto j = load_stack_json(file);
   if (!j) return j.errors();
   Diagnostics diag(file.string());
   JsonObject o(*j, "", diag);

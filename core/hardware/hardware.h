@@ -153,7 +153,17 @@ ClusterSpec parse_hardware(JsonObject& o);
 // sourced; constants a fit may name as "reconfiguration/KEY").
 StackSpec parse_stack(JsonObject& o);
 
-// Loads experiments/stacks/NAME.json (or any file of that form).
+// A stack file's JSON with its shared constants filled in. Stacks that run the same library or
+// the same machine share a constant rather than copy it: an entry of "memory", "efficiency" or
+// "reconfiguration" written {"from": "NAME"}, with an optional "note" (why the constant carries
+// over), is replaced by NAME's entry of the same key (value, source, kind), NAME.json being the
+// stack preset in the same folder; the note is appended to the source as "(carried from stack
+// NAME: note)". Chains are followed; a cycle, an unknown stack or a key the other stack lacks is
+// an error naming this file and the entry. Every reader of a stack file reads it through here, so
+// a resolved spec, a calibration's starting point and the audit see the same constants.
+Expected<nlohmann::json> load_stack_json(const std::filesystem::path& file);
+
+// Loads experiments/stacks/NAME.json (or any file of that form), through load_stack_json.
 Expected<StackSpec> load_stack(const std::filesystem::path& file);
 
 // The cluster with `stack`'s memory overheads, efficiency constants and fit records.

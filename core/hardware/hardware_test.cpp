@@ -201,6 +201,141 @@ TEST(Hardware, PresetsHoldDatasheetFigures) {
   EXPECT_EQ(h200.sources.at("nic_bandwidth_Gbps").kind, "assumption");
 }
 
+// A stack that runs another's library or machine names the stack a constant comes from rather than
+// copy it: the loaded constant is that stack's own (value, kind, source, with the note after it).
+TEST(Stack, SharedConstantsAreTheNamedStacksOwn) {
+  auto raw = load_json_file(kStacks / "fsdp_fa2_h100.json");
+  ASSERT_TRUE(raw.ok());
+  auto s = load_stack(kStacks / "fsdp_fa2_h100.json");
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  std::set<std::string> named;
+  for (const auto& [key, entry] : (*raw)["efficiency"].items()) {
+    if (!entry.contains("from")) continue;
+    const std::string from = entry["from"];
+    named.insert(from);
+    auto other = load_stack(kStacks / (from + ".json"));
+    ASSERT_TRUE(other.ok()) << other.error_str();
+    const json& theirs = other->efficiency->at(key);
+    const json& mine = s->efficiency->at(key);
+    EXPECT_EQ(mine.at("value"), theirs.at("value")) << key;
+    EXPECT_EQ(mine.at("kind"), theirs.at("kind")) << key;
+    const std::string source = mine.at("source");
+    EXPECT_EQ(source.rfind(theirs.at("source").get<std::string>(), 0), 0u) << key;
+    if (entry.contains("note"))
+      EXPECT_NE(source.find("(carried from stack " + from + ": " + entry["note"].get<std::string>() + ")"),
+                std::string::npos)
+          << key;
+    else
+      EXPECT_EQ(source, theirs.at("source")) << key;
+  }
+  // Its kernels and host are the H200 stack's measurements, its HBM and links DGX H100's.
+  EXPECT_EQ(named, (std::set<std::string>{"fa2_h200", "mcore_te_fa3_h100"}));
+  EXPECT_EQ((*raw)["memory"]["reserved_gib"]["from"], "mcore_te_fa3_h100");
+  EXPECT_EQ(s->sources.at("memory/reserved_gib").kind, "estimate");
+}
+
+class SharedStackConstants : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cpbench_shared_stack_test_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    std::filesystem::create_directories(dir_);
+    auto good = load_json_file(kStacks / "megatron_sc21_a100.json");
+    ASSERT_TRUE(good.ok());
+    base_ = *good;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path write(const std::string& name, const json& j) {
+    const auto file = dir_ / (name + ".json");
+    std::ofstream(file) << j.dump(2);
+    return file;
+  }
+
+  std::filesystem::path dir_;
+  json base_;
+};
+
+// Re-measured in the stack it comes from, a shared constant is re-measured in every stack naming it.
+TEST_F(SharedStackConstants, AConstantChangedAtItsHomeChangesWhereItIsShared) {
+  json home = base_;
+  home["efficiency"]["host_op_us"]["value"] = 9.5;
+  write("home", home);
+  json user = base_;
+  user["efficiency"]["host_op_us"] = {{"from", "home"}};
+  user["memory"]["reserved_gib"] = {{"from", "home"}, {"note", "the same CUDA and NCCL"}};
+  auto s = load_stack(write("user", user));
+  ASSERT_TRUE(s.ok()) << s.error_str();
+  EXPECT_EQ(s->efficiency->at("host_op_us").at("value"), 9.5);
+  EXPECT_EQ(s->memory.reserved_gib, base_["memory"]["reserved_gib"]["value"].get<double>());
+  EXPECT_EQ(s->sources.at("memory/reserved_gib").text,
+            base_["memory"]["reserved_gib"]["source"].get<std::string>() + " (carried from stack home: the same CUDA and NCCL)");
+  // Chains are followed.
+  json chained = base_;
+  chained["efficiency"]["host_op_us"] = {{"from", "user"}};
+  auto c = load_stack(write("chained", chained));
+  ASSERT_TRUE(c.ok()) << c.error_str();
+  EXPECT_EQ(c->efficiency->at("host_op_us").at("value"), 9.5);
+}
+
+// A cycle, an unknown stack, a key the other stack lacks, a stray key and an inline stack naming
+// another's constant are errors naming the file and the entry.
+TEST_F(SharedStackConstants, BadReferencesNameTheFileAndTheEntry) {
+  auto only_error = [](const Expected<StackSpec>& s) {
+    EXPECT_FALSE(s.ok());
+    if (s.ok()) return Error{};
+    EXPECT_EQ(s.errors().list.size(), 1u) << s.error_str();
+    return s.errors().list[0];
+  };
+  json a = base_, b = base_;
+  a["efficiency"]["pcie_latency_us"] = {{"from", "b"}};
+  b["efficiency"]["pcie_latency_us"] = {{"from", "a"}};
+  const auto fa = write("a", a);
+  write("b", b);
+  Error e = only_error(load_stack(fa));
+  EXPECT_EQ(e.pointer, "/efficiency/pcie_latency_us/from");
+  EXPECT_NE(e.message.find("cycle: a → b → a"), std::string::npos) << e.message;
+
+  a["efficiency"]["pcie_latency_us"] = {{"from", "nowhere"}};
+  e = only_error(load_stack(write("a", a)));
+  EXPECT_EQ(e.file, fa.string());
+  EXPECT_NE(e.message.find("no stack preset \"nowhere\""), std::string::npos) << e.message;
+
+  b["efficiency"]["pcie_latency_us"] = base_["efficiency"]["pcie_latency_us"];
+  b["efficiency"].erase("host_op_us");
+  write("b", b);
+  a["efficiency"]["pcie_latency_us"] = {{"from", "b"}};
+  a["efficiency"]["host_op_us"] = {{"from", "b"}};
+  e = only_error(load_stack(write("a", a)));
+  EXPECT_EQ(e.pointer, "/efficiency/host_op_us/from");
+  EXPECT_NE(e.message.find("the stack \"b\" has no /efficiency/host_op_us"), std::string::npos) << e.message;
+
+  a["efficiency"]["host_op_us"] = base_["efficiency"]["host_op_us"];
+  a["efficiency"]["pcie_latency_us"] = {{"from", "b"}, {"value", 3}};
+  e = only_error(load_stack(write("a", a)));
+  EXPECT_EQ(e.pointer, "/efficiency/pcie_latency_us/value");
+
+  a["efficiency"]["pcie_latency_us"] = {{"from", "b"}};
+  a["efficiency"]["host_op_us"] = {{"from", "../stacks/b"}};
+  e = only_error(load_stack(write("a", a)));
+  EXPECT_EQ(e.pointer, "/efficiency/host_op_us/from");
+  EXPECT_NE(e.message.find("expected the name of a stack preset"), std::string::npos) << e.message;
+
+  // Inline (here: a hardware file's default stack) there is no folder of stacks to look in.
+  auto hw = load_json_file(kHardware / "a100_80gb_dgx.json");
+  ASSERT_TRUE(hw.ok());
+  json h = *hw;
+  h["default_stack"] = base_;
+  h["default_stack"]["efficiency"]["host_op_us"] = {{"from", "megatron_sc21_a100"}};
+  const auto hw_file = write("inline_hw", h);
+  auto c = load_hardware(hw_file);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.errors().list[0].file, hw_file.string());
+  EXPECT_EQ(c.errors().list[0].pointer, "/default_stack/efficiency/host_op_us");
+  EXPECT_NE(c.errors().list[0].message.find("only in a stack preset file"), std::string::npos) << c.error_str();
+}
+
 class BadHardwareFile : public ::testing::Test {
  protected:
   void SetUp() override {
