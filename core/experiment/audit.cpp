@@ -17,7 +17,7 @@ void collect(const std::string& preset, const json& node, const std::string& pat
     const json& v = node.at("value");
     out.push_back({preset, path, v.is_number() ? v.get<double>() : 0, v.is_string() ? v.get<std::string>() : std::string(),
                    node.value("kind", std::string()),
-                   node.at("source").is_string() ? node.at("source").get<std::string>() : std::string()});
+                   node.at("source").is_string() ? node.at("source").get<std::string>() : std::string(), ""});
     return;
   }
   for (const auto& [key, child] : node.items()) collect(preset, child, path.empty() ? key : path + "/" + key, out);
@@ -76,9 +76,20 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   std::vector<AuditedConstant> all;
   std::vector<std::vector<AuditedConstant>> per_file;  // a hardware and a stack preset may share a name
   for (const fs::path& f : files) {
-    auto j = f.parent_path().filename() == "stacks" ? load_stack_json(f) : load_json_file(f);
+    const bool stack = f.parent_path().filename() == "stacks";
+    auto j = stack ? load_stack_json(f) : load_json_file(f);
     if (!j) return j.errors();
     per_file.push_back(sourced_constants(f.stem().string(), *j));
+    if (auto raw = stack ? load_json_file(f) : Expected<json>(json::object()); raw && raw->is_object())
+      for (AuditedConstant& c : per_file.back()) {  // the entries written {"from": NAME}
+        std::string pointer;  // the field's keys, escaped (RFC 6901)
+        for (size_t at = 0, slash = 0; slash != std::string::npos; at = slash + 1) {
+          slash = c.field.find('/', at);
+          pointer = json_pointer_append(pointer, c.field.substr(at, slash == std::string::npos ? slash : slash - at));
+        }
+        const json::json_pointer from(json_pointer_append(pointer, "from"));
+        if (raw->contains(from) && raw->at(from).is_string()) c.shared_from = raw->at(from).get<std::string>();
+      }
     all.insert(all.end(), per_file.back().begin(), per_file.back().end());
   }
   std::ostringstream out;
@@ -118,7 +129,7 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
   for (const auto& c : all) {
     std::snprintf(line, sizeof line, "%-*s  %-*s  %*s  %-*s  ", int(w_preset), c.preset.c_str(), int(w_field),
                   c.field.c_str(), int(w_value), fmt(c).c_str(), int(w_kind), kind_or_unstated(c.kind).c_str());
-    out << line << cut(c.source, source_width) << "\n";
+    out << line << cut((c.shared_from.empty() ? "" : "[from " + c.shared_from + "] ") + c.source, source_width) << "\n";
   }
   out << "\nall: " << counts(all) << "\n";
   for (const SourceKind& k : source_kinds()) out << "  " << k.name << ": " << k.meaning << "\n";

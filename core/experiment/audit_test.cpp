@@ -63,6 +63,21 @@ TEST(Audit, EveryShippedConstantStatesItsKind) {
   EXPECT_NE(row.find("pytorch_expandable_segments"), std::string::npos) << row;
   EXPECT_NE(row.find("vendor_model"), std::string::npos) << row;
 
+  // A shared constant names the stack it is written in; the stack's own do not.
+  auto fsdp = audit_presets(dir, {"fsdp_fa2_h100"}, true, 0);
+  ASSERT_TRUE(fsdp.ok()) << fsdp.error_str();
+  auto row_of = [&](const std::string& field) {
+    const auto at = fsdp->find("fsdp_fa2_h100  " + field + " ");
+    EXPECT_NE(at, std::string::npos) << field << "\n" << *fsdp;
+    return at == std::string::npos ? std::string() : fsdp->substr(at, fsdp->find('\n', at) - at);
+  };
+  const std::string host = row_of("efficiency/host_op_us");
+  EXPECT_NE(host.find("device_measurement"), std::string::npos) << host;
+  EXPECT_NE(host.find("  [from fa2_h200] cpbench's own measurement"), std::string::npos) << host;
+  EXPECT_NE(row_of("efficiency/nvlink_busbw_efficiency").find("[from mcore_te_fa3_h100] "), std::string::npos);
+  EXPECT_NE(row_of("memory/reserved_gib").find("[from mcore_te_fa3_h100] "), std::string::npos);
+  EXPECT_EQ(row_of("memory/allocator").find("[from "), std::string::npos);
+
   auto unknown = audit_presets(dir, {"no_such_preset"}, true);
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.error_str().find("no preset named \"no_such_preset\""), std::string::npos);

@@ -41,29 +41,32 @@ struct MicroBatchOps {
   const DeepSpeedGathered* deepspeed = nullptr;  // DeepSpeed 0.6+: its coordinator's replay, for the pass edges
 };
 
-// ZeRO-3's collectives at a pass's edges, over the DP×CP group: a gather of `e` elements (16-bit;
-// DeepSpeed's rebuilt by one copy, as a layer's: layer_cost.cpp prefetch_next_layer), a gradient
-// reduce-scatter, and what a gather leaves exposed beside `beside` seconds of compute.
+// ZeRO-3's collectives at a pass's edges, over the DP×CP group, in zero3_element_bytes: a gather
+// of `e` elements (DeepSpeed's rebuilt by one copy, as a layer's: layer_cost.cpp
+// prefetch_next_layer), a gradient reduce-scatter, and what a gather leaves exposed beside
+// `beside` seconds of compute.
 struct Zero3Edges {
   const CostModel& cost;
   const ParallelConfig& L;
   GroupPlacement group;
   bool rebuild = false;
+  double bytes(Collective kind, double e) const { return zero3_element_bytes(kind, L) * e; }
   double gather_s(double e) const {
-    return e > 0 ? cost.collective_s(Collective::all_gather, 2 * e, group) + (rebuild ? cost.memory_bound_s(2 * 2 * e) : 0.0)
-                 : 0.0;
+    const double b = bytes(Collective::all_gather, e);
+    return e > 0 ? cost.collective_s(Collective::all_gather, b, group) + (rebuild ? cost.memory_bound_s(2 * b) : 0.0) : 0.0;
   }
-  double reduce_s(double e) const { return e > 0 ? cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * e, group) : 0.0; }
+  double reduce_s(double e) const {
+    return e > 0 ? cost.collective_s(Collective::reduce_scatter, bytes(Collective::reduce_scatter, e), group) : 0.0;
+  }
   double exposed_s(double e, double beside) const { return std::max(0.0, gather_s(e) - beside); }
   // A layer's gather moved from beside a layer's compute to beside `beside`: what that adds
   // (less than nothing beside longer compute; the pass's total is kept at zero or more).
   double moved_s(double e, double beside, double layer_compute) const {
     return exposed_s(e, beside) - exposed_s(e, layer_compute);
   }
-  // What a collective of `e` elements sends from this GPU: parameters are gathered in 16 bits,
-  // gradients reduced in the gradient dtype.
+  // What a collective of `e` elements sends from this GPU.
   LinkBytes sent_bytes(Collective kind, double e) const {
-    return e > 0 ? collective_sent_bytes(kind, (kind == Collective::all_gather ? 2 : L.grad_bytes()) * e, group) : LinkBytes{};
+    return e > 0 ? collective_sent_bytes(kind, bytes(kind, e), group) : LinkBytes{};
   }
   LinkBytes gather_bytes(double e) const { return sent_bytes(Collective::all_gather, e); }
   LinkBytes reduce_bytes(double e) const { return sent_bytes(Collective::reduce_scatter, e); }
@@ -71,11 +74,12 @@ struct Zero3Edges {
 
 // DeepSpeed of 2021: a micro-batch walked module by module (deepspeed_synchronous_times) on the
 // kernels of the layer lowered without ZeRO-3's collectives and of the embedding and output layer
-// (`outside`, priced), and what the walk waits beyond them added as the layers' passes' ZeRO-3
-// wait; the bytes are every tensor's collective.
+// (`outside`, priced; `embedding` and `output`, lowered, for their module calls), and what the
+// walk waits beyond them added as the layers' passes' ZeRO-3 wait; the bytes are every tensor's
+// collective.
 ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, const ParallelConfig& L,
                                const PlanMicroBatch& mb, const AttentionCost* attention, const DeepSpeedGathered& ds,
-                               const MicroBatchOps& outside) {
+                               const MicroBatchOps& outside, const LayerOps& embedding, const LayerOps& output) {
   ParallelConfig plain = L;
   plain.zero3 = false;
   const LayerOps ops = lower_layer(cost, model, plain, mb, attention);
@@ -104,34 +108,43 @@ ChunkCost price_deepspeed_2021(const CostModel& cost, const ModelShape& model, c
   // tensor read and written) and issued one by one by the host (one op each).
   const double ranks = static_cast<double>(group.size);
   const double launch_s = cost.params().kernel_overhead_us * 1e-6;
-  c.gather_s = [&](double elements) {
-    return cost.collective_s(Collective::all_gather, 2 * elements, group) + cost.memory_bound_s(2 * 2 * elements) +
-           (ranks - 1) * launch_s;
+  const Zero3Edges edges{cost, L, group};
+  auto list_collective_s = [&](Collective kind, double elements) {
+    const double bytes = edges.bytes(kind, elements);
+    return cost.collective_s(kind, bytes, group) + cost.memory_bound_s(2 * bytes) + (ranks - 1) * launch_s;
   };
-  c.reduce_scatter_s = [&](double elements) {
-    return cost.collective_s(Collective::reduce_scatter, L.grad_bytes() * elements, group) +
-           cost.memory_bound_s(2 * L.grad_bytes() * elements) + (ranks - 1) * launch_s;
-  };
+  c.gather_s = [&](double elements) { return list_collective_s(Collective::all_gather, elements); };
+  c.reduce_scatter_s = [&](double elements) { return list_collective_s(Collective::reduce_scatter, elements); };
   c.issue_s = ranks * cost.params().host_op_us * 1e-6;
   c.host_s = cost.params().host_op_us * 1e-6;
-  // The module calls the lowering marks (LayerOp::module_call), and the word embedding's forward.
+  // The module calls the lowering marks (LayerOp::module_call), the layer's and those outside it.
+  auto calls_in = [](const OpList& ops) {
+    return static_cast<double>(std::count_if(ops.begin(), ops.end(), [](const LayerOp& op) { return op.module_call; }));
+  };
+  const std::map<std::pair<OutsideModule, char>, double> outside_calls = {
+      {{OutsideModule::word_embedding, 'f'}, calls_in(embedding.forward)},
+      {{OutsideModule::word_embedding, 'b'}, calls_in(embedding.backward)},
+      {{OutsideModule::output_layer, 'f'}, calls_in(output.forward)},
+      {{OutsideModule::output_layer, 'b'}, calls_in(output.backward)}};
   c.module_call_s = [&](const DeepSpeedStep& step) {
     const double call = cost.params().host_module_us * 1e-6;
-    if (step.outside == OutsideModule::word_embedding) return step.phase == 'f' ? call : 0.0;
-    if (step.outside != OutsideModule::none) return 0.0;
+    if (step.outside != OutsideModule::none) {
+      const auto it = outside_calls.find({step.outside, step.phase});
+      return it == outside_calls.end() ? 0.0 : it->second * call;
+    }
     const auto it = module_calls.find({step.module, step.phase});
     return it == module_calls.end() ? 0.0 : it->second * call;
   };
-  c.bucket_copy_s_per_element = cost.memory_bound_s(2 + L.grad_bytes()) - launch_s;  // its bytes, no launch of its own
+  // The 16-bit gradient read, written in the reduce dtype; its bytes, no launch of its own.
+  c.bucket_copy_s_per_element = cost.memory_bound_s(2 + edges.bytes(Collective::reduce_scatter, 1)) - launch_s;
   if (!L.zero3_contiguous_gradients) {  // no bucket copy; each full bucket flattened, all-reduced, copied back
     c.bucket_copy_s_per_element = 0;
     c.bucket_all_reduce_s = [&](double elements) {
-      const double bytes = L.grad_bytes() * elements;
+      const double bytes = edges.bytes(Collective::all_reduce, elements);
       return cost.collective_s(Collective::all_reduce, bytes, group) + 3 * cost.memory_bound_s(2 * bytes);
     };
   }
   c.comm_sm_share = cost.params().comm_sm_fraction;
-  const Zero3Edges edges{cost, L, group};
   c.sent_bytes = [&](Collective kind, double elements) { return edges.sent_bytes(kind, elements); };
   const DeepSpeedSyncTimes t = deepspeed_synchronous_times(ds, c);
   const double layers = static_cast<double>(model.layers);
@@ -164,7 +177,7 @@ MicroBatchOps price_micro_batch(const CostModel& cost, const ModelShape& model, 
   out.output_fwd = price_ops(cost, output.forward);
   out.output_bwd = price_ops(cost, output.backward);
   if (L.zero3_sharding == "deepspeed_2021" && deepspeed_stage3(L)) {
-    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, *ds, out);
+    out.deepspeed_2021 = price_deepspeed_2021(cost, model, L, mb, attention, *ds, out, embedding, output);
     return out;
   }
   const Zero3Gather gather = deepspeed_stage3(L) ? Zero3Gather{ds->layer_partitioned, -1, ds->layer_bucket_copied} : Zero3Gather{};
@@ -213,8 +226,8 @@ void add_fsdp_pass_edges(const CostModel& cost, const ModelShape& model, const P
   c.fwd.dp_bytes += z.gather_bytes(root);
   c.bwd.dp_bytes += z.reduce_bytes(root);
   if (L.zero3_sharding == "per_parameter" && root > 0) {
-    c.fwd.compute_s += cost.memory_bound_s(2 * 2 * root);  // read and write, 16-bit
-    c.bwd.compute_s += cost.memory_bound_s((2 + L.grad_bytes()) * root);
+    c.fwd.compute_s += cost.memory_bound_s(2 * z.bytes(Collective::all_gather, root));  // read and write
+    c.bwd.compute_s += cost.memory_bound_s(2 * root + z.bytes(Collective::reduce_scatter, root));  // 16-bit in
     c.fwd.kernels += 1;
     c.bwd.kernels += 1;
   }
@@ -241,7 +254,8 @@ void add_deepspeed_pass_edges(const CostModel& cost, const ModelShape& model, co
   const double first_backward = ds.backward_gathered.empty() ? 0 : ds.backward_gathered.back();
   // The epilogue's buckets copied as a layer's are (layer_cost.cpp reduce_scatter_gradients): the
   // gradients made after the last layer's backward into the bucket, every tensor re-interleaved.
-  const double bucket_copies_s = cost.memory_bound_s(deepspeed_bucket_copy_bytes(ds.copied_at_end, ds.reduced_at_end, L.grad_bytes()));
+  const double bucket_copies_s =
+      cost.memory_bound_s(deepspeed_bucket_copy_bytes(ds.copied_at_end, ds.reduced_at_end, z.bytes(Collective::reduce_scatter, 1)));
   c.fwd.dp_comm_s += z.gather_s(ds.embedding_forward) + z.moved_s(ds.layer_partitioned, ops.embedding_fwd.compute_s, layer_fwd) +
                      z.exposed_s(ds.output_forward, layer_fwd);
   c.bwd.dp_comm_s += z.moved_s(first_backward, ops.output_bwd.compute_s, layer_bwd) +

@@ -490,24 +490,27 @@ class LayerLowering {
   // reduce_scatter_coalesced, every tensor); the 1/n-sized copies of the shards are left out.
   int prefetch_next_layer(OpBuilder& b, int after, double elements) const {
     if (!zero3_) return -1;
-    const int gather = b.dp("dp param all-gather (next layer)", Collective::all_gather, kAct * elements, shards_, {after});
-    return deepspeed_ && gather >= 0 ? b.dp_copy("dp param rebuild", 2 * kAct * elements, {gather}) : gather;
+    const double bytes = zero3_element_bytes(Collective::all_gather, layout_) * elements;
+    const int gather = b.dp("dp param all-gather (next layer)", Collective::all_gather, bytes, shards_, {after});
+    return deepspeed_ && gather >= 0 ? b.dp_copy("dp param rebuild", 2 * bytes, {gather}) : gather;
   }
   void wait_for_gather(OpBuilder& b, int gather, int last) const {
     if (gather >= 0) b.compute(kZero3WaitOp, 0, {last, gather}, 0);
   }
   void reduce_scatter_gradients(OpBuilder& b, int after) const {
+    const double reduced = zero3_element_bytes(Collective::reduce_scatter, layout_);  // per element
     if (per_parameter_)  // FSDP2: the gradients (16-bit) copied into the reduce-scatter input, in its dtype
-      after = b.elementwise("dp grad copy-in", (kAct + layout_.grad_bytes()) * layer_params_, {after});
+      after = b.elementwise("dp grad copy-in", (kAct + reduced) * layer_params_, {after});
     if (deepspeed_ && shards_.size > 1)  // into the bucket, then re-interleaved (both on the reduce stream)
-      after = b.dp_copy("dp grad bucket copy", deepspeed_bucket_copy_bytes(bucket_copied_, layer_params_, layout_.grad_bytes()),
-                        {after});
-    b.dp("dp grad reduce-scatter", Collective::reduce_scatter, layout_.grad_bytes() * layer_params_, shards_, {after});
+      after = b.dp_copy("dp grad bucket copy", deepspeed_bucket_copy_bytes(bucket_copied_, layer_params_, reduced), {after});
+    b.dp("dp grad reduce-scatter", Collective::reduce_scatter, reduced * layer_params_, shards_, {after});
   }
   // FSDP2: this layer's parameters copied out of their all-gather's output (read and write, 16-bit)
   // before its first kernel; -1 (no op) otherwise.
   int copy_out_parameters(OpBuilder& b, int after) const {
-    return per_parameter_ ? b.elementwise(kZero3CopyOutOp, 2 * kAct * layer_params_, {after}) : after;
+    return per_parameter_
+               ? b.elementwise(kZero3CopyOutOp, 2 * zero3_element_bytes(Collective::all_gather, layout_) * layer_params_, {after})
+               : after;
   }
 
   // ---- recomputation ----------------------------------------------------------------------------------

@@ -27,6 +27,12 @@
 
 namespace cpbench {
 
+// ZeRO-3's dtype rule (FSDP and DeepSpeed alike): parameters are all-gathered in 16 bits,
+// gradients reduce-scattered in the gradient dtype (ParallelConfig::grad_bytes). Bytes per element
+// of a ZeRO-3 collective of `kind`; every ZeRO-3 collective, copy and byte count reads it.
+inline double zero3_element_bytes(Collective kind, const ParallelConfig& L) {
+  return kind == Collective::all_gather ? 2.0 : L.grad_bytes();
+}
 
 // The modules of a transformer layer whose hooks a framework runs (Megatron's GPT layer, as
 // Megatron-DeepSpeed builds it), in forward order; an op belongs to the one it runs in, an
