@@ -627,6 +627,14 @@ std::string plan_summary(const Plan& plan, const ClusterSpec& cluster) {
   std::snprintf(line, sizeof line, "    CP group sizes {%s}; tokens per rank and micro-batch %lld..%lld\n", groups.c_str(),
                 static_cast<long long>(std::max<int64_t>(0, tokens_min)), static_cast<long long>(tokens_max));
   s += line;
+  if (plan.host_per_step != FrameworkHostWork{} || plan.host_per_micro_batch != FrameworkHostWork{}) {
+    std::snprintf(line, sizeof line,
+                  "    framework host work the device waits for: %.0f ops and %.0f syncs per step, %.0f ops and %.0f syncs "
+                  "before each micro-batch's forward\n",
+                  plan.host_per_step.ops, plan.host_per_step.syncs, plan.host_per_micro_batch.ops,
+                  plan.host_per_micro_batch.syncs);
+    s += line;
+  }
   // The transfers derived from the plans (a dry run prices only its first batch's plan).
   const LinkBytes cp = *cp_bytes_per_layer(plan, [&](const PlanMicroBatch& mb) -> Expected<LinkBytes> {
     return attention_link_bytes(*mb.attention, backward_phases(*mb.attention),

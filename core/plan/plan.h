@@ -45,6 +45,15 @@ struct PlanMicroBatch {
 // `layout`, numbered from 0 in the group's order.
 std::vector<int> cp_group_nodes(const PlanMicroBatch& mb, const ParallelConfig& layout, int gpus_per_node);
 
+// Host work of the framework outside the model that the compute stream waits for, the host having
+// just synchronized with the device: eager ops issued (each the stack's host_op_us) and host
+// synchronizations (each a device-to-host copy's round trip, pcie_latency_us).
+struct FrameworkHostWork {
+  double ops = 0;
+  double syncs = 0;
+  bool operator==(const FrameworkHostWork&) const = default;
+};
+
 struct Plan {
   ParallelConfig layout;
   std::string pipeline_schedule = "1f1b";  // "1f1b" | "interleaved" | "gpipe"
@@ -56,6 +65,11 @@ struct Plan {
   // first micro-batch starts on a stage only when every DP×CP rank of that stage is ready for it.
   // round_start[k]: micro-batch k opens a round; empty: no barrier (every other executor).
   std::vector<bool> round_start;
+  // Megatron main's hybrid CP (strategies/dynamic_cp.cpp), zero for every other executor: its data
+  // wrapper's rerouting once per step, after the gradient buffer is zeroed, on every rank (its
+  // all-to-alls join the ranks: the most any rank does), and each sequence's fetch, broadcasts and
+  // loss bookkeeping before its forward, on the first stage.
+  FrameworkHostWork host_per_step, host_per_micro_batch;
   // Every sequence's attention mask (the workload's). The iteration strategies run decoder
   // attention: causal, or a sparser mask computed over the causal envelope (TransformerEngine
   // cannot skip its masked work), so every mask here is priced as causal and executed as itself.

@@ -644,8 +644,9 @@ class IterationGraph {
     // from the last chunk down): that chunk's last bucket follows it.
     if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0, 0);
     if (gathers_params_at_end()) end_of_step += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
-    // Every op waits, through stage 0's first, for stage 0's zeroed gradient buffer.
-    const double start = zero_grad_s(0);
+    // Every op waits, through stage 0's first, for stage 0's zeroed gradient buffer and the
+    // framework's host work of the step.
+    const double start = zero_grad_s(0) + framework_host_s(plan_.host_per_step);
     return IterationBound{std::max(start + bound, start + last_op_end + end_of_step), sent * (1 / devices)};
   }
 
@@ -660,12 +661,26 @@ class IterationGraph {
 
   // zero_grad_s as a task on each stage's compute stream, added before the stage's ops (the stream
   // runs its tasks in the order they were added): per stage, its task.
+  // Then, where the plan has some, the framework's host work of the step (Plan::host_per_step),
+  // which waits for the zeroing (its synchronizations do): per stage, the last of its tasks.
   std::vector<int> add_zero_grad(int first_device) {
     std::vector<int> out;
-    for (int s = 0; s < p_; ++s)
+    for (int s = 0; s < p_; ++s) {
       out.push_back(graph_.add(TaskSpec{first_device + s, step_stream::compute, zero_grad_s(s), {}, -1, -1,
                                         "zero grad buffer", 'o'}));
+      if (const double host = framework_host_s(plan_.host_per_step); host > 0) {
+        out.back() = graph_.add(TaskSpec{first_device + s, step_stream::compute, host, {out.back()}, -1, -1,
+                                         "framework host (step)", 'o'});
+        host_s_[first_device + s] += host;
+      }
+    }
     return out;
+  }
+
+  // The time of framework host work (FrameworkHostWork): its ops issued and its synchronizations'
+  // round trips, the device idle meanwhile.
+  double framework_host_s(const FrameworkHostWork& w) const {
+    return (w.ops * cost_.params().host_op_us + w.syncs * cost_.params().pcie_latency_us) * 1e-6;
   }
 
   // The optimizer step over `params` parameters (add_optimizer's bytes per parameter).
@@ -735,6 +750,9 @@ class IterationGraph {
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
           costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);
+      // The framework's host work before the micro-batch's forward (Plan::host_per_micro_batch),
+      // on the first stage, which fetches it: the host has just synchronized, so the device waits.
+      if (!repeat && !mbs[k].lengths.empty()) costs[0][k * v_].fwd.host_s += framework_host_s(plan_.host_per_micro_batch);
     }
     return costs;
   }
@@ -746,8 +764,6 @@ class IterationGraph {
       const int to = send_target(s, op);
       return to < 0 ? 0.0 : boundary(cost_, model_, L_, mbs[op.micro_batch], s, to).s;
     };
-    // An op's blocking communication after its compute: the TP collectives, the attention's wait
-    // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting.
     // An op's blocking communication after its compute: the TP collectives, the attention's wait
     // on CP transfers, and (without overlap_p2p) the send that keeps the compute stream waiting;
     // then the time its kernels waited for the host to issue them.

@@ -2,6 +2,7 @@
 // and the optimizer step, memory-bound passes over the state a GPU holds (their bytes per
 // parameter in iteration.cpp), so they grow with the parameters and not with the tokens, and the
 // distributed optimizer shards the optimizer's part but not the gradient buffer.
+// Also the framework's host work outside the model, which the device waits for.
 #include "core/sim/iteration.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,44 @@ TEST(Iteration, FrameworkWorkScalesWithTheStateNotTheTokens) {
   auto r = simulate_iteration(plan, llama, cost);
   ASSERT_TRUE(r.ok());
   EXPECT_GT(r->step_time_s, r->step_framework_s);
+}
+
+// The framework's host work outside the model (Plan::host_per_step, host_per_micro_batch: Megatron
+// main's hybrid CP) is time the device waits: ops at the stack's host_op_us and synchronizations at
+// a device-to-host round trip (pcie_latency_us). Once per step, and before every micro-batch's
+// forward; reported as host time, and the lower bound keeps it.
+TEST(Iteration, FrameworkHostWorkIsTimeTheDeviceWaits) {
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape llama = preset("llama3_8b");
+  const double op = cost.params().host_op_us * 1e-6, sync = cost.params().pcie_latency_us * 1e-6;
+  ASSERT_GT(op, 0);
+  ASSERT_GT(sync, 0);
+  const Plan plain = plan_of(1, 3, 4096, false);
+  auto base = simulate_iteration(plain, llama, cost);
+  ASSERT_TRUE(base.ok()) << base.error_str();
+  Plan per_step = plain;
+  per_step.host_per_step = {100, 10};
+  auto a = simulate_iteration(per_step, llama, cost);
+  ASSERT_TRUE(a.ok()) << a.error_str();
+  const double step_work = 100 * op + 10 * sync;
+  EXPECT_NEAR(a->step_time_s - base->step_time_s, step_work, 1e-9);
+  EXPECT_NEAR(a->exposed_host_s - base->exposed_host_s, step_work, 1e-9);
+  // Before each of the 3 forwards, one pipeline stage: each delays the rest of the step.
+  Plan per_mb = plain;
+  per_mb.host_per_micro_batch = {40, 4};
+  auto b = simulate_iteration(per_mb, llama, cost);
+  ASSERT_TRUE(b.ok()) << b.error_str();
+  const double mb_work = 40 * op + 4 * sync;
+  EXPECT_NEAR(b->step_time_s - base->step_time_s, 3 * mb_work, 1e-9);
+  EXPECT_NEAR(b->exposed_host_s - base->exposed_host_s, 3 * mb_work, 1e-9);
+  // No simulation beats the bound, which counts both.
+  per_mb.host_per_step = per_step.host_per_step;
+  auto both = simulate_iteration(per_mb, llama, cost);
+  auto bound = iteration_bound(per_mb, llama, cost);
+  auto base_bound = iteration_bound(plain, llama, cost);
+  ASSERT_TRUE(both.ok() && bound.ok() && base_bound.ok());
+  EXPECT_LE(bound->step_time_s, both->step_time_s + 1e-12);
+  EXPECT_NEAR(bound->step_time_s - base_bound->step_time_s, step_work + 3 * mb_work, 1e-9);
 }
 
 }  // namespace

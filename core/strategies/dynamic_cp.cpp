@@ -36,6 +36,7 @@
 #include "core/strategies/varlen.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -289,6 +290,54 @@ Expected<DynamicCpSchedule> schedule_dynamic_cp_main(const std::vector<int64_t>&
   return build_rounds(builder, std::move(pending));
 }
 
+namespace {
+
+// Megatron main's hybrid CP does host work outside the model that the device waits for (every
+// piece ends in a synchronization or a collective), counted in Megatron-LM at d98e8a64: every
+// tensor op, device copy and collective call once, CPU-only tensor ops left out (they cost the host
+// less than a launch), so the counts are approximate (±20%).
+//   Per sequence, before and around its forward: hybrid_cp_schedule.py _get_new_data_iterator (the
+//   partner CP size to the device, its TP broadcast, .item()); pretrain_gpt.py get_batch (each key to
+//   the device); core/utils.py get_batch_on_this_tp_rank under hybrid CP (the sequence length, tokens,
+//   labels, loss mask, positions, cu_seqlens with its size, padded cu_seqlens with its size,
+//   max_seqlen and local_cp_size, each a TP broadcast); get_batch_on_this_cp_rank
+//   (local_cp_size.item() twice, the per-sequence split's index ops); loss_func with the rerun state
+//   machine's NaN check; num_tokens.item() after it. About 44 ops and 4 synchronizations.
+constexpr FrameworkHostWork kHybridCpPerSequence{44, 4};
+//   Per step, once the gradient buffer is zeroed (the data iterator is read inside
+//   forward_backward_func), HybridCPDataLoaderWrapper.__next__ (core/datasets/data_schedule.py): the
+//   sub-sample lengths to the device and their nonzero filter (3 ops, 1 sync);
+//   data_schedule_utils.py _get_global_seqlens_and_ids, two all-gathers over DP into a buffer per
+//   DP rank each (2·dp + 9 ops, 3 syncs); reroute_samples_to_hdp_ranks, which tests
+//   `gid in global_ids_this_rank` — a device tensor: ==, any and .item(), 3 ops and a sync — for every
+//   sub-sample the rank's DP peers (the ranks of its CP index) hold, twice (the send ids, the send
+//   lengths), copies each sub-sample it pulled to the device per key (tokens, labels, loss_mask,
+//   position_ids) and per key concatenates, allocates and runs all_to_all_single (3 ops); then
+//   hybrid_cp_schedule.py _broadcast_num_samples_this_group (a barrier, two broadcasts, .item(),
+//   .cpu(): 6 ops, 3 syncs). The all-to-alls join every rank: the step waits for the rank that
+//   tests the most.
+constexpr int64_t kHybridCpKeys = 4;
+
+void set_hybrid_cp_host_work(const ParallelConfig& layout, Plan* plan) {
+  const int64_t cp = std::max<int64_t>(1, layout.cp), dp = std::max<int64_t>(1, layout.dp());
+  const int64_t pool = static_cast<int64_t>(plan->micro_batches.size());
+  std::vector<int64_t> held(static_cast<size_t>(cp), 0);  // sub-samples held by the ranks of a CP index
+  int64_t sequences = 0;
+  for (int64_t r = 0; r < pool; ++r)
+    for (const PlanMicroBatch& mb : plan->micro_batches[r])
+      if (!mb.lengths.empty()) {
+        ++held[static_cast<size_t>(r % cp)];
+        if (r == mb.first_rank) ++sequences;  // each sequence once, on its group's first rank
+      }
+  const double tests = 2.0 * static_cast<double>(*std::max_element(held.begin(), held.end()));
+  const double pulled = std::ceil(static_cast<double>(sequences) / static_cast<double>(dp));
+  plan->host_per_step = {3 + (2.0 * static_cast<double>(dp) + 9) + 3 * tests + static_cast<double>(kHybridCpKeys) * (pulled + 3) + 6,
+                         1 + 3 + tests + 3};
+  plan->host_per_micro_batch = kHybridCpPerSequence;
+}
+
+}  // namespace
+
 Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, const std::vector<int64_t>& lengths,
                                         const ParallelConfig& layout, DynamicCpExecutor executor) {
   Plan plan;
@@ -346,6 +395,7 @@ Expected<Plan> plan_from_dynamic_cp_schedule(const DynamicCpSchedule& schedule, 
       }
     }
   }
+  if (per_sequence) set_hybrid_cp_host_work(layout, &plan);
   return plan;
 }
 

@@ -142,6 +142,46 @@ TEST_F(VarlenTest, DynamicCpPlanFollowsTheScheduleGroups) {
   expect_every_sequence_once(*packed);
 }
 
+// Megatron main's executor carries its host work outside the model (dynamic_cp.cpp, counted in
+// Megatron-LM): per sequence 44 ops and 4 synchronizations; per step the data wrapper's rerouting,
+// whose membership tests (3 ops and a sync each, twice per sub-sample of the rank's DP peers) grow
+// with the sequences the busiest CP index holds. Dev's and the solver's executors carry none.
+TEST_F(VarlenTest, DynamicCpMainPaysItsDataWrappersHostWork) {
+  DynamicCpSchedule schedule;  // a pool of 8 (dp 4, cp 2)
+  schedule.rounds.resize(2);
+  schedule.rounds[0].groups = {{0, 2, {0}, 0}, {2, 1, {1, 2, 3}, 0}, {3, 1, {4}, 0}, {4, 4, {5}, 0}};
+  schedule.rounds[1].groups = {{0, 8, {6}, 0}};
+  auto plan = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
+  ASSERT_TRUE(plan.ok()) << plan.error_str();
+  EXPECT_EQ(plan->host_per_micro_batch, (FrameworkHostWork{44, 4}));
+  // Sub-samples held: ranks 0, 1, 3-7 two each, rank 2 four; CP index 0 (ranks 0, 2, 4, 6) holds
+  // 10, so 20 tests. 7 sequences over 4 DP ranks: 2 pulled per rank, 4 keys each.
+  const double tests = 20;
+  EXPECT_EQ(plan->host_per_step, (FrameworkHostWork{3 + (2 * 4 + 9) + 3 * tests + 4 * (2 + 3) + 6, 1 + 3 + tests + 3}));
+  // Twice the sequences on rank 2: more tests, more host time in the step.
+  schedule.rounds[0].groups[1].seq_ids = {1, 2, 3, 7, 8, 9};
+  auto more = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
+  ASSERT_TRUE(more.ok()) << more.error_str();
+  EXPECT_EQ(more->host_per_step.syncs, plan->host_per_step.syncs + 6);
+  // Simulated (the strategy's plan, its attention plans attached): the step pays it as host time.
+  const PlanOutcome main = plan_dynamic_cp(input());
+  ASSERT_EQ(main.status, "ok") << main.reason;
+  EXPECT_GT(main.plan.host_per_step.syncs, 0);
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok());
+  auto with = simulate_iteration(main.plan, model_, *cost);
+  Plan without_host = main.plan;
+  without_host.host_per_step = without_host.host_per_micro_batch = {};
+  auto without = simulate_iteration(without_host, model_, *cost);
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GT(with->exposed_host_s, without->exposed_host_s);
+  EXPECT_GT(with->step_time_s, without->step_time_s);
+  auto packed = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, DynamicCpExecutor::packed);
+  ASSERT_TRUE(packed.ok()) << packed.error_str();
+  EXPECT_EQ(packed->host_per_step, FrameworkHostWork{});
+  EXPECT_EQ(packed->host_per_micro_batch, FrameworkHostWork{});
+}
+
 // A schedule with an invalid round (a scheduler's bug) is an error naming the round, not a plan.
 TEST_F(VarlenTest, DynamicCpPlanRefusesAnInvalidRound) {
   DynamicCpSchedule schedule;
@@ -391,7 +431,9 @@ TEST_F(VarlenTest, DynamicCpMainJoinsAGroupsForwardsInsideARound) {
 TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
   // Every sequence fills one rank: dp_balanced at cp = 1 puts one per pack, round-robin over the
   // 8 replicas; Dynamic-CP puts one per rank per round. Same micro-batches, same step (Dynamic-CP's
-  // round barrier costs nothing when every rank's micro-batch is the same).
+  // round barrier costs nothing when every rank's micro-batch is the same) but for Megatron main's
+  // host work outside the model: all of the step's, and at most all of the 8 micro-batches' (the
+  // first stage's forwards wait for it; the last stage sets the pace here).
   batch_.lengths.assign(64, 8192);
   layout_.cp = 1;
   auto packing = run(plan_packing);
@@ -399,7 +441,15 @@ TEST_F(VarlenTest, PackingAndDynamicCpAgreeWhenTheyPlanTheSameThing) {
   auto dynamic = run(plan_dynamic_cp);
   ASSERT_EQ(packing.status, "ok") << packing.reason;
   ASSERT_EQ(dynamic.status, "ok") << dynamic.reason;
-  EXPECT_NEAR(packing.metrics.at("step_time_s"), dynamic.metrics.at("step_time_s"), 1e-9);
+  const PlanOutcome main = plan_dynamic_cp(input());
+  ASSERT_EQ(main.status, "ok") << main.reason;
+  auto cost = CostModel::create(cluster_);
+  ASSERT_TRUE(cost.ok()) << cost.error_str();
+  const EfficiencyParams& e = cost->params();
+  auto host_s = [&](const FrameworkHostWork& w) { return (w.ops * e.host_op_us + w.syncs * e.pcie_latency_us) * 1e-6; };
+  const double extra = dynamic.metrics.at("step_time_s") - packing.metrics.at("step_time_s");
+  EXPECT_GE(extra, host_s(main.plan.host_per_step) - 1e-9);
+  EXPECT_LE(extra, host_s(main.plan.host_per_step) + 8 * host_s(main.plan.host_per_micro_batch) + 1e-9);
   EXPECT_EQ(packing.metrics.at("micro_batches"), 8);
   EXPECT_EQ(dynamic.metrics.at("padding_fraction"), 0);
 }
