@@ -21,7 +21,7 @@ struct AuditedConstant {
   std::string choice;  // a sourced choice of mechanism ("memory/allocator": "pytorch_caching"), else ""
   std::string kind;    // "" when the preset does not state one
   std::string source;
-  std::string shared_from;  // the stack a shared constant is written in ({"from": NAME}), else ""
+  std::string shared_from;  // the stack a shared constant's entry names ({"from": NAME}), else ""
 };
 
 // Every {"value": x or "name", "source": "..."} object under `preset` (depth first, in the file's key order),
@@ -31,7 +31,7 @@ std::vector<AuditedConstant> sourced_constants(const std::string& preset_name, c
 // The presets in experiments_dir/hardware and experiments_dir/stacks named in `names` (a hardware or
 // a stack preset's name; all of them, hardware first, when empty). With `rows`, each constant as a
 // row: preset, field, value, kind, source (cut to `source_width` characters, 0 = whole; a shared
-// constant's begins "[from NAME]", the stack it is written in: load_stack_json); without,
+// constant's begins "[from NAME]", the stack its entry names: load_stack_json); without,
 // one line per preset counting its constants by kind. Then the count per kind over them all. An
 // unknown name is an error naming the two folders.
 Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir, const std::vector<std::string>& names,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <set>
 
 namespace cpbench {
 
@@ -166,14 +168,18 @@ bool FitRecord::covers(const std::string& experiment_name, const std::string& me
 StackSpec parse_stack(JsonObject& o) {
   StackSpec s;
   // A shared constant is filled in by load_stack_json, which knows the folder of stacks; an inline
-  // stack (in a spec or a hardware file) has none.
+  // stack (in a spec or a hardware file) has none. Said once per entry, nothing else read.
+  bool unfilled = false;
   for (const char* section : kSharedSections)
     if (const json* sec = o.raw(section); sec && sec->is_object())
       for (const auto& [key, entry] : sec->items())
-        if (entry.is_object() && entry.contains("from"))
+        if (entry.is_object() && entry.contains("from")) {
           o.diag().error(json_pointer_append(o.pointer_of(section), key),
                          "{\"from\": ...} names another stack's constant only in a stack preset file "
                          "(experiments/stacks/NAME.json); write this entry {\"value\", \"source\"}");
+          unfilled = true;
+        }
+  if (unfilled) return s;
   s.name = o.string_or("name", "inline");
   s.description = o.string_or("description", "");
   if (auto memory = o.object_opt("memory")) {
@@ -228,88 +234,150 @@ StackSpec parse_stack(JsonObject& o) {
 
 namespace {
 
-// load_stack_json's work; `chain` is the stacks being filled in (a cycle's witness), `loaded`
-// the stacks already filled in during this call.
-Expected<json> fill_shared_constants(const std::filesystem::path& file, std::vector<std::string>& chain,
-                                     std::map<std::string, json>& loaded) {
-  auto j = load_json_file(file);
-  if (!j) return j.errors();
-  if (!j->is_object()) return j;  // parse_stack says what it should be
-  Errors errors;
-  auto error = [&](const std::string& pointer, std::string message) {
-    errors.list.push_back(Error{file.string(), pointer, std::move(message)});
-  };
-  chain.push_back(file.stem().string());
-  for (const char* section : kSharedSections) {
-    const auto s = j->find(section);
-    if (s == j->end() || !s->is_object()) continue;
-    for (auto& [key, entry] : s->items()) {
-      if (!entry.is_object() || !entry.contains("from")) continue;
-      const std::string pointer = json_pointer_append(json_pointer_append("", section), key);
-      const json& from = entry["from"];
-      const std::string name = from.is_string() ? from.get<std::string>() : "";
-      bool ok = true;
-      for (const auto& [k, v] : entry.items())
-        if (k != "from" && k != "note") {
-          error(json_pointer_append(pointer, k), "unexpected key \"" + k + "\": an entry {\"from\": \"NAME\", \"note\"} takes "
-                                                 "its value, source and kind from the stack NAME");
-          ok = false;
-        }
-      if (entry.contains("note") && !entry["note"].is_string()) {
-        error(json_pointer_append(pointer, "note"), "expected a string (why the constant carries over), got " +
-                                                        json_type_name(entry["note"]));
+// load_stack_json's work. Each shared entry is resolved on its own: the named stack's entry of the
+// same key, itself followed while it is shared too (a cycle is one of stacks for that key). Files
+// are read once and every entry's resolution kept, so a broken file or entry is reported once, and
+// a stack may share one key with another that shares a different key with it.
+class SharedConstants {
+ public:
+  explicit SharedConstants(std::filesystem::path folder) : folder_(std::move(folder)) {}
+
+  // The stack `name` (NAME.json in the folder), parsed; nullptr when it cannot be read (reported
+  // once, at `file`/`pointer`, the entry naming it).
+  const json* stack(const std::string& name, const std::string& file, const std::string& pointer) {
+    auto it = files_.find(name);
+    if (it == files_.end()) {
+      const std::filesystem::path path = folder_ / (name + ".json");
+      std::optional<json> parsed;
+      if (!std::filesystem::is_regular_file(path)) {
+        error(file, pointer, "no stack preset \"" + name + "\" (expected the file " + path.string() + ")");
+      } else if (auto j = load_json_file(path); !j) {
+        for (const Error& e : j.errors().list) error(e.file, e.pointer, e.message);
+      } else {
+        parsed = std::move(*j);
+      }
+      it = files_.emplace(name, std::move(parsed)).first;
+    }
+    return it->second ? &*it->second : nullptr;
+  }
+
+  // The entry {"from": NAME, "note"} at file/pointer: NAME and the note, or nullopt (errors recorded).
+  std::optional<std::pair<std::string, std::string>> reference(const json& entry, const std::string& file,
+                                                               const std::string& pointer) {
+    bool ok = true;
+    for (const auto& [k, v] : entry.items())
+      if (k != "from" && k != "note") {
+        error(file, json_pointer_append(pointer, k),
+              "unexpected key \"" + k + "\": an entry {\"from\": \"NAME\", \"note\"} takes its value, source and kind "
+              "from the stack NAME");
         ok = false;
       }
-      if (name.empty() || name.find('/') != std::string::npos) {
-        error(json_pointer_append(pointer, "from"), "expected the name of a stack preset in " + file.parent_path().string() +
-                                                        " (NAME for NAME.json), got " + from.dump());
-        continue;
+    std::string note;
+    if (entry.contains("note")) {
+      if (entry["note"].is_string()) {
+        note = entry["note"].get<std::string>();
+      } else {
+        error(file, json_pointer_append(pointer, "note"),
+              "expected a string (why the constant carries over), got " + json_type_name(entry["note"]));
+        ok = false;
       }
-      if (std::find(chain.begin(), chain.end(), name) != chain.end()) {
-        std::string cycle;
-        for (const std::string& c : chain) cycle += c + " → ";
-        error(json_pointer_append(pointer, "from"), "stacks name each other's constants in a cycle: " + cycle + name);
-        continue;
-      }
-      auto it = loaded.find(name);
-      if (it == loaded.end()) {
-        const std::filesystem::path other = file.parent_path() / (name + ".json");
-        if (!std::filesystem::is_regular_file(other)) {
-          error(json_pointer_append(pointer, "from"), "no stack preset \"" + name + "\" (expected the file " + other.string() + ")");
-          continue;
-        }
-        auto o = fill_shared_constants(other, chain, loaded);
-        if (!o) {
-          errors.list.insert(errors.list.end(), o.errors().list.begin(), o.errors().list.end());
-          continue;
-        }
-        it = loaded.emplace(name, std::move(*o)).first;
-      }
-      const json& other = it->second;
-      const auto os = other.find(section);
-      if (os == other.end() || !os->is_object() || !os->contains(key)) {
-        error(json_pointer_append(pointer, "from"), "the stack \"" + name + "\" has no " + pointer);
-        continue;
-      }
-      if (!ok) continue;
-      json shared = (*os)[key];
-      if (entry.contains("note") && shared.is_object() && shared.contains("source") && shared["source"].is_string())
-        shared["source"] = shared["source"].get<std::string>() + " (carried from stack " + name + ": " +
-                           entry["note"].get<std::string>() + ")";
-      entry = std::move(shared);
     }
+    const json& from = entry["from"];
+    const std::string name = from.is_string() ? from.get<std::string>() : "";
+    if (name.empty() || name.find('/') != std::string::npos) {
+      error(file, json_pointer_append(pointer, "from"),
+            "expected the name of a stack preset in " + folder_.string() + " (NAME for NAME.json), got " + from.dump());
+      ok = false;
+    }
+    if (!ok) return std::nullopt;
+    return std::pair{name, note};
   }
-  chain.pop_back();
-  if (!errors.list.empty()) return errors;
-  return j;
-}
+
+  // Stack `name`'s entry section/key, shared entries followed; `chain` the stacks on the way
+  // (the first the one being filled in), `file`/`pointer` the entry that names `name`.
+  std::optional<json> entry(const std::string& name, const std::string& section, const std::string& key,
+                            std::vector<std::string>& chain, const std::string& file, const std::string& pointer) {
+    if (const auto at = std::find(chain.begin(), chain.end(), name); at != chain.end()) {
+      std::string cycle;
+      for (auto c = at; c != chain.end(); ++c) cycle += *c + " → ";
+      error(file, json_pointer_append(pointer, "from"), "stacks share " + json_pointer_append(json_pointer_append("", section), key) +
+                                                            " in a cycle: " + cycle + name);
+      return std::nullopt;
+    }
+    const std::string memo_key = name + "\n" + section + "\n" + key;
+    if (const auto m = resolved_.find(memo_key); m != resolved_.end()) return m->second;
+    std::optional<json> out;
+    const std::string own_file = (folder_ / (name + ".json")).string();
+    const std::string own_pointer = json_pointer_append(json_pointer_append("", section), key);
+    if (const json* s = stack(name, file, json_pointer_append(pointer, "from"))) {
+      const json* e = s->is_object() && s->contains(section) && (*s)[section].is_object() && (*s)[section].contains(key)
+                          ? &(*s)[section][key]
+                          : nullptr;
+      if (!e) {
+        error(file, json_pointer_append(pointer, "from"), "the stack \"" + name + "\" has no " + own_pointer);
+      } else if (e->is_object() && e->contains("from")) {
+        if (auto ref = reference(*e, own_file, own_pointer)) {
+          chain.push_back(name);
+          out = entry(ref->first, section, key, chain, own_file, own_pointer);
+          chain.pop_back();
+          if (out) carry(*out, ref->first, ref->second);
+        }
+      } else if (!e->is_object() || !e->contains("value") || !e->contains("source") || !(*e)["source"].is_string() ||
+                 (*e)["source"].get<std::string>().empty()) {
+        error(own_file, own_pointer, "a constant another stack shares must be {\"value\", \"source\": \"<citation>\"}, got " +
+                                         e->dump());
+      } else {
+        out = *e;
+      }
+    }
+    resolved_.emplace(memo_key, out);
+    return out;
+  }
+
+  // A shared entry as the stack taking it from `from` holds it: the note after its source.
+  static void carry(json& entry, const std::string& from, const std::string& note) {
+    if (!note.empty()) entry["source"] = entry["source"].get<std::string>() + " (carried from stack " + from + ": " + note + ")";
+  }
+
+  void error(const std::string& file, const std::string& pointer, std::string message) {
+    if (reported_.insert(file + "\n" + pointer + "\n" + message).second)
+      errors_.list.push_back(Error{file, pointer, std::move(message)});
+  }
+  const Errors& errors() const { return errors_; }
+
+ private:
+  std::filesystem::path folder_;
+  std::map<std::string, std::optional<json>> files_;
+  std::map<std::string, std::optional<json>> resolved_;
+  std::set<std::string> reported_;
+  Errors errors_;
+};
 
 }  // namespace
 
 Expected<json> load_stack_json(const std::filesystem::path& file) {
-  std::vector<std::string> chain;
-  std::map<std::string, json> loaded;
-  return fill_shared_constants(file, chain, loaded);
+  auto j = load_json_file(file);
+  if (!j) return j.errors();
+  if (!j->is_object()) return j;  // parse_stack says what it should be
+  SharedConstants shared(file.parent_path());
+  const std::string self = file.stem().string();
+  for (const char* section : kSharedSections) {
+    const auto s = j->find(section);
+    if (s == j->end() || !s->is_object()) continue;
+    for (auto& [key, e] : s->items()) {
+      if (!e.is_object() || !e.contains("from")) continue;
+      const std::string pointer = json_pointer_append(json_pointer_append("", section), key);
+      const auto ref = shared.reference(e, file.string(), pointer);
+      if (!ref) continue;
+      std::vector<std::string> chain = {self};
+      if (auto value = shared.entry(ref->first, section, key, chain, file.string(), pointer)) {
+        SharedConstants::carry(*value, ref->first, ref->second);
+        e = std::move(*value);
+      }
+    }
+  }
+  if (!shared.errors().list.empty()) return shared.errors();
+  return j;
 }
 
 Expected<StackSpec> load_stack(const std::filesystem::path& file) {

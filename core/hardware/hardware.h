@@ -158,9 +158,11 @@ StackSpec parse_stack(JsonObject& o);
 // "reconfiguration" written {"from": "NAME"}, with an optional "note" (why the constant carries
 // over), is replaced by NAME's entry of the same key (value, source, kind), NAME.json being the
 // stack preset in the same folder; the note is appended to the source as "(carried from stack
-// NAME: note)". Chains are followed; a cycle, an unknown stack or a key the other stack lacks is
-// an error naming this file and the entry. Every reader of a stack file reads it through here, so
-// a resolved spec, a calibration's starting point and the audit see the same constants.
+// NAME: note)". Chains are followed, key by key (two stacks may share different keys with each
+// other); a cycle, an unknown or unreadable stack, a key the other stack lacks or a shared entry
+// that is no {"value", "source"} is an error naming the file and entry where it is, each once.
+// Every reader of a stack file reads it through here, so a resolved spec, a calibration's
+// starting point and the audit see the same constants.
 Expected<nlohmann::json> load_stack_json(const std::filesystem::path& file);
 
 // Loads experiments/stacks/NAME.json (or any file of that form), through load_stack_json.

@@ -292,10 +292,43 @@ TEST_F(SharedStackConstants, BadReferencesNameTheFileAndTheEntry) {
   a["efficiency"]["pcie_latency_us"] = {{"from", "b"}};
   b["efficiency"]["pcie_latency_us"] = {{"from", "a"}};
   const auto fa = write("a", a);
-  write("b", b);
+  const auto fb = write("b", b);
   Error e = only_error(load_stack(fa));
+  EXPECT_EQ(e.file, fb.string());  // where the cycle closes
   EXPECT_EQ(e.pointer, "/efficiency/pcie_latency_us/from");
   EXPECT_NE(e.message.find("cycle: a → b → a"), std::string::npos) << e.message;
+
+  // Sharing is per key: a takes one constant from b, b another from a.
+  b["efficiency"]["pcie_latency_us"] = base_["efficiency"]["pcie_latency_us"];
+  b["efficiency"]["host_op_us"] = {{"from", "a"}};
+  write("b", b);
+  auto mutual = load_stack(fa);
+  ASSERT_TRUE(mutual.ok()) << mutual.error_str();
+  auto mutual_b = load_stack(fb);
+  ASSERT_TRUE(mutual_b.ok()) << mutual_b.error_str();
+  EXPECT_EQ(mutual_b->efficiency->at("host_op_us"), base_["efficiency"]["host_op_us"]);
+
+  // A constant shared from a broken entry is an error where the entry is, not where it is taken.
+  b["efficiency"]["pcie_latency_us"] = 8;  // a bare number
+  write("b", b);
+  e = only_error(load_stack(fa));
+  EXPECT_EQ(e.file, fb.string());
+  EXPECT_EQ(e.pointer, "/efficiency/pcie_latency_us");
+  EXPECT_NE(e.message.find("a constant another stack shares must be"), std::string::npos) << e.message;
+  // An unreadable stack is reported once, however many entries name it.
+  std::ofstream(fb) << "{ not json";
+  a["efficiency"]["host_op_us"] = {{"from", "b"}};
+  write("a", a);
+  auto twice = load_stack(fa);
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.errors().list.size(), 1u) << twice.error_str();
+  EXPECT_EQ(twice.errors().list[0].file, fb.string());
+  a["efficiency"]["host_op_us"] = base_["efficiency"]["host_op_us"];
+  b = base_;
+  write("b", b);
+  a["efficiency"]["pcie_latency_us"] = {{"from", "b"}, {"note", 3}};
+  e = only_error(load_stack(write("a", a)));
+  EXPECT_EQ(e.pointer, "/efficiency/pcie_latency_us/note");
 
   a["efficiency"]["pcie_latency_us"] = {{"from", "nowhere"}};
   e = only_error(load_stack(write("a", a)));

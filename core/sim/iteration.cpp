@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -419,8 +420,10 @@ class IterationGraph {
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
         }
       for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
-      const std::vector<int> zero_grad = add_zero_grad(first_device);  // ahead of the passes on each compute stream
-      pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device));
+      const HostBeforeForwards before = host_before_forwards(*replicas_.lists[r]);
+      host_s_[first_device] += before.total_s - before.first_s;  // the prologue's part: add_zero_grad
+      const std::vector<int> zero_grad = add_zero_grad(first_device, before);  // ahead of the passes on each compute stream
+      pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device, before));
       for (int s = 0; s < p_; ++s)
         if (!pipelines_.back().compute[s].empty()) graph_.add_dep(pipelines_.back().compute[s][0], zero_grad[s]);
       add_offload_copies(*replicas_.lists[r], first_device, pipelines_.back());
@@ -616,10 +619,13 @@ class IterationGraph {
   // there, no edge the full graph lacks); then the first stage's end of step after its last op.
   Expected<IterationBound> lower_bound() {
     double bound = 0, devices = 0, last_op_end = 0;
+    double first_forward_s = std::numeric_limits<double>::infinity();  // the least prologue of a replica's first stage
     LinkBytes sent;
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
       auto costs = chunk_costs(*replicas_.lists[r]);
       if (!costs) return costs.errors();
+      const HostBeforeForwards before = host_before_forwards(*replicas_.lists[r]);
+      first_forward_s = std::min(first_forward_s, before.first_s);
       for (int s = 0; s < p_; ++s) {
         sent += sent_bytes(*replicas_.lists[r], *costs, s) * replicas_.weight[r];
         devices += replicas_.weight[r];
@@ -630,7 +636,7 @@ class IterationGraph {
       };
       auto ends = pipeline_op_ends(
           schedule_, [&](int s, const PipeOp& op) { return pass(s, op).compute_s; },
-          [&](int s, const PipeOp& op) { return pass(s, op).total() - pass(s, op).compute_s; });
+          [&](int s, const PipeOp& op) { return pass(s, op).total() - pass(s, op).compute_s + host_after_s(before, s, op); });
       if (!ends) return ends.errors();
       for (const auto& stage : *ends)
         if (!stage.empty()) bound = std::max(bound, stage.back());
@@ -645,8 +651,9 @@ class IterationGraph {
     if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0, 0);
     if (gathers_params_at_end()) end_of_step += cost_.collective_s(Collective::all_gather, param_gather_bytes(0), group);
     // Every op waits, through stage 0's first, for stage 0's zeroed gradient buffer and the
-    // framework's host work of the step.
-    const double start = zero_grad_s(0) + framework_host_s(plan_.host_per_step);
+    // framework's host work of the step and of its first forward (the least over the replicas).
+    const double start = zero_grad_s(0) + framework_host_s(plan_.host_per_step) +
+                         (std::isfinite(first_forward_s) ? first_forward_s : 0.0);
     return IterationBound{std::max(start + bound, start + last_op_end + end_of_step), sent * (1 / devices)};
   }
 
@@ -659,18 +666,50 @@ class IterationGraph {
     return cost_.memory_bound_s(L_.grad_bytes() * params);
   }
 
+  // The framework's host work before each forward of a micro-batch's first chunk that holds a
+  // sequence (Plan::host_per_micro_batch), on the first stage, which fetches it: the host has
+  // just synchronized, so the device waits. It runs once the stage's previous op is done, so it is
+  // that op's last tail segment (its output leaves before it: after[op], keyed by
+  // (forward, micro-batch, chunk)), or, before the stage's first op, part of the step's prologue
+  // (first_s).
+  struct HostBeforeForwards {
+    std::map<std::tuple<bool, int, int>, double> after;
+    double first_s = 0;
+    double total_s = 0;
+  };
+  HostBeforeForwards host_before_forwards(const std::vector<PlanMicroBatch>& mbs) const {
+    HostBeforeForwards out;
+    const double w = framework_host_s(plan_.host_per_micro_batch);
+    if (w <= 0 || schedule_.empty()) return out;
+    const std::vector<PipeOp>& ops = schedule_.front();
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!ops[i].forward || ops[i].chunk != 0 || mbs[ops[i].micro_batch].lengths.empty()) continue;
+      if (i == 0) out.first_s += w;
+      else out.after[{ops[i - 1].forward, ops[i - 1].micro_batch, ops[i - 1].chunk}] += w;
+      out.total_s += w;
+    }
+    return out;
+  }
+  static double host_after_s(const HostBeforeForwards& before, int s, const PipeOp& op) {
+    if (s != 0 || before.after.empty()) return 0;
+    const auto it = before.after.find({op.forward, op.micro_batch, op.chunk});
+    return it == before.after.end() ? 0.0 : it->second;
+  }
+
   // zero_grad_s as a task on each stage's compute stream, added before the stage's ops (the stream
   // runs its tasks in the order they were added): per stage, its task.
-  // Then, where the plan has some, the framework's host work of the step (Plan::host_per_step),
-  // which waits for the zeroing (its synchronizations do): per stage, the last of its tasks.
-  std::vector<int> add_zero_grad(int first_device) {
+  // Then, where the plan has some, the framework's host work before the stage's first op, on the
+  // host stream after the zeroing (its synchronizations wait for it): the step's
+  // (Plan::host_per_step) and, on the first stage, the first forward's (host_before_forwards).
+  // Per stage, the last of its tasks, which its first op waits for.
+  std::vector<int> add_zero_grad(int first_device, const HostBeforeForwards& before) {
     std::vector<int> out;
     for (int s = 0; s < p_; ++s) {
       out.push_back(graph_.add(TaskSpec{first_device + s, step_stream::compute, zero_grad_s(s), {}, -1, -1,
                                         "zero grad buffer", 'o'}));
-      if (const double host = framework_host_s(plan_.host_per_step); host > 0) {
-        out.back() = graph_.add(TaskSpec{first_device + s, step_stream::compute, host, {out.back()}, -1, -1,
-                                         "framework host (step)", 'o'});
+      if (const double host = framework_host_s(plan_.host_per_step) + (s == 0 ? before.first_s : 0.0); host > 0) {
+        out.back() = graph_.add(TaskSpec{first_device + s, step_stream::host, host, {out.back()}, -1, -1,
+                                         "framework host", 'o'});
         host_s_[first_device + s] += host;
       }
     }
@@ -750,15 +789,12 @@ class IterationGraph {
       for (int s = 0; s < p_; ++s)
         for (int c = 0; c < v_; ++c)
           costs[s][k * v_ + c] = repeat ? costs[s][(k - 1) * v_ + c] : chunk_cost(cost_, model_, L_, mbs[k], ops, s, c, longest_);
-      // The framework's host work before the micro-batch's forward (Plan::host_per_micro_batch),
-      // on the first stage, which fetches it: the host has just synchronized, so the device waits.
-      if (!repeat && !mbs[k].lengths.empty()) costs[0][k * v_].fwd.host_s += framework_host_s(plan_.host_per_micro_batch);
     }
     return costs;
   }
 
   PipelineTasks add_pipeline(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,
-                             int first_device) {
+                             int first_device, const HostBeforeForwards& before) {
     // The transfer after an op, when there is a next virtual stage to send to.
     auto send_s = [&](int s, const PipeOp& op) {
       const int to = send_target(s, op);
@@ -778,6 +814,7 @@ class IterationGraph {
                                      {step_stream::dp, c.dp_comm_s, 'm', "zero3 wait", false},
                                      {step_stream::host, c.host_s, 'o', "host", false}};
       if (!L_.overlap_p2p) segs.push_back({op.forward ? step_stream::pp_send_fwd : step_stream::pp_send_bwd, send_s(s, op), 'm', "send", true});
+      segs.push_back({step_stream::host, host_after_s(before, s, op), 'o', "framework host", false});  // the next forward's
       return segs;
     };
     PipelineTasks tasks = append_pipeline_tasks(

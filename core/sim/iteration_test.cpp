@@ -78,6 +78,9 @@ TEST(Iteration, FrameworkHostWorkIsTimeTheDeviceWaits) {
   const double step_work = 100 * op + 10 * sync;
   EXPECT_NEAR(a->step_time_s - base->step_time_s, step_work, 1e-9);
   EXPECT_NEAR(a->exposed_host_s - base->exposed_host_s, step_work, 1e-9);
+  // Host time, not compute: the idle time and the compute balance stay.
+  EXPECT_NEAR(a->bubble_fraction * a->step_time_s, base->bubble_fraction * base->step_time_s, 1e-9);
+  EXPECT_DOUBLE_EQ(a->compute_imbalance, base->compute_imbalance);
   // Before each of the 3 forwards, one pipeline stage: each delays the rest of the step.
   Plan per_mb = plain;
   per_mb.host_per_micro_batch = {40, 4};
@@ -94,6 +97,22 @@ TEST(Iteration, FrameworkHostWorkIsTimeTheDeviceWaits) {
   ASSERT_TRUE(both.ok() && bound.ok() && base_bound.ok());
   EXPECT_LE(bound->step_time_s, both->step_time_s + 1e-12);
   EXPECT_NEAR(bound->step_time_s - base_bound->step_time_s, step_work + 3 * mb_work, 1e-9);
+
+  // Two stages: the first stage fetches each micro-batch before its forward, so the second stage
+  // waits for it too. With one micro-batch nothing hides it: the step grows by exactly its time.
+  Plan two = plan_of(1, 1, 4096, false);
+  two.layout.num_gpus = 2;
+  two.layout.pp = 2;
+  two.micro_batches.assign(1, std::vector<PlanMicroBatch>(1, PlanMicroBatch{{4096}, 1, -1, 1}));
+  auto two_base = simulate_iteration(two, llama, cost);
+  two.host_per_micro_batch = {400, 40};
+  auto two_host = simulate_iteration(two, llama, cost);
+  auto two_bound = iteration_bound(two, llama, cost);
+  ASSERT_TRUE(two_base.ok() && two_host.ok() && two_bound.ok()) << two_host.error_str();
+  const double fetch = 400 * op + 40 * sync;
+  EXPECT_NEAR(two_host->step_time_s - two_base->step_time_s, fetch, 1e-9);
+  EXPECT_NEAR(two_host->exposed_host_s - two_base->exposed_host_s, fetch / 2, 1e-9);  // mean over the 2 stages
+  EXPECT_LE(two_bound->step_time_s, two_host->step_time_s + 1e-12);
 }
 
 }  // namespace

@@ -311,8 +311,9 @@ constexpr FrameworkHostWork kHybridCpPerSequence{44, 4};
 //   DP rank each (2·dp + 9 ops, 3 syncs); reroute_samples_to_hdp_ranks, which tests
 //   `gid in global_ids_this_rank` — a device tensor: ==, any and .item(), 3 ops and a sync — for every
 //   sub-sample the rank's DP peers (the ranks of its CP index) hold, twice (the send ids, the send
-//   lengths), copies each sub-sample it pulled to the device per key (tokens, labels, loss_mask,
-//   position_ids) and per key concatenates, allocates and runs all_to_all_single (3 ops); then
+//   lengths), copies each of those it holds itself to the device per key (tokens, labels,
+//   loss_mask, position_ids: the DP peers' sub-samples spread over its dp ranks) and per key
+//   concatenates, allocates and runs all_to_all_single (3 ops); then
 //   hybrid_cp_schedule.py _broadcast_num_samples_this_group (a barrier, two broadcasts, .item(),
 //   .cpu(): 6 ops, 3 syncs). The all-to-alls join every rank: the step waits for the rank that
 //   tests the most.
@@ -322,16 +323,12 @@ void set_hybrid_cp_host_work(const ParallelConfig& layout, Plan* plan) {
   const int64_t cp = std::max<int64_t>(1, layout.cp), dp = std::max<int64_t>(1, layout.dp());
   const int64_t pool = static_cast<int64_t>(plan->micro_batches.size());
   std::vector<int64_t> held(static_cast<size_t>(cp), 0);  // sub-samples held by the ranks of a CP index
-  int64_t sequences = 0;
   for (int64_t r = 0; r < pool; ++r)
     for (const PlanMicroBatch& mb : plan->micro_batches[r])
-      if (!mb.lengths.empty()) {
-        ++held[static_cast<size_t>(r % cp)];
-        if (r == mb.first_rank) ++sequences;  // each sequence once, on its group's first rank
-      }
-  const double tests = 2.0 * static_cast<double>(*std::max_element(held.begin(), held.end()));
-  const double pulled = std::ceil(static_cast<double>(sequences) / static_cast<double>(dp));
-  plan->host_per_step = {3 + (2.0 * static_cast<double>(dp) + 9) + 3 * tests + static_cast<double>(kHybridCpKeys) * (pulled + 3) + 6,
+      if (!mb.lengths.empty()) ++held[static_cast<size_t>(r % cp)];
+  const double most = static_cast<double>(*std::max_element(held.begin(), held.end()));
+  const double tests = 2 * most, sent = std::ceil(most / static_cast<double>(dp));
+  plan->host_per_step = {3 + (2.0 * static_cast<double>(dp) + 9) + 3 * tests + static_cast<double>(kHybridCpKeys) * (sent + 3) + 6,
                          1 + 3 + tests + 3};
   plan->host_per_micro_batch = kHybridCpPerSequence;
 }

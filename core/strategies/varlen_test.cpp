@@ -155,9 +155,9 @@ TEST_F(VarlenTest, DynamicCpMainPaysItsDataWrappersHostWork) {
   ASSERT_TRUE(plan.ok()) << plan.error_str();
   EXPECT_EQ(plan->host_per_micro_batch, (FrameworkHostWork{44, 4}));
   // Sub-samples held: ranks 0, 1, 3-7 two each, rank 2 four; CP index 0 (ranks 0, 2, 4, 6) holds
-  // 10, so 20 tests. 7 sequences over 4 DP ranks: 2 pulled per rank, 4 keys each.
+  // 10, so 20 tests; the 10 spread over 4 DP ranks, 3 sent by the busiest, 4 keys each.
   const double tests = 20;
-  EXPECT_EQ(plan->host_per_step, (FrameworkHostWork{3 + (2 * 4 + 9) + 3 * tests + 4 * (2 + 3) + 6, 1 + 3 + tests + 3}));
+  EXPECT_EQ(plan->host_per_step, (FrameworkHostWork{3 + (2 * 4 + 9) + 3 * tests + 4 * (3 + 3) + 6, 1 + 3 + tests + 3}));
   // Twice the sequences on rank 2: more tests, more host time in the step.
   schedule.rounds[0].groups[1].seq_ids = {1, 2, 3, 7, 8, 9};
   auto more = plan_from_dynamic_cp_schedule(schedule, batch_.lengths, layout_, DynamicCpExecutor::per_sequence);
