@@ -80,16 +80,15 @@ Expected<std::string> audit_presets(const std::filesystem::path& experiments_dir
     auto j = stack ? load_stack_json(f) : load_json_file(f);
     if (!j) return j.errors();
     per_file.push_back(sourced_constants(f.stem().string(), *j));
-    if (auto raw = stack ? load_json_file(f) : Expected<json>(json::object()); raw && raw->is_object())
-      for (AuditedConstant& c : per_file.back()) {  // the entries written {"from": NAME}
-        std::string pointer;  // the field's keys, escaped (RFC 6901)
-        for (size_t at = 0, slash = 0; slash != std::string::npos; at = slash + 1) {
-          slash = c.field.find('/', at);
-          pointer = json_pointer_append(pointer, c.field.substr(at, slash == std::string::npos ? slash : slash - at));
-        }
-        const json::json_pointer from(json_pointer_append(pointer, "from"));
-        if (raw->contains(from) && raw->at(from).is_string()) c.shared_from = raw->at(from).get<std::string>();
-      }
+    if (auto raw = stack ? load_json_file(f) : Expected<json>(json::object()); raw && raw->is_object()) {
+      std::map<std::string, std::string> shared;  // "section/key" -> the stack its entry names
+      for (const auto& [section, entries] : raw->items())
+        if (entries.is_object())
+          for (const auto& [key, e] : entries.items())
+            if (e.is_object() && e.contains("from") && e["from"].is_string()) shared[section + "/" + key] = e["from"];
+      for (AuditedConstant& c : per_file.back())
+        if (const auto it = shared.find(c.field); it != shared.end()) c.shared_from = it->second;
+    }
     all.insert(all.end(), per_file.back().begin(), per_file.back().end());
   }
   std::ostringstream out;

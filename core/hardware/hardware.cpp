@@ -4,7 +4,6 @@
 #include <cmath>
 #include <map>
 #include <optional>
-#include <set>
 
 namespace cpbench {
 
@@ -339,9 +338,9 @@ class SharedConstants {
     if (!note.empty()) entry["source"] = entry["source"].get<std::string>() + " (carried from stack " + from + ": " + note + ")";
   }
 
+  // Once each: a file is read once and every entry resolved once (resolved_).
   void error(const std::string& file, const std::string& pointer, std::string message) {
-    if (reported_.insert(file + "\n" + pointer + "\n" + message).second)
-      errors_.list.push_back(Error{file, pointer, std::move(message)});
+    errors_.list.push_back(Error{file, pointer, std::move(message)});
   }
   const Errors& errors() const { return errors_; }
 
@@ -349,7 +348,6 @@ class SharedConstants {
   std::filesystem::path folder_;
   std::map<std::string, std::optional<json>> files_;
   std::map<std::string, std::optional<json>> resolved_;
-  std::set<std::string> reported_;
   Errors errors_;
 };
 

@@ -421,7 +421,9 @@ class IterationGraph {
         }
       for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
       const HostBeforeForwards before = host_before_forwards(*replicas_.lists[r]);
-      host_s_[first_device] += before.total_s - before.first_s;  // the prologue's part: add_zero_grad
+      for (int s = 0; s < p_; ++s) host_s_[first_device + s] += framework_host_s(plan_.host_per_step);
+      host_s_[first_device] += before.first_s;
+      for (const auto& [op, seconds] : before.after) host_s_[first_device] += seconds;
       const std::vector<int> zero_grad = add_zero_grad(first_device, before);  // ahead of the passes on each compute stream
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device, before));
       for (int s = 0; s < p_; ++s)
@@ -675,7 +677,6 @@ class IterationGraph {
   struct HostBeforeForwards {
     std::map<std::tuple<bool, int, int>, double> after;
     double first_s = 0;
-    double total_s = 0;
   };
   HostBeforeForwards host_before_forwards(const std::vector<PlanMicroBatch>& mbs) const {
     HostBeforeForwards out;
@@ -686,7 +687,6 @@ class IterationGraph {
       if (!ops[i].forward || ops[i].chunk != 0 || mbs[ops[i].micro_batch].lengths.empty()) continue;
       if (i == 0) out.first_s += w;
       else out.after[{ops[i - 1].forward, ops[i - 1].micro_batch, ops[i - 1].chunk}] += w;
-      out.total_s += w;
     }
     return out;
   }
@@ -710,7 +710,6 @@ class IterationGraph {
       if (const double host = framework_host_s(plan_.host_per_step) + (s == 0 ? before.first_s : 0.0); host > 0) {
         out.back() = graph_.add(TaskSpec{first_device + s, step_stream::host, host, {out.back()}, -1, -1,
                                          "framework host", 'o'});
-        host_s_[first_device + s] += host;
       }
     }
     return out;

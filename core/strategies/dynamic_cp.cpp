@@ -327,9 +327,18 @@ void set_hybrid_cp_host_work(const ParallelConfig& layout, Plan* plan) {
     for (const PlanMicroBatch& mb : plan->micro_batches[r])
       if (!mb.lengths.empty()) ++held[static_cast<size_t>(r % cp)];
   const double most = static_cast<double>(*std::max_element(held.begin(), held.end()));
-  const double tests = 2 * most, sent = std::ceil(most / static_cast<double>(dp));
-  plan->host_per_step = {3 + (2.0 * static_cast<double>(dp) + 9) + 3 * tests + static_cast<double>(kHybridCpKeys) * (sent + 3) + 6,
-                         1 + 3 + tests + 3};
+  const double tests = 2 * most, sent = std::ceil(most / static_cast<double>(dp)), keys = static_cast<double>(kHybridCpKeys);
+  const FrameworkHostWork parts[] = {
+      {3, 1},                                      // the lengths to the device, filtered
+      {2 * static_cast<double>(dp) + 9, 3},        // _get_global_seqlens_and_ids
+      {3 * tests, tests},                          // the membership tests
+      {keys * (sent + 3), 0},                      // each key: its copies, concatenation, allocation, all-to-all
+      {6, 3}};                                     // _broadcast_num_samples_this_group
+  plan->host_per_step = {};
+  for (const FrameworkHostWork& w : parts) {
+    plan->host_per_step.ops += w.ops;
+    plan->host_per_step.syncs += w.syncs;
+  }
   plan->host_per_micro_batch = kHybridCpPerSequence;
 }
 
