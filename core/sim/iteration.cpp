@@ -495,24 +495,35 @@ class IterationGraph {
     }
   }
 
-  // Optimizer step after every gradient of the stage is reduced, as Megatron's mixed-precision
-  // optimizer does it, in bytes per parameter: gradients to fp32 (read g, write 4), unscale and
-  // inf check (read 4, write 4), the clipping norm (read 4), fused Adam (read gradient, master
-  // weight, momentum, variance; write the last three: 28), master weights back to the 16-bit
-  // model (read 4, write 2). The distributed optimizer then all-gathers the updated parameters.
+  // Optimizer step after every gradient of the stage is reduced (stage_optimizer_s), preceded by
+  // Megatron's step-end collectives (step_end_collectives) and split by the gradient norm's
+  // all-reduce (norm_all_reduce_s), which joins the model-parallel group's stages (with the
+  // distributed optimizer every simulated device). The distributed optimizer then all-gathers the
+  // updated parameters.
   void add_optimizer() {
+    const int64_t shards = L_.dp() * L_.cp;
+    const int world_norm = norm_joins_world() ? ++collective_id_ : -1;
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
+      const int pair = ++collective_id_;
+      const int norm = norm_joins_world() ? world_norm : ++collective_id_;
       for (int s = 0; s < p_; ++s) {
         const int device = static_cast<int>(r) * p_ + s;
-        // The distributed optimizer shards over the data-parallel group with CP (dp·cp ranks), the
-        // group the gradients are reduce-scattered over.
-        const int64_t shards = L_.dp() * L_.cp;
         // After the stage's last op with its blocking tail (its gradients are complete then, even
         // without a DP reduction to wait for) and the stage's gradient reductions.
-        TaskSpec t{device, step_stream::compute, stage_optimizer_s(s), {pipelines_[r].done[s].back()}, -1, -1, "optimizer", 'o'};
+        std::vector<int> deps{pipelines_[r].done[s].back()};
         for (int id : grad_tasks_[s])
-          if (graph_.task(id).device == device) t.deps.push_back(id);
-        int opt = graph_.add(t);
+          if (graph_.task(id).device == device) deps.push_back(id);
+        const OptimizerPasses passes = stage_optimizer_s(s);
+        if (!L_.zero3) {
+          for (const StepEndCollective& c : step_end_collectives(s)) {
+            TaskSpec t{device, step_stream::dp, c.seconds, deps, c.pairs ? pair : -1, -1, c.name, 'm'};
+            set_contention(cost_, t, collective_sent_bytes(Collective::all_reduce, c.bytes, c.group));
+            deps = {graph_.add(t)};
+          }
+          deps = {graph_.add(TaskSpec{device, step_stream::compute, passes.before_norm_s, deps, -1, -1, "optimizer: grads, norm", 'o'})};
+          deps = {graph_.add(TaskSpec{device, step_stream::dp, norm_all_reduce_s(), deps, norm, -1, "grad norm all-reduce", 'm'})};
+        }
+        const int opt = graph_.add(TaskSpec{device, step_stream::compute, passes.after_norm_s, deps, -1, -1, "optimizer", 'o'});
         if (L_.distributed_optimizer && !L_.zero3 && shards > 1 && L_.overlap_param_gather) {
           add_param_gather_prologue(static_cast<int>(r), s);
         } else if (gathers_params_at_end()) {
@@ -548,7 +559,7 @@ class IterationGraph {
         busy_max = std::max(busy_max, compute);
         exposed += w * sim.exposed_comm_s[d];
         out.exposed_host_s += w * host_s_[d];
-        out.step_framework_s += w * (zero_grad_s(s) + stage_optimizer_s(s));
+        out.step_framework_s += w * (zero_grad_s(s) + stage_optimizer_s(s).total());
         // Inside the layers (TP collectives and ZeRO-3 gathers beside GEMMs, CP sends beside the
         // attention tiles) and between them (pipeline sends, DP reductions, parameter gathers).
         out.contention_s += w * (layer_contention_s_[d] + sim.contention_s[d]);
@@ -644,10 +655,12 @@ class IterationGraph {
         if (!stage.empty()) bound = std::max(bound, stage.back());
       if (!ends->front().empty()) last_op_end = std::max(last_op_end, ends->front().back());
     }
-    // After stage 0's last op: its last gradient reduction, the optimizer, the parameter all-gather.
+    // After stage 0's last op: its last gradient reduction, the step-end collectives, the optimizer
+    // with the gradient norm's all-reduce, the parameter all-gather.
     const int64_t shards = L_.dp() * L_.cp;
     const GroupPlacement group = placement(shards, L_.tp, cost_.cluster().gpus_per_node);
-    double end_of_step = stage_optimizer_s(0);
+    double end_of_step = stage_optimizer_s(0).total() + norm_all_reduce_s();
+    for (const StepEndCollective& c : step_end_collectives(0)) end_of_step += c.seconds;
     // Stage 0's last backward is its first chunk's (interleaving runs the chunks' last backwards
     // from the last chunk down): that chunk's last bucket follows it.
     if (!L_.zero3 && shards > 1) end_of_step += late_grad_reduction_s(0, 0);
@@ -721,15 +734,77 @@ class IterationGraph {
     return (w.ops * cost_.params().host_op_us + w.syncs * cost_.params().pcie_latency_us) * 1e-6;
   }
 
-  // The optimizer step over `params` parameters (add_optimizer's bytes per parameter).
-  double optimizer_s(double params) const { return cost_.memory_bound_s((L_.grad_bytes() + 4 + 8 + 4 + 28 + 6) * params); }
-
-  // Stage s's optimizer step: over its parameters, or its shard of them when the distributed
-  // optimizer or ZeRO-3 shards the state over the data-parallel group with CP (dp·cp ranks), the
-  // group the gradients are reduce-scattered over.
-  double stage_optimizer_s(int s) const {
+  // Stage s's optimizer step, memory-bound passes over its parameters, or its shard of them when
+  // the distributed optimizer or ZeRO-3 shards the state over the data-parallel group with CP
+  // (dp·cp ranks, the group the gradients are reduce-scattered over). In bytes per parameter, as
+  // Megatron's mixed-precision optimizer runs it (megatron/core/optimizer/optimizer.py step):
+  // before the gradient norm's all-reduce the gradients to fp32 (read g, write 4) and their norm
+  // (read 4); after it the clipping's scaling (read 4, write 4), fused Adam (read gradient, master
+  // weight, momentum, variance; write the last three: 28) and the master weights back to the
+  // 16-bit model (read 4, write 2). fp16's loss-scale unscaling (8 more, before the norm) is not
+  // counted. ZeRO-3 (FSDP, DeepSpeed) runs the same bytes as one pass, no norm between.
+  struct OptimizerPasses {
+    double before_norm_s = 0, after_norm_s = 0;
+    double total() const { return before_norm_s + after_norm_s; }
+  };
+  OptimizerPasses stage_optimizer_s(int s) const {
     const bool sharded = L_.distributed_optimizer || L_.zero3;
-    return optimizer_s(params_per_gpu(model_, L_, longest_, s) / (sharded ? static_cast<double>(L_.dp() * L_.cp) : 1.0));
+    const double params = params_per_gpu(model_, L_, longest_, s) / (sharded ? static_cast<double>(L_.dp() * L_.cp) : 1.0);
+    const double before = L_.grad_bytes() + 4 + 4, after = 8 + 28 + 6;
+    if (L_.zero3) return {0, cost_.memory_bound_s((before + after) * params)};
+    return {cost_.memory_bound_s(before * params), cost_.memory_bound_s(after * params)};
+  }
+
+  // Megatron's end of a step after the stage's gradients are reduced over DP×CP
+  // (megatron/core/distributed/finalize_model_grads.py, finalize_model_grads), collectives the
+  // optimizer waits for, in this order:
+  //  - with sequence parallelism, the gradients of the parameters every TP rank holds whole (the
+  //    norms; the row-parallel linears' biases) summed over TP in one coalesced all-reduce
+  //    (_allreduce_non_tensor_model_parallel_grads; fused_layer_norm.py and TERowParallelLinear
+  //    mark them sequence_parallel);
+  //  - with tied embeddings and pp > 1, the word embedding's gradient, which the first and the
+  //    last stage both hold, summed between them (_allreduce_word_embedding_grads; `pairs`: the
+  //    two stages join).
+  // Then, between the optimizer's two passes, the gradient norm for clipping (norm_all_reduce).
+  // ZeRO-3 (FSDP, DeepSpeed) ends its step its own way: none of these.
+  struct StepEndCollective {
+    std::string name;
+    double bytes = 0;
+    GroupPlacement group;
+    bool pairs = false;
+    double seconds = 0;
+  };
+  std::vector<StepEndCollective> step_end_collectives(int s) const {
+    std::vector<StepEndCollective> out;
+    if (L_.zero3) return out;
+    const int64_t gpn = cost_.cluster().gpus_per_node;
+    const ParamCount pc = param_count(model_, longest_);
+    if (L_.sequence_parallel && L_.tp > 1) {
+      const double row_biases = model_.bias ? 2.0 * static_cast<double>(model_.hidden) : 0.0;
+      double params = static_cast<double>(stage_layers(L_, model_.layers, s)) * (2 * pc.final_norm + row_biases);
+      if (s == p_ - 1) params += pc.final_norm;
+      out.push_back({"tp norm-grad all-reduce", L_.grad_bytes() * params, placement(L_.tp, 1, gpn)});
+    }
+    if (model_.tied_embeddings && p_ > 1 && (s == 0 || s == p_ - 1))
+      out.push_back({"embedding grad all-reduce", L_.grad_bytes() * pc.embedding / static_cast<double>(L_.tp),
+                     placement(2, (L_.pp - 1) * L_.tp * L_.cp * L_.dp(), gpn), true});
+    for (StepEndCollective& c : out) c.seconds = cost_.collective_s(Collective::all_reduce, c.bytes, c.group);
+    return out;
+  }
+  // The gradient norm: one fp32 value summed over the optimizer's grad-stats group — the
+  // model-parallel group (TP×PP), or with the distributed optimizer every rank
+  // (megatron/core/optimizer/clip_grads.py, get_grad_norm_fp32; Megatron clips by default,
+  // clip_grad 1.0). It joins the stages: none updates its parameters before every stage's
+  // gradients are final.
+  bool norm_joins_world() const { return L_.distributed_optimizer; }
+  GroupPlacement norm_group() const {
+    const int64_t gpn = cost_.cluster().gpus_per_node;
+    if (norm_joins_world()) return placement(L_.num_gpus, 1, gpn);
+    const int64_t stages_per_node = placement(L_.pp, L_.tp * L_.cp * L_.dp(), gpn).ranks_per_node;
+    return {L_.tp * L_.pp, std::min(gpn, L_.tp * stages_per_node)};
+  }
+  double norm_all_reduce_s() const {
+    return L_.zero3 ? 0.0 : cost_.collective_s(Collective::all_reduce, 4, norm_group());
   }
 
   // DP gradient reduction (not ZeRO-3) of one chunk of stage s: its bytes, the collective, and
@@ -908,8 +983,8 @@ class IterationGraph {
 
   // What one GPU of stage s sends per iteration (the replica's micro-batches `mbs`, their priced
   // chunks): its TP collectives and ZeRO-3 layer collectives, its pipeline sends, the DP gradient
-  // reduction (ZeRO-3 reduces in every micro-batch's passes) and the distributed optimizer's
-  // parameter all-gather.
+  // reduction (ZeRO-3 reduces in every micro-batch's passes), the step-end collectives with the
+  // gradient norm's and the distributed optimizer's parameter all-gather.
   // One count for the simulation's results and for the bound (a property of the plan, not of
   // the timing).
   LinkBytes sent_bytes(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,
@@ -926,6 +1001,8 @@ class IterationGraph {
     const GroupPlacement group = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     if (!L_.zero3)  // ZeRO-3 reduces in every micro-batch's backward: its passes' bytes
       for (int c = 0; c < v_; ++c) out += collective_sent_bytes(grad_reduction_kind(), chunk_grad_bytes(s, c), group);
+    for (const StepEndCollective& c : step_end_collectives(s)) out += collective_sent_bytes(Collective::all_reduce, c.bytes, c.group);
+    if (!L_.zero3) out += collective_sent_bytes(Collective::all_reduce, 4, norm_group());
     if (L_.distributed_optimizer && !L_.zero3 && group.size > 1) {
       if (L_.overlap_param_gather)  // layer by layer, chunk by chunk (add_param_gather_prologue)
         for (int c = 0; c < v_; ++c)

@@ -33,7 +33,8 @@ struct IterationResult {
   double kernels = 0;          // mean over devices: GPU kernels issued per iteration (excluding optimizer)
   double compute_imbalance = 1;  // max / mean compute time over the DP×CP ranks and stages
   // Bytes one GPU sends per iteration in TP collectives, pipeline sends and the DP gradient
-  // reduction (and parameter all-gather), by link, mean over GPUs (collective_sent_bytes: ring
+  // reduction (and parameter all-gather), Megatron's step-end all-reduces (tied embedding,
+  // sequence-parallel norms, gradient norm), by link, mean over GPUs (collective_sent_bytes: ring
   // volumes). CP attention transfers are not included (the evaluation adds them from the plan).
   LinkBytes comm_bytes;
   // Activation bytes one GPU copies to the host and back per iteration (offloading), mean over GPUs.
@@ -52,7 +53,8 @@ Expected<IterationResult> simulate_iteration(const Plan& plan, const ModelShape&
 // What the simulation of `plan` would give, known without simulating it (a search prunes by
 // it): a step time it cannot beat — on every stage its ops' compute and blocking communication
 // back to back, after the forwards that feed its first op and before the backwards its last op
-// feeds, plus the first stage's last gradient bucket, optimizer and parameter all-gather (sends,
+// feeds, plus the first stage's last gradient bucket, step-end all-reduces, optimizer (with the
+// gradient norm's all-reduce) and parameter all-gather (sends,
 // contention and offload copies only add to it) — and exactly the bytes it counts (comm_bytes).
 // Errors as simulate_iteration.
 struct IterationBound {

@@ -2,12 +2,18 @@
 // and the optimizer step, memory-bound passes over the state a GPU holds (their bytes per
 // parameter in iteration.cpp), so they grow with the parameters and not with the tokens, and the
 // distributed optimizer shards the optimizer's part but not the gradient buffer.
-// Also the framework's host work outside the model, which the device waits for.
+// Also the framework's host work outside the model, which the device waits for, and Megatron's
+// step-end collectives (tied embedding, sequence-parallel norms, gradient norm).
 #include "core/sim/iteration.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
+
+#include "core/common/json_reader.h"
 #include "core/cost/cost_test_util.h"
+#include "core/model/formulas.h"
 #include "core/experiment/registry.h"
 #include "core/sim/memory.h"
 
@@ -39,8 +45,9 @@ TEST(Iteration, FrameworkWorkScalesWithTheStateNotTheTokens) {
   const Plan plan = plan_of(1, 1, 4096, false);
   const double P = params_per_gpu(llama, plan.layout, 4096, 0);
   // fp32 main gradients (bf16): the buffer zeroed (4 bytes per parameter), then the optimizer's
-  // 4 + 4 + 8 + 4 + 28 + 6 bytes per parameter.
-  EXPECT_NEAR(framework_s(plan, llama, cost), cost.memory_bound_s(4 * P) + cost.memory_bound_s(54 * P), 1e-12);
+  // 4 + 4 + 4 bytes per parameter before the gradient norm's all-reduce and 8 + 28 + 6 after.
+  EXPECT_NEAR(framework_s(plan, llama, cost),
+              cost.memory_bound_s(4 * P) + cost.memory_bound_s(12 * P) + cost.memory_bound_s(42 * P), 1e-12);
   // Four times the tokens (and micro-batches): the same work.
   EXPECT_DOUBLE_EQ(framework_s(plan_of(1, 4, 16384, false), llama, cost), framework_s(plan, llama, cost));
   // Twice the layers: about twice (the embedding and output layer stay).
@@ -51,7 +58,7 @@ TEST(Iteration, FrameworkWorkScalesWithTheStateNotTheTokens) {
   EXPECT_LT(ratio, 2.0);
   // The distributed optimizer over 8 ranks shards the optimizer's passes, not the gradient buffer.
   EXPECT_NEAR(framework_s(plan_of(8, 1, 4096, true), llama, cost),
-              cost.memory_bound_s(4 * P) + cost.memory_bound_s(54 * P / 8), 1e-12);
+              cost.memory_bound_s(4 * P) + cost.memory_bound_s(12 * P / 8) + cost.memory_bound_s(42 * P / 8), 1e-12);
   // And the step pays it: a step is longer than its framework work plus the pass the bound counts.
   auto r = simulate_iteration(plan, llama, cost);
   ASSERT_TRUE(r.ok());
@@ -113,6 +120,90 @@ TEST(Iteration, FrameworkHostWorkIsTimeTheDeviceWaits) {
   EXPECT_NEAR(two_host->step_time_s - two_base->step_time_s, fetch, 1e-9);
   EXPECT_NEAR(two_host->exposed_host_s - two_base->exposed_host_s, fetch / 2, 1e-9);  // mean over the 2 stages
   EXPECT_LE(two_bound->step_time_s, two_host->step_time_s + 1e-12);
+}
+
+// The task events of one simulated iteration's Chrome trace: (name, device) → [(start, duration)] in µs.
+using TraceEvents = std::map<std::pair<std::string, int>, std::vector<std::pair<double, double>>>;
+TraceEvents traced(const Plan& plan, const ModelShape& model, const CostModel& cost, const std::string& tag) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("cpbench_iteration_test_" + tag + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + ".json");
+  auto r = simulate_iteration(plan, model, cost, path);
+  EXPECT_TRUE(r.ok()) << r.error_str();
+  TraceEvents out;
+  auto t = load_json_file(path);
+  EXPECT_TRUE(t.ok()) << t.error_str();
+  if (!t.ok()) return out;
+  for (const json& e : (*t)["traceEvents"])
+    if (e["ph"] == "X") out[{e["name"].get<std::string>(), e["pid"].get<int>()}].emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+  std::filesystem::remove(path);
+  return out;
+}
+
+// Megatron's step end (finalize_model_grads, then the optimizer). With tied embeddings and pp > 1
+// the first and the last stage sum the word embedding's gradient in one all-reduce they start
+// together, on the network when the stages sit on different nodes; the gradient norm's all-reduce
+// then joins the stages between the optimizer's two passes, so the last stage, whose backward ends
+// first, updates only once the first stage's gradients are final. Untied, no embedding
+// all-reduce. With sequence parallelism the norms' and row-parallel biases' gradients, which every
+// TP rank holds whole, are summed over TP.
+TEST(Iteration, StepEndCollectivesJoinTheStages) {
+  ClusterSpec cluster = test_cluster();
+  cluster.gpus_per_node = 1;  // each stage its own node: 25 GB/s per GPU
+  cluster.nics_per_node = 1;
+  const CostModel cost(cluster, EfficiencyParams::ideal());
+  const ModelShape gpt = preset("gpt3_1.3b");
+  ASSERT_TRUE(gpt.tied_embeddings);
+  Plan two = plan_of(1, 4, 2048, false);
+  two.layout.num_gpus = 2;
+  two.layout.pp = 2;
+  const TraceEvents ev = traced(two, gpt, cost, "tied");
+  const double bytes = 4.0 * param_count(gpt, 2048).embedding;  // fp32 main gradients, tp 1
+  const double expected_us = 1e6 * cost.collective_s(Collective::all_reduce, bytes, GroupPlacement{2, 1});
+  ASSERT_GT(expected_us, 1e4);  // 0.4 GB at 25 GB/s: more than 10 ms
+  const auto& e0 = ev.at({"embedding grad all-reduce", 0});
+  const auto& e1 = ev.at({"embedding grad all-reduce", 1});
+  ASSERT_EQ(e0.size(), 1u);
+  ASSERT_EQ(e1.size(), 1u);
+  EXPECT_NEAR(e0[0].first, e1[0].first, 1e-6);  // started together
+  EXPECT_NEAR(e0[0].second, expected_us, 2e-3);  // the trace keeps ns
+  // The last stage's gradients are final first: its all-reduce waited for the first stage's.
+  const auto& last_backward = ev.at({"B3.0", 1});
+  EXPECT_GT(e1[0].first, last_backward[0].first + last_backward[0].second + 1);
+  // The norm joins both stages after both optimizers' first passes; each stage's update follows it.
+  const auto& n0 = ev.at({"grad norm all-reduce", 0});
+  const auto& n1 = ev.at({"grad norm all-reduce", 1});
+  EXPECT_NEAR(n0[0].first, n1[0].first, 1e-6);
+  for (int d : {0, 1}) {
+    const auto& pre = ev.at({"optimizer: grads, norm", d})[0];
+    EXPECT_GE(n0[0].first, pre.first + pre.second - 1e-6);
+    EXPECT_GE(ev.at({"optimizer", d})[0].first, n0[0].first + n0[0].second - 1e-6);
+  }
+  // The bound counts the embedding all-reduce on the first stage; no simulation beats it.
+  auto sim = simulate_iteration(two, gpt, cost);
+  auto bound = iteration_bound(two, gpt, cost);
+  ASSERT_TRUE(sim.ok() && bound.ok());
+  EXPECT_LE(bound->step_time_s, sim->step_time_s + 1e-12);
+  EXPECT_GT(bound->step_time_s, expected_us * 1e-6);
+  // Untied: the output layer has its own matrix, nothing to sum.
+  ModelShape untied = gpt;
+  untied.tied_embeddings = false;
+  const TraceEvents ev_untied = traced(two, untied, cost, "untied");
+  EXPECT_EQ(ev_untied.count({"embedding grad all-reduce", 0}) + ev_untied.count({"embedding grad all-reduce", 1}), 0u);
+  EXPECT_EQ(ev_untied.count({"grad norm all-reduce", 1}), 1u);
+
+  // TP 2 with sequence parallelism, one stage: per layer two LayerNorms (weight and bias, 2h
+  // each) and two row-parallel biases (h each), plus the final LayerNorm, in fp32, summed over TP.
+  Plan sp = plan_of(1, 1, 2048, false);
+  sp.layout.num_gpus = 2;
+  sp.layout.tp = 2;
+  sp.layout.sequence_parallel = true;
+  const TraceEvents ev_sp = traced(sp, gpt, cost, "sp");
+  const double h = static_cast<double>(gpt.hidden);
+  const double sp_bytes = 4.0 * (static_cast<double>(gpt.layers) * (2 * 2 * h + 2 * h) + 2 * h);
+  const double sp_us = 1e6 * cost.collective_s(Collective::all_reduce, sp_bytes, GroupPlacement{2, 1});
+  EXPECT_NEAR(ev_sp.at({"tp norm-grad all-reduce", 0})[0].second, sp_us, 2e-3);  // the trace keeps ns
+  sp.layout.sequence_parallel = false;
+  EXPECT_EQ(traced(sp, gpt, cost, "nosp").count({"tp norm-grad all-reduce", 0}), 0u);
 }
 
 }  // namespace
