@@ -79,6 +79,7 @@ FrameworkArgs megatron_arguments(const PointConfig& point) {
   if (l.grad_reduce_bucket_params > 0) add("--ddp-bucket-size", num(l.grad_reduce_bucket_params));
   add(l.dtype == "fp16" ? "--fp16" : "--bf16");
   if (!l.grad_reduce_in_fp32) add("--grad-reduce-in-bf16");
+  if (!l.check_for_nan_in_loss_and_grad) add("--no-check-for-nan-in-loss-and-grad");
   add("--micro-batch-size", num(l.micro_batch_size));
   if (point.workload.global_batch_sequences > 0) add("--global-batch-size", num(point.workload.global_batch_sequences));
   add("--seq-length", num(point.workload.max_length));
@@ -120,6 +121,7 @@ Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string
   ParallelConfig& l = out.parallel;
   l.num_gpus = num_gpus;
   l.overlap_grad_reduce = false;  // Megatron's defaults
+  l.check_for_nan_in_loss_and_grad = true;
   l.scatter_gather = true;
   std::string granularity, packing_scheduler;
   bool hybrid = false, dynamic = false, fsdp = false;
@@ -186,6 +188,7 @@ Expected<FrameworkLayout> parse_megatron_arguments(const std::vector<std::string
     else if (f == "--bf16") l.dtype = "bf16";
     else if (f == "--fp16") l.dtype = "fp16";
     else if (f == "--grad-reduce-in-bf16") l.grad_reduce_in_fp32 = false;
+    else if (f == "--no-check-for-nan-in-loss-and-grad") l.check_for_nan_in_loss_and_grad = false;
     else if (f == "--micro-batch-size") l.micro_batch_size = integer(i);
     else if (f == "--global-batch-size" || f == "--seq-length") integer(i);
     else if (f == "--sequence-packing-scheduler") packing_scheduler = value(i);

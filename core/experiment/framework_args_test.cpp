@@ -37,7 +37,7 @@ std::string megatron_view(const ParallelConfig& l, bool varlen) {
     << " c" << l.cp << " " << (l.cp > 1 ? l.cp_comm_type : "-") << " sp" << l.sequence_parallel << " rc " << l.recompute
     << " dopt" << l.distributed_optimizer << " zero3 " << l.zero3 << " ogr" << l.overlap_grad_reduce << " opg"
     << l.overlap_param_gather << " tpo" << l.tp_comm_overlap << " " << l.dtype << " fp32grad" << l.grad_reduce_in_fp32
-    << " b" << l.micro_batch_size << " bucket" << l.grad_reduce_bucket_params << " cap"
+    << " nan" << l.check_for_nan_in_loss_and_grad << " b" << l.micro_batch_size << " bucket" << l.grad_reduce_bucket_params << " cap"
     << (varlen ? l.max_seqlen_per_dp_cp_rank : 0);
   return s.str();
 }
@@ -59,6 +59,7 @@ std::vector<PointConfig> layouts() {
   ParallelConfig b;  // CP of every comm type, uneven stages, selective recompute, bf16 gradients
   b.tp = 2, b.pp = 2, b.cp = 4, b.cp_comm_type = "a2a+p2p", b.sequence_parallel = true, b.recompute = "selective";
   b.first_stage_layers = 15, b.last_stage_layers = 17, b.grad_reduce_in_fp32 = false, b.micro_batch_size = 2;
+  b.check_for_nan_in_loss_and_grad = true;  // Megatron-LM's default: no flag
   out.push_back(point("ptdp", b));
   for (const char* t : {"p2p", "all_gather", "a2a"}) {
     ParallelConfig c = b;
@@ -99,7 +100,8 @@ TEST(MegatronArguments, SpellingAsMegatronReadsIt) {
   for (const char* want : {"--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
                            "--num-virtual-stages-per-pipeline-rank 2", "--sequence-parallel", "--tp-comm-overlap",
                            "--recompute-granularity full", "--recompute-method uniform", "--use-distributed-optimizer",
-                           "--overlap-param-gather", "--ddp-bucket-size 40000000", "--global-batch-size 512"})
+                           "--overlap-param-gather", "--ddp-bucket-size 40000000", "--global-batch-size 512",
+                           "--no-check-for-nan-in-loss-and-grad"})
     EXPECT_NE(std::find(a.lines.begin(), a.lines.end(), want), a.lines.end()) << want;
   const FrameworkArgs usp = megatron_arguments(all[1]);
   // a2a+p2p: 4 CP ranks, heads 32/2 and KV heads 8/2 per TP rank: all-to-all over 4, one ring step.
@@ -112,6 +114,7 @@ TEST(MegatronArguments, SpellingAsMegatronReadsIt) {
   ASSERT_TRUE(eq.ok()) << eq.error_str();
   EXPECT_EQ(eq->parallel.tp, 4);
   EXPECT_EQ(eq->parallel.cp_comm_type, "all_gather");
+  EXPECT_TRUE(eq->parallel.check_for_nan_in_loss_and_grad);  // Megatron-LM's default
 }
 
 TEST(MegatronArguments, WhatMegatronLacksIsANoteNotAFlag) {

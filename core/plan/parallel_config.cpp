@@ -63,6 +63,7 @@ ParallelConfig parse_parallel_config(JsonObject& o) {
   p.tp_comm_overlap = o.boolean_or("tp_comm_overlap", false);
   p.gradient_accumulation_fusion = o.boolean_or("gradient_accumulation_fusion", true);
   p.grad_reduce_in_fp32 = o.boolean_or("grad_reduce_in_fp32", p.dtype == "bf16");
+  p.check_for_nan_in_loss_and_grad = o.boolean_or("check_for_nan_in_loss_and_grad", false);
   o.finish();
   return p;
 }

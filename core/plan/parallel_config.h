@@ -162,6 +162,14 @@ struct ParallelConfig {
   // Gradients accumulated and reduced over DP in fp32 (4 bytes) or in the 16-bit dtype (2 bytes).
   // Megatron's default: fp32 with bf16, 16-bit with fp16 (--accumulate-allreduce-grads-in-fp32).
   bool grad_reduce_in_fp32 = true;
+  // Megatron-LM's NaN checks (--no-check-for-nan-in-loss-and-grad turns them off): every
+  // micro-batch's loss on the last stage (pretrain_gpt.py loss_func: validate_result with
+  // torch.isnan, then torch.isinf) and every gradient bucket's L2 norm before its DP collective
+  // (param_and_grad_buffer.py check_grads, check_for_nan_in_grad), each test a host
+  // synchronization. On by default in Megatron-LM since 2023-12 (commit d66807759c moved the
+  // gradient check before the DP collective); cpbench's default off: the 2021–23 stacks it
+  // reproduces predate it or run without it.
+  bool check_for_nan_in_loss_and_grad = false;
 
   double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
 

@@ -420,10 +420,11 @@ class IterationGraph {
           kernels_[first_device + s] += c.fwd.kernels + c.bwd.kernels;
         }
       for (int s = 0; s < p_; ++s) sent_[first_device + s] = sent_bytes(*replicas_.lists[r], *costs, s);
-      const HostBeforeForwards before = host_before_forwards(*replicas_.lists[r]);
+      const FrameworkGaps before = framework_gaps(*replicas_.lists[r]);
       for (int s = 0; s < p_; ++s) host_s_[first_device + s] += framework_host_s(plan_.host_per_step);
       host_s_[first_device] += before.first_s;
-      for (const auto& [op, seconds] : before.after) host_s_[first_device] += seconds;
+      for (int s = 0; s < p_; ++s)
+        for (const auto& [op, gap] : before.after[s]) host_s_[first_device + s] += gap.host_s;
       const std::vector<int> zero_grad = add_zero_grad(first_device, before);  // ahead of the passes on each compute stream
       pipelines_.push_back(add_pipeline(*replicas_.lists[r], *costs, first_device, before));
       for (int s = 0; s < p_; ++s)
@@ -637,7 +638,7 @@ class IterationGraph {
     for (size_t r = 0; r < replicas_.lists.size(); ++r) {
       auto costs = chunk_costs(*replicas_.lists[r]);
       if (!costs) return costs.errors();
-      const HostBeforeForwards before = host_before_forwards(*replicas_.lists[r]);
+      const FrameworkGaps before = framework_gaps(*replicas_.lists[r]);
       first_forward_s = std::min(first_forward_s, before.first_s);
       for (int s = 0; s < p_; ++s) {
         sent += sent_bytes(*replicas_.lists[r], *costs, s) * replicas_.weight[r];
@@ -649,7 +650,10 @@ class IterationGraph {
       };
       auto ends = pipeline_op_ends(
           schedule_, [&](int s, const PipeOp& op) { return pass(s, op).compute_s; },
-          [&](int s, const PipeOp& op) { return pass(s, op).total() - pass(s, op).compute_s + host_after_s(before, s, op); });
+          [&](int s, const PipeOp& op) {
+            const Gap gap = gap_after(before, s, op);
+            return pass(s, op).total() - pass(s, op).compute_s + gap.host_s + gap.device_s;
+          });
       if (!ends) return ends.errors();
       for (const auto& stage : *ends)
         if (!stage.empty()) bound = std::max(bound, stage.back());
@@ -681,41 +685,76 @@ class IterationGraph {
     return cost_.memory_bound_s(L_.grad_bytes() * params);
   }
 
-  // The framework's host work before each forward of a micro-batch's first chunk that holds a
-  // sequence (Plan::host_per_micro_batch), on the first stage, which fetches it: the host has
-  // just synchronized, so the device waits. It runs once the stage's previous op is done, so it is
-  // that op's last tail segment (its output leaves before it: after[op], keyed by
-  // (forward, micro-batch, chunk)), or, before the stage's first op, part of the step's prologue
-  // (first_s).
-  struct HostBeforeForwards {
-    std::map<std::tuple<bool, int, int>, double> after;
+  // Framework work between a stage's ops that the device waits for: the host has just
+  // synchronized, so the device idles while the host works (host_s) and runs the kernels it
+  // issues (device_s). It runs once the stage's previous op is done, so it is that op's last tail
+  // segments (its output leaves before them: after[stage][op], keyed by (forward, micro-batch,
+  // chunk)), or, before stage 0's first op, part of the step's prologue (first_s, host only):
+  //  - Plan::host_per_micro_batch before each forward of a micro-batch's first chunk that holds a
+  //    sequence, on the first stage, which fetches it;
+  //  - with check_for_nan_in_loss_and_grad (Megatron-LM), after each forward of a micro-batch's
+  //    last chunk that holds a sequence, on the last stage: the loss tested for NaN and for Inf
+  //    (pretrain_gpt.py loss_func → rerun_state_machine.validate_result: torch.isnan, torch.isinf,
+  //    each result read by the host: 2 ops, 2 synchronizations), before its backward;
+  //  - and after each chunk's last backward (without overlap_grad_reduce after the stage's last
+  //    op, where its reduction starts): every gradient bucket's L2 norm (a memory-bound read of the
+  //    bucket on the device) tested the same way (param_and_grad_buffer.py check_grads: 3 ops, 2
+  //    synchronizations per bucket). Megatron checks a bucket as the backward completes it; here
+  //    the chunk's checks follow its last backward, ahead of its last bucket's reduction.
+  struct Gap {
+    double host_s = 0, device_s = 0;
+  };
+  struct FrameworkGaps {
+    std::vector<std::map<std::tuple<bool, int, int>, Gap>> after;  // [stage]
     double first_s = 0;
   };
-  HostBeforeForwards host_before_forwards(const std::vector<PlanMicroBatch>& mbs) const {
-    HostBeforeForwards out;
-    const double w = framework_host_s(plan_.host_per_micro_batch);
-    if (w <= 0 || schedule_.empty()) return out;
-    const std::vector<PipeOp>& ops = schedule_.front();
-    for (size_t i = 0; i < ops.size(); ++i) {
-      if (!ops[i].forward || ops[i].chunk != 0 || mbs[ops[i].micro_batch].lengths.empty()) continue;
-      if (i == 0) out.first_s += w;
-      else out.after[{ops[i - 1].forward, ops[i - 1].micro_batch, ops[i - 1].chunk}] += w;
+  static constexpr FrameworkHostWork kLossNanCheck{2, 2};
+  static constexpr FrameworkHostWork kBucketNanCheck{3, 2};
+  FrameworkGaps framework_gaps(const std::vector<PlanMicroBatch>& mbs) const {
+    FrameworkGaps out;
+    out.after.resize(p_);
+    if (schedule_.empty()) return out;
+    auto key = [](const PipeOp& op) { return std::tuple<bool, int, int>{op.forward, op.micro_batch, op.chunk}; };
+    const double fetch = framework_host_s(plan_.host_per_micro_batch);
+    const std::vector<PipeOp>& first = schedule_.front();
+    for (size_t i = 0; fetch > 0 && i < first.size(); ++i) {
+      if (!first[i].forward || first[i].chunk != 0 || mbs[first[i].micro_batch].lengths.empty()) continue;
+      if (i == 0) out.first_s += fetch;
+      else out.after[0][key(first[i - 1])].host_s += fetch;
+    }
+    if (!L_.check_for_nan_in_loss_and_grad || L_.zero3) return out;
+    for (const PipeOp& op : schedule_.back())
+      if (op.forward && op.chunk == v_ - 1 && !mbs[op.micro_batch].lengths.empty())
+        out.after[p_ - 1][key(op)].host_s += framework_host_s(kLossNanCheck);
+    for (int s = 0; s < p_; ++s) {
+      const std::vector<PipeOp>& ops = schedule_[s];
+      for (int c = 0; c < v_; ++c) {
+        int last = -1;
+        for (int i = 0; i < static_cast<int>(ops.size()); ++i)
+          if (!ops[i].forward && ops[i].chunk == c) last = i;
+        if (last < 0) continue;
+        const PipeOp& at = L_.overlap_grad_reduce ? ops[last] : ops.back();
+        const double buckets = grad_buckets(s, c);
+        Gap& g = out.after[s][key(at)];
+        g.host_s += buckets * framework_host_s(kBucketNanCheck);
+        g.device_s += buckets * cost_.memory_bound_s(chunk_grad_bytes(s, c) / buckets);
+      }
     }
     return out;
   }
-  static double host_after_s(const HostBeforeForwards& before, int s, const PipeOp& op) {
-    if (s != 0 || before.after.empty()) return 0;
-    const auto it = before.after.find({op.forward, op.micro_batch, op.chunk});
-    return it == before.after.end() ? 0.0 : it->second;
+  static Gap gap_after(const FrameworkGaps& gaps, int s, const PipeOp& op) {
+    if (gaps.after.empty() || gaps.after[s].empty()) return {};
+    const auto it = gaps.after[s].find({op.forward, op.micro_batch, op.chunk});
+    return it == gaps.after[s].end() ? Gap{} : it->second;
   }
 
   // zero_grad_s as a task on each stage's compute stream, added before the stage's ops (the stream
   // runs its tasks in the order they were added): per stage, its task.
   // Then, where the plan has some, the framework's host work before the stage's first op, on the
   // host stream after the zeroing (its synchronizations wait for it): the step's
-  // (Plan::host_per_step) and, on the first stage, the first forward's (host_before_forwards).
+  // (Plan::host_per_step) and, on the first stage, the first forward's (framework_gaps).
   // Per stage, the last of its tasks, which its first op waits for.
-  std::vector<int> add_zero_grad(int first_device, const HostBeforeForwards& before) {
+  std::vector<int> add_zero_grad(int first_device, const FrameworkGaps& before) {
     std::vector<int> out;
     for (int s = 0; s < p_; ++s) {
       out.push_back(graph_.add(TaskSpec{first_device + s, step_stream::compute, zero_grad_s(s), {}, -1, -1,
@@ -825,6 +864,12 @@ class IterationGraph {
   struct GradReduction {
     double total_s = 0, late_s = 0;
   };
+  // Gradient buckets of chunk s, c: ceil(P / B) with overlap_grad_reduce, one without (Megatron's
+  // DDP makes the bucket unbounded then).
+  double grad_buckets(int s, int c) const {
+    if (!L_.overlap_grad_reduce) return 1;
+    return std::max(1.0, std::ceil(chunk_grad_bytes(s, c) / L_.grad_bytes() / grad_bucket_params(L_, c)));
+  }
   GradReduction grad_reduction(int s, int c) const {
     const GroupPlacement dp = placement(L_.dp() * L_.cp, L_.tp, cost_.cluster().gpus_per_node);
     const double bytes = chunk_grad_bytes(s, c);
@@ -832,8 +877,7 @@ class IterationGraph {
       const double t = cost_.collective_s(grad_reduction_kind(), bytes, dp);
       return {t, t};
     }
-    const double params = bytes / L_.grad_bytes();
-    const double buckets = std::max(1.0, std::ceil(params / grad_bucket_params(L_, c)));
+    const double buckets = grad_buckets(s, c);
     const double one = cost_.collective_s(grad_reduction_kind(), bytes / buckets, dp);
     return {buckets * one, one};
   }
@@ -868,7 +912,7 @@ class IterationGraph {
   }
 
   PipelineTasks add_pipeline(const std::vector<PlanMicroBatch>& mbs, const std::vector<std::vector<ChunkCost>>& costs,
-                             int first_device, const HostBeforeForwards& before) {
+                             int first_device, const FrameworkGaps& before) {
     // The transfer after an op, when there is a next virtual stage to send to.
     auto send_s = [&](int s, const PipeOp& op) {
       const int to = send_target(s, op);
@@ -888,7 +932,9 @@ class IterationGraph {
                                      {step_stream::dp, c.dp_comm_s, 'm', "zero3 wait", false},
                                      {step_stream::host, c.host_s, 'o', "host", false}};
       if (!L_.overlap_p2p) segs.push_back({op.forward ? step_stream::pp_send_fwd : step_stream::pp_send_bwd, send_s(s, op), 'm', "send", true});
-      segs.push_back({step_stream::host, host_after_s(before, s, op), 'o', "framework host", false});  // the next forward's
+      const Gap gap = gap_after(before, s, op);  // framework work before the stage's next op
+      segs.push_back({step_stream::compute, gap.device_s, 'o', "grad nan check", false});
+      segs.push_back({step_stream::host, gap.host_s, 'o', "framework host", false});
       return segs;
     };
     PipelineTasks tasks = append_pipeline_tasks(

@@ -3,11 +3,13 @@
 // parameter in iteration.cpp), so they grow with the parameters and not with the tokens, and the
 // distributed optimizer shards the optimizer's part but not the gradient buffer.
 // Also the framework's host work outside the model, which the device waits for, and Megatron's
-// step-end collectives (tied embedding, sequence-parallel norms, gradient norm).
+// step-end collectives (tied embedding, sequence-parallel norms, gradient norm) and Megatron-LM's
+// NaN checks.
 #include "core/sim/iteration.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -204,6 +206,54 @@ TEST(Iteration, StepEndCollectivesJoinTheStages) {
   EXPECT_NEAR(ev_sp.at({"tp norm-grad all-reduce", 0})[0].second, sp_us, 2e-3);  // the trace keeps ns
   sp.layout.sequence_parallel = false;
   EXPECT_EQ(traced(sp, gpt, cost, "nosp").count({"tp norm-grad all-reduce", 0}), 0u);
+}
+
+// Megatron-LM's NaN checks (check_for_nan_in_loss_and_grad): on the last stage each micro-batch's
+// loss is tested for NaN and Inf after its forward (2 ops, 2 host synchronizations the device
+// waits for, before the backward); on every stage each gradient bucket's L2 norm is read on the
+// device and tested the same way after the chunk's last backward (3 ops, 2 synchronizations per
+// bucket of at most 40M parameters), ahead of the last bucket's reduction. Off, none of it.
+TEST(Iteration, MegatronNanChecksAreHostSynchronizationsPerLossAndBucket) {
+  const CostModel cost = preset_model("h100_dgx");
+  const ModelShape llama = preset("llama3_8b");
+  const double op = cost.params().host_op_us * 1e-6, sync = cost.params().pcie_latency_us * 1e-6;
+  Plan two = plan_of(1, 4, 4096, false);
+  two.layout.num_gpus = 2;
+  two.layout.pp = 2;
+  auto off = simulate_iteration(two, llama, cost);
+  two.layout.check_for_nan_in_loss_and_grad = true;
+  auto on = simulate_iteration(two, llama, cost);
+  auto bound = iteration_bound(two, llama, cost);
+  ASSERT_TRUE(off.ok() && on.ok() && bound.ok()) << on.error_str();
+  const TraceEvents ev = traced(two, llama, cost, "nan");
+  const double loss_us = 1e6 * (2 * op + 2 * sync);
+  for (int k = 0; k < 4; ++k) {
+    const std::string f = "F" + std::to_string(k) + ".0 framework host";
+    ASSERT_EQ(ev.count({f, 1}), 1u) << f;
+    EXPECT_NEAR(ev.at({f, 1})[0].second, loss_us, 2e-3);
+    EXPECT_EQ(ev.count({f, 0}), 0u);  // the loss is the last stage's
+  }
+  double host_s = 4 * (2 * op + 2 * sync);
+  for (int s : {0, 1}) {
+    const double params = params_per_gpu(llama, two.layout, 4096, s);
+    const double buckets = std::ceil(params / 40e6);
+    ASSERT_GT(buckets, 50);
+    const double norm_us = 1e6 * buckets * cost.memory_bound_s(4 * params / buckets);
+    const double tests_us = 1e6 * buckets * (3 * op + 2 * sync);
+    EXPECT_NEAR(ev.at({"B3.0 grad nan check", s})[0].second, norm_us, 2e-3);
+    EXPECT_NEAR(ev.at({"B3.0 framework host", s})[0].second, tests_us, 2e-3);
+    host_s += tests_us * 1e-6;
+    // After the last backward's compute, before the chunk's last bucket is reduced.
+    const auto& b = ev.at({"B3.0", s})[0];
+    EXPECT_GE(ev.at({"B3.0 framework host", s})[0].first, b.first + b.second - 1e-3);
+  }
+  EXPECT_NEAR(on->exposed_host_s - off->exposed_host_s, host_s / 2, 1e-9);  // mean over the 2 stages
+  EXPECT_GT(on->step_time_s, off->step_time_s);
+  EXPECT_LE(bound->step_time_s, on->step_time_s + 1e-12);
+  // Without overlap_grad_reduce Megatron's DDP has one unbounded bucket: one norm, one test pair.
+  two.layout.overlap_grad_reduce = false;
+  const TraceEvents one = traced(two, llama, cost, "nan1");
+  EXPECT_NEAR(one.at({"B3.0 framework host", 0})[0].second, 1e6 * (3 * op + 2 * sync), 2e-3);
 }
 
 }  // namespace
